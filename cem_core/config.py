@@ -1,0 +1,400 @@
+"""Typed run configuration: defaults < grid file < command line (`cemctl plan`, `cemctl launch`).
+
+A run is fully described by a `RunConfig` (model, data, train). This module is
+torch-free so the CLI can plan and hash runs without importing torch.
+
+- `RunConfig.from_dict(d)` builds a config from nested or dotted keys, rejecting
+  unknown keys and wrong types with a `ConfigError` naming the dotted key.
+- `validate(cfg)` is the one place every value and combination is checked.
+- `resolve(cfg)` fills what is derived (dims from `model.size`, vocab from the
+  tokenizer, the token budget) and validates; the resolved config is what is
+  saved with a run and hashed into its id (`run_id`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+from cem_core.errors import ConfigError
+from cem_core.sizes import SIZES
+
+# ---------------------------------------------------------------------------
+# Variant names. The model package binds an implementation to each name in its
+# registries; tests check that both lists agree.
+ATTENTION_KINDS = ("llama", "cem", "reuse")
+MLP_KINDS = ("llama", "cem", "cem_param_matched", "reuse")
+PRECONDITIONERS = ("identity", "diag", "diag_lowrank")
+KQ_DIAGONALS = ("none", "shared", "per_head")
+CEM_POSITIONS = ("alibi", "none")  # alibi = ALiBi penalty + learned self/non-self biases
+TASKS = ("lm",)
+CORPORA = ("builtin", "jsonl", "slimpajama")
+TOKENIZERS = ("byte", "bpe", "hf")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+BYTE_VOCAB_SIZE = 257  # 256 bytes + end-of-document
+LLAMA_VOCAB_SIZE = 32000
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    size: str = "micro"
+    # Dims: 0 means "take it from `size`".
+    d_model: int = 0
+    n_layers: int = 0
+    n_heads: int = 0
+    d_mlp: int = 0
+    context_len: int = 0
+    vocab_size: int = 0  # 0 means "take it from the tokenizer"
+    # Component swaps
+    attention: str = "llama"
+    mlp: str = "llama"
+    # Recursion steps T and step sizes eta
+    attn_steps: int = 1
+    mlp_steps: int = 1
+    attn_step_size: float = 1.0
+    mlp_step_size: float = 1.0
+    # CEM specifics
+    attn_precond: str = "identity"
+    mlp_precond: str = "identity"
+    attn_precond_rank: int = 4
+    mlp_precond_rank: int = 16
+    kq_diagonal: str = "none"
+    cem_position: str = "alibi"
+    param_match_factor: float = 1.5  # width multiplier of cem_param_matched
+    # Llama specifics and shared
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    corpus: str = "builtin"
+    path: str = ""  # local file for corpus=jsonl
+    hf_dataset: str = "gmongaras/SlimPajama-627B_Reupload"
+    tokenizer: str = "bpe"
+    bpe_vocab_size: int = 4096
+    hf_tokenizer: str = "hf-internal-testing/llama-tokenizer"
+    cache_dir: str = ""  # "" means the default cache (~/.cache/cemctl or $CEMCTL_CACHE)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float = 0.002
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    warmup_frac: float = 0.05
+    final_lr_frac: float = 0.1
+    batch_seqs: int = 128  # effective batch in sequences (all devices, all micro-steps)
+    micro_batch_seqs: int = 8  # per device per forward pass
+    tokens_per_param: float = 20.0  # Chinchilla budget of the Llama baseline of the same dims
+    max_tokens: int = 0  # explicit token budget; 0 means Chinchilla
+    max_steps: int = 0  # explicit step budget; overrides tokens when > 0
+    eval_every_steps: int = 0  # 0 means 10 evaluations per run
+    val_tokens: int = 65536
+    test_tokens: int = 262144  # fixed held-out tokens for test perplexity
+    ckpt_every_steps: int = 0  # 0 means 10 checkpoints per run
+    ckpt_keep: int = 2
+    log_every_steps: int = 1
+    seed: int = 0
+    compile: bool = False
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    task: str = "lm"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None = None) -> "RunConfig":
+        """Build from nested (`{"model": {"attention": "cem"}}`) or dotted keys."""
+        return _build(cls, nest(d or {}), prefix="")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def override(self, updates: dict[str, Any]) -> "RunConfig":
+        """A copy with dotted or nested keys replaced (unknown keys rejected)."""
+        merged = deep_merge(self.to_dict(), nest(updates))
+        return RunConfig.from_dict(merged)
+
+
+# ---------------------------------------------------------------------------
+# Dict helpers
+
+
+def nest(d: dict[str, Any]) -> dict[str, Any]:
+    """Turn dotted keys ('model.attention') into nested dicts; nested input passes through."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(str(key), "keys must be non-empty strings")
+        parts = key.split(".")
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            existing = node.setdefault(part, {})
+            if not isinstance(existing, dict):
+                raise ConfigError(".".join(parts[: i + 1]), "is a value, not a section")
+            node = existing
+        last = parts[-1]
+        if isinstance(value, dict):
+            value = nest(value)
+            if isinstance(node.get(last), dict):
+                value = deep_merge(node[last], value)
+        node[last] = value
+    return out
+
+
+def deep_merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in updates.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict to dotted keys."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def field_names(section: str | None = None) -> list[str]:
+    """Every addressable dotted key (for error messages and grid axes)."""
+    names = ["task"] if section is None else []
+    for sec, klass in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig)):
+        if section in (None, sec):
+            names += [f"{sec}.{f.name}" for f in fields(klass)]
+    return names
+
+
+def _type_name(tp: Any) -> str:
+    return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(tp, str(tp))
+
+
+def _coerce(key: str, tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        tp = args[0]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > 2**62:
+                raise ConfigError(key, "is too large", value=value)
+            return value
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(value)
+            if not math.isfinite(value):
+                raise ConfigError(key, f"must be a finite number, got {value}", value=value)
+            return value
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(key, f"must be a {_type_name(tp)}, got {type(value).__name__} {value!r}"[:200], value=value)
+
+
+def _build(klass: type, d: Any, prefix: str) -> Any:
+    if not isinstance(d, dict):
+        raise ConfigError(prefix or "<config>", f"must be a table of settings, got {type(d).__name__}")
+    hints = typing.get_type_hints(klass)
+    known = {f.name: f for f in fields(klass)}
+    kwargs: dict[str, Any] = {}
+    for key, value in d.items():
+        dotted = f"{prefix}.{key}" if prefix else key
+        if key not in known:
+            allowed = [n for n in known] if not prefix else [f"{prefix}.{n}" for n in known]
+            raise ConfigError(dotted, "unknown key", allowed=allowed)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, value, dotted)
+        else:
+            kwargs[key] = _coerce(dotted, tp, value)
+    return klass(**kwargs)
+
+
+# ---------------------------------------------------------------------------
+# Validation: the one function that checks values and combinations.
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, f"unknown value {value!r}", value=value, allowed=allowed)
+
+
+def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}", value=value)
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check every value and combination; raises `ConfigError` on the first problem."""
+    _choice("task", cfg.task, TASKS)
+    m, dt, t = cfg.model, cfg.data, cfg.train
+    _choice("model.size", m.size, tuple(SIZES))
+    _choice("model.attention", m.attention, ATTENTION_KINDS)
+    _choice("model.mlp", m.mlp, MLP_KINDS)
+    _choice("model.attn_precond", m.attn_precond, PRECONDITIONERS)
+    _choice("model.mlp_precond", m.mlp_precond, PRECONDITIONERS)
+    _choice("model.kq_diagonal", m.kq_diagonal, KQ_DIAGONALS)
+    _choice("model.cem_position", m.cem_position, CEM_POSITIONS)
+    for key in ("d_model", "n_layers", "n_heads", "d_mlp", "context_len", "vocab_size"):
+        value = getattr(m, key)
+        if value < 0:
+            raise ConfigError(f"model.{key}", f"must be >= 0 (0 means from size/tokenizer), got {value}", value=value)
+        if value > 1_000_000:
+            raise ConfigError(f"model.{key}", f"is implausibly large ({value})", value=value)
+    for key in ("attn_steps", "mlp_steps"):
+        value = getattr(m, key)
+        if not 1 <= value <= 64:
+            raise ConfigError(f"model.{key}", f"must be between 1 and 64, got {value}", value=value)
+    for key in ("attn_step_size", "mlp_step_size", "rope_theta", "norm_eps", "init_std", "param_match_factor"):
+        _positive(f"model.{key}", getattr(m, key))
+    for key in ("attn_precond_rank", "mlp_precond_rank"):
+        if not 1 <= getattr(m, key) <= 4096:
+            raise ConfigError(f"model.{key}", f"must be between 1 and 4096, got {getattr(m, key)}")
+    d_model = m.d_model or SIZES[m.size].d_model
+    n_heads = m.n_heads or SIZES[m.size].n_heads
+    if d_model % n_heads:
+        raise ConfigError("model.n_heads", f"must divide model.d_model={d_model}, got {n_heads}", value=n_heads)
+    # Combinations
+    if m.attention != "cem":
+        if m.kq_diagonal != "none":
+            raise ConfigError("model.kq_diagonal", f"needs model.attention='cem' (got {m.attention!r})", allowed=("none",))
+        if m.attn_precond != "identity":
+            raise ConfigError("model.attn_precond", f"needs model.attention='cem' (got {m.attention!r})", allowed=("identity",))
+    if m.attention == "llama" and m.attn_steps != 1:
+        raise ConfigError("model.attn_steps", "must be 1 for model.attention='llama' (use 'reuse' or 'cem' for T > 1)", allowed=(1,))
+    if not m.mlp.startswith("cem") and m.mlp_precond != "identity":
+        raise ConfigError("model.mlp_precond", f"needs model.mlp='cem' or 'cem_param_matched' (got {m.mlp!r})", allowed=("identity",))
+    if m.mlp == "llama" and m.mlp_steps != 1:
+        raise ConfigError("model.mlp_steps", "must be 1 for model.mlp='llama' (use 'reuse' or 'cem' for T > 1)", allowed=(1,))
+    # Data
+    _choice("data.corpus", dt.corpus, CORPORA)
+    _choice("data.tokenizer", dt.tokenizer, TOKENIZERS)
+    if dt.corpus == "jsonl" and not dt.path:
+        raise ConfigError("data.path", "is required when data.corpus='jsonl'")
+    if not 256 < dt.bpe_vocab_size <= 1_000_000:
+        raise ConfigError("data.bpe_vocab_size", f"must be in (256, 1000000], got {dt.bpe_vocab_size}")
+    if ".." in dt.cache_dir.split("/") and dt.cache_dir:
+        raise ConfigError("data.cache_dir", "must not contain '..'", value=dt.cache_dir)
+    # Train
+    _choice("train.precision", t.precision, PRECISIONS)
+    for key in ("lr", "adam_eps", "tokens_per_param"):
+        _positive(f"train.{key}", getattr(t, key))
+    for key in ("beta1", "beta2"):
+        if not 0 <= getattr(t, key) < 1:
+            raise ConfigError(f"train.{key}", f"must be in [0, 1), got {getattr(t, key)}")
+    for key in ("weight_decay", "grad_clip"):
+        _positive(f"train.{key}", getattr(t, key), allow_zero=True)
+    for key in ("warmup_frac", "final_lr_frac"):
+        if not 0 <= getattr(t, key) <= 1:
+            raise ConfigError(f"train.{key}", f"must be in [0, 1], got {getattr(t, key)}")
+    for key in ("batch_seqs", "micro_batch_seqs", "val_tokens", "test_tokens", "ckpt_keep", "log_every_steps"):
+        if getattr(t, key) < 1:
+            raise ConfigError(f"train.{key}", f"must be >= 1, got {getattr(t, key)}")
+    for key in ("max_tokens", "max_steps", "eval_every_steps", "ckpt_every_steps", "seed"):
+        if getattr(t, key) < 0:
+            raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
+    if t.batch_seqs % t.micro_batch_seqs:
+        raise ConfigError("train.batch_seqs", f"must be a multiple of train.micro_batch_seqs={t.micro_batch_seqs}, got {t.batch_seqs}")
+    return cfg
+
+
+# ---------------------------------------------------------------------------
+# Resolution
+
+
+def tokenizer_vocab_size(data: DataConfig) -> int:
+    if data.tokenizer == "byte":
+        return BYTE_VOCAB_SIZE
+    if data.tokenizer == "bpe":
+        return data.bpe_vocab_size
+    return LLAMA_VOCAB_SIZE
+
+
+def resolve(cfg: RunConfig) -> RunConfig:
+    """Validate, then fill derived values. Idempotent: resolve(resolve(c)) == resolve(c)."""
+    validate(cfg)
+    m = cfg.model
+    preset = SIZES[m.size]
+    m = dataclasses.replace(
+        m,
+        d_model=m.d_model or preset.d_model,
+        n_layers=m.n_layers or preset.n_layers,
+        n_heads=m.n_heads or preset.n_heads,
+        d_mlp=m.d_mlp or preset.d_mlp,
+        context_len=m.context_len or preset.context_len,
+        vocab_size=m.vocab_size or tokenizer_vocab_size(cfg.data),
+    )
+    t = cfg.train
+    if t.max_steps == 0 and t.max_tokens == 0:
+        from cem_core.counts import baseline_params
+
+        budget = int(round(t.tokens_per_param * baseline_params(m)))
+        t = dataclasses.replace(t, max_tokens=budget)
+    cfg = dataclasses.replace(cfg, model=m, train=t)
+    validate(cfg)
+    return cfg
+
+
+def total_steps(cfg: RunConfig) -> int:
+    """Optimizer steps of a resolved config (max_steps wins over max_tokens)."""
+    t = cfg.train
+    if t.max_steps:
+        return t.max_steps
+    tokens_per_step = t.batch_seqs * cfg.model.context_len
+    return max(1, math.ceil(t.max_tokens / tokens_per_step))
+
+
+def tokens_per_step(cfg: RunConfig) -> int:
+    return cfg.train.batch_seqs * cfg.model.context_len
+
+
+def canonical_json(d: dict[str, Any]) -> str:
+    return json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def run_id(cfg: RunConfig) -> str:
+    """Content hash of the resolved config: the run's identity (12 hex chars)."""
+    resolved = resolve(cfg)
+    return hashlib.sha256(canonical_json(resolved.to_dict()).encode()).hexdigest()[:12]
+
+
+def load_run_config(path: str) -> RunConfig:
+    """Read a saved config.json (a run directory's) back into a RunConfig."""
+    with open(path) as f:
+        d = json.load(f)
+    try:
+        return RunConfig.from_dict(d)
+    except ConfigError as e:
+        raise e.with_source(path) from None
