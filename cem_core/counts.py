@@ -105,7 +105,7 @@ def _attention_flops(m: "ModelConfig", seq_len: int) -> tuple[int, int]:
     if m.attn_precond == "diag_lowrank":
         r = m.attn_precond_rank
         per_step += 2 * (2 * dh * r * k) + 2 * (2 * k * r * d)  # o_k @ (W_Q[k] V_k), (W_Q[k] U_k); then U, V
-        weight_side = 2 * (2 * dh * d * r * k)  # W_Q[k] V_k and W_Q[k] U_k once per forward
+        weight_side = t * 2 * (2 * dh * d * r * k)  # W_Q[k] V_k and W_Q[k] U_k, once per step
     return 2 * d * d + t * per_step, weight_side
 
 

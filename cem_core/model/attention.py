@@ -1,0 +1,161 @@
+"""Attention sublayers (`model.attention`): llama | cem | reuse. Used by `cemctl launch` runs.
+
+Every sublayer maps the residual stream h [B, L, d] to the new stream (the
+residual is part of the layer, since CEM absorbs it into the recursion).
+
+- llama: h + W_O attn(RoPE(W_Q n), RoPE(W_K n), W_V n), n = RMSNorm(h).
+- reuse: the llama sublayer applied T times (x <- x + attn(RMSNorm(x))): the ablation.
+- cem:   T gradient steps on the interaction energy (SPEC 1, paper Alg. 1):
+         keys = values = W_K n computed once from n = RMSNorm(h); x_0 = h;
+         u = RMSNorm(x_t); q = W_Q u;
+         s_ijk = scale (k_j . q_i + n_j^T D_k u_i) + b_ijk  (b: ALiBi penalty + learned self/non-self)
+         x_{t+1} = x_t + eta sum_k P_k W_Q[k]^T softmax_j(s_ijk) v_j.
+         scale = 1/sqrt(d_h) of the head (as Llama; the paper writes D_h^{-1/2}).
+  The KQ diagonal D follows Alg. 1: it enters the scores only; the value path is
+  W_K n (so with a diagonal the update is the energy gradient's low-rank part).
+  `shared`: one d-vector for all heads: one extra [B, L, L] score matrix per
+  step, added to every head through the attention bias. `per_head`: each head's
+  query and key are extended by D_k u and n (one SDPA call, width d_h + d).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cem_core.config import ModelConfig
+from cem_core.model.norm import RMSNorm
+from cem_core.model.positions import alibi_bias, alibi_slopes, apply_rope, causal_mask_bias, rope_cache
+from cem_core.model.precond import build_preconditioner
+from cem_core.registry import Registry
+
+ATTENTION: Registry[type[nn.Module]] = Registry("attention", "model.attention")
+
+
+@ATTENTION.register("llama")
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d, self.n_heads = cfg.d_model, cfg.n_heads
+        self.head_dim = d // cfg.n_heads
+        self.rope_theta = cfg.rope_theta
+        self.steps = 1
+        self.norm = RMSNorm(d, cfg.norm_eps)
+        self.wq = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, d, bias=False)
+        self.wv = nn.Linear(d, d, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
+        self._rope: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
+
+    def _rope_for(self, L: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._rope is None or self._rope[0] < L or self._rope[1] != device:
+            cos, sin = rope_cache(L, self.head_dim, self.rope_theta, device=device)
+            self._rope = (L, device, cos, sin)
+        return self._rope[2][:L], self._rope[3][:L]
+
+    def delta(self, n: torch.Tensor) -> torch.Tensor:
+        """The attention output for normed input n [B, L, d] (no residual)."""
+        B, L, d = n.shape
+        H, Dh = self.n_heads, self.head_dim
+        q = self.wq(n).view(B, L, H, Dh).transpose(1, 2)  # [B, H, L, Dh]
+        k = self.wk(n).view(B, L, H, Dh).transpose(1, 2)
+        v = self.wv(n).view(B, L, H, Dh).transpose(1, 2)
+        cos, sin = self._rope_for(L, n.device)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, L, Dh]
+        return self.wo(o.transpose(1, 2).reshape(B, L, d))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.delta(self.norm(h))
+
+
+@ATTENTION.register("reuse")
+class ReuseAttention(LlamaAttention):
+    """Plain layer reuse: the ordinary residual attention sublayer applied T times."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.steps = cfg.attn_steps
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        x = h
+        for _ in range(self.steps):
+            x = x + self.delta(self.norm(x))
+        return x
+
+
+@ATTENTION.register("cem")
+class CEMAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d, K = cfg.d_model, cfg.n_heads
+        self.d_model, self.n_heads, self.head_dim = d, K, d // K
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.steps, self.step_size = cfg.attn_steps, cfg.attn_step_size
+        self.norm = RMSNorm(d, cfg.norm_eps)
+        self.w_q = nn.Linear(d, d, bias=False)  # weight [K*Dh, d]: queries, and (transposed) the output
+        self.w_k = nn.Linear(d, d, bias=False)  # keys, and the values
+        self.position = cfg.cem_position
+        if self.position == "alibi":
+            self.register_buffer("slopes", alibi_slopes(K), persistent=False)
+            self.self_bias = nn.Parameter(torch.zeros(K))
+            self.other_bias = nn.Parameter(torch.zeros(K))
+        self.kq_diagonal = cfg.kq_diagonal
+        if self.kq_diagonal == "shared":
+            self.diag = nn.Parameter(torch.zeros(d))
+        elif self.kq_diagonal == "per_head":
+            self.diag = nn.Parameter(torch.zeros(K, d))
+        self.precond = build_preconditioner(cfg.attn_precond, K, d, cfg.attn_precond_rank, "model.attn_precond")
+
+    def position_bias(self, L: int) -> torch.Tensor | None:
+        """[K, L, L] additive scores bias with the causal mask, or None (pure causal)."""
+        if self.position != "alibi":
+            return None
+        return alibi_bias(self.slopes, self.self_bias, self.other_bias, L)
+
+    def keys(self, n: torch.Tensor) -> torch.Tensor:
+        B, L, _ = n.shape
+        return self.w_k(n).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)  # [B, K, L, Dh]
+
+    def attend(self, u: torch.Tensor, n: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """Per-head attention outputs o [B, L, K, Dh] for queries from u [B, L, d]."""
+        B, L, d = u.shape
+        K, Dh = self.n_heads, self.head_dim
+        q = self.w_q(u).view(B, L, K, Dh).transpose(1, 2)  # [B, K, L, Dh]
+        qk, kk, mask = q, k, bias
+        if self.kq_diagonal == "shared":
+            # One [B, L, L] matrix (u * D) n^T shared by every head, folded into the bias.
+            extra = self.scale * torch.matmul(u * self.diag.to(u.dtype), n.transpose(1, 2))  # [B, L, L]
+            base = bias if bias is not None else causal_mask_bias(L, device=u.device)[None]
+            mask = extra[:, None] + base.to(extra.dtype)[None]  # [B, K or 1, L, L]
+        elif self.kq_diagonal == "per_head":
+            du = u[:, None] * self.diag.to(u.dtype)[None, :, None, :]  # [B, K, L, d]
+            qk = torch.cat([q, du], dim=-1)  # [B, K, L, Dh + d]
+            kk = torch.cat([k, n[:, None].expand(B, K, L, d)], dim=-1)
+        if mask is None:
+            o = F.scaled_dot_product_attention(qk, kk, k, is_causal=True, scale=self.scale)
+        else:
+            o = F.scaled_dot_product_attention(qk, kk, k, attn_mask=mask.to(qk.dtype), scale=self.scale)
+        return o.transpose(1, 2)  # [B, L, K, Dh]
+
+    def iterate(self, h: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Yields x_0 = h, x_1, ..., x_T (keys, values and biases fixed; only x moves)."""
+        n = self.norm(h)
+        k = self.keys(n)
+        bias = self.position_bias(h.shape[1])
+        x = h
+        yield x
+        for t in range(self.steps):
+            u = n if t == 0 else self.norm(x)
+            o = self.attend(u, n, k, bias)
+            x = x + self.step_size * self.precond.project_heads(o, self.w_q.weight)
+            yield x
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        for x in self.iterate(h):
+            pass
+        return x
