@@ -33,7 +33,8 @@ MLP_KINDS = ("llama", "cem", "cem_param_matched", "reuse")
 PRECONDITIONERS = ("identity", "diag", "diag_lowrank")
 KQ_DIAGONALS = ("none", "shared", "per_head")
 CEM_POSITIONS = ("alibi", "none")  # alibi = ALiBi penalty + learned self/non-self biases
-TASKS = ("lm",)
+TASKS = ("lm", "gp")  # language modelling; the synthetic Gaussian-process regression study
+GP_KERNELS = ("rbf", "gibbs")
 CORPORA = ("builtin", "jsonl", "slimpajama")
 TOKENIZERS = ("byte", "bpe", "hf")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -112,11 +113,25 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class GPConfig:
+    """The synthetic Gaussian-process regression study (task = "gp"; see cem_core/gp)."""
+
+    kernel: str = "rbf"  # rbf | gibbs (non-stationary, input-dependent lengthscale)
+    input_dim: int = 10
+    n_train: int = 2048
+    n_test: int = 512
+    lengthscale: float = 2.0  # RBF lengthscale; the Gibbs kernel's base lengthscale
+    noise_std: float = 0.05  # observation noise added to the sampled function
+    data_seed: int = 0  # the GP sample (fixed across model seeds)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     task: str = "lm"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    gp: GPConfig = field(default_factory=GPConfig)
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -184,7 +199,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def field_names(section: str | None = None) -> list[str]:
     """Every addressable dotted key (for error messages and grid axes)."""
     names = ["task"] if section is None else []
-    for sec, klass in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig)):
+    for sec, klass in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig), ("gp", GPConfig)):
         if section in (None, sec):
             names += [f"{sec}.{f.name}" for f in fields(klass)]
     return names
@@ -327,6 +342,20 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
     if t.batch_seqs % t.micro_batch_seqs:
         raise ConfigError("train.batch_seqs", f"must be a multiple of train.micro_batch_seqs={t.micro_batch_seqs}, got {t.batch_seqs}")
+    # GP study
+    g = cfg.gp
+    _choice("gp.kernel", g.kernel, GP_KERNELS)
+    for key in ("input_dim", "n_train", "n_test"):
+        if not 1 <= getattr(g, key) <= 100_000:
+            raise ConfigError(f"gp.{key}", f"must be between 1 and 100000, got {getattr(g, key)}")
+    _positive("gp.lengthscale", g.lengthscale)
+    _positive("gp.noise_std", g.noise_std, allow_zero=True)
+    _positive("gp.data_seed", g.data_seed, allow_zero=True)
+    if cfg.task == "gp":
+        if t.max_steps == 0:
+            raise ConfigError("train.max_steps", "must be set (> 0) for task='gp' (there is no token budget)")
+        if m.attention != "llama" or m.kq_diagonal != "none" or m.attn_steps != 1:
+            raise ConfigError("model.attention", "GP models have no attention; leave the attention settings at their defaults", allowed=("llama",))
     return cfg
 
 
