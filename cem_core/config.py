@@ -110,6 +110,7 @@ class TrainConfig:
     seed: int = 0
     compile: bool = False
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+    energy_layers: str = ""  # energy diagnostics at each evaluation: "" off, "all", or "0,3" (layer indices)
 
 
 @dataclass(frozen=True)
@@ -342,6 +343,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
     if t.batch_seqs % t.micro_batch_seqs:
         raise ConfigError("train.batch_seqs", f"must be a multiple of train.micro_batch_seqs={t.micro_batch_seqs}, got {t.batch_seqs}")
+    energy_layers(cfg)  # raises on a malformed train.energy_layers
     # GP study
     g = cfg.gp
     _choice("gp.kernel", g.kernel, GP_KERNELS)
@@ -407,6 +409,23 @@ def total_steps(cfg: RunConfig) -> int:
 
 def tokens_per_step(cfg: RunConfig) -> int:
     return cfg.train.batch_seqs * cfg.model.context_len
+
+
+def energy_layers(cfg: RunConfig) -> list[int]:
+    """Layer indices whose CEM sublayers log energies (`train.energy_layers`)."""
+    spec = cfg.train.energy_layers.strip()
+    n_layers = cfg.model.n_layers or SIZES[cfg.model.size].n_layers
+    if not spec:
+        return []
+    if spec == "all":
+        return list(range(n_layers))
+    try:
+        layers = sorted({int(p) for p in spec.split(",")})
+    except ValueError:
+        raise ConfigError("train.energy_layers", f"must be '', 'all' or comma-separated layer indices, got {spec!r}") from None
+    if layers[0] < 0 or layers[-1] >= n_layers:
+        raise ConfigError("train.energy_layers", f"layer indices must be in [0, {n_layers - 1}], got {spec!r}")
+    return layers
 
 
 def canonical_json(d: dict[str, Any]) -> str:

@@ -282,3 +282,24 @@ def test_bad_model_configs_name_the_field(updates, key):
     with pytest.raises(ConfigError) as info:
         build_model(RunConfig.from_dict({"model.size": "nano", **updates}))
     assert info.value.key == key
+
+
+def test_energy_diagnostics_report_each_step_of_cem_sublayers_only():
+    torch.manual_seed(6)
+    cfg = model_cfg(attention="cem", mlp="cem", attn_steps=2, mlp_steps=3, attn_step_size=0.05, mlp_step_size=0.05)
+    model = build_model(cfg)
+    from cem_core.model.energy import energy_diagnostics
+
+    rows = energy_diagnostics(model, torch.randint(0, 257, (2, 16)), layers=[1])
+    assert {(r["layer"], r["sublayer"]) for r in rows} == {(1, "attention"), (1, "mlp")}
+    assert [r["step"] for r in rows if r["sublayer"] == "attention"] == [0, 1, 2]
+    assert [r["step"] for r in rows if r["sublayer"] == "mlp"] == [0, 1, 2, 3]
+    for sub in ("attention", "mlp"):
+        e = [r["energy"] for r in rows if r["sublayer"] == sub]
+        assert all(b < a for a, b in zip(e, e[1:])), e  # small steps descend on a fresh model
+    assert energy_diagnostics(build_model(model_cfg()), torch.randint(0, 257, (1, 8)), layers=[0, 1]) == []
+
+
+def test_phi_chunks_agree_with_one_pass():
+    z = torch.randn(1000, dtype=torch.float64) * 3
+    assert torch.allclose(phi(z, chunk=7), phi(z), atol=1e-14)

@@ -28,13 +28,21 @@ def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(n)
 
 
-def phi(z: torch.Tensor, nodes: int = 48) -> torch.Tensor:
-    """phi(z) = int_0^z SiLU(t) dt, element-wise, by Gauss-Legendre quadrature on [0, z]."""
+def phi(z: torch.Tensor, nodes: int = 48, chunk: int = 1 << 18) -> torch.Tensor:
+    """phi(z) = int_0^z SiLU(t) dt, element-wise, by Gauss-Legendre quadrature on [0, z].
+
+    Evaluated in chunks of `chunk` elements so large activations do not need nodes x memory.
+    """
     x, w = _gauss_legendre(nodes)
     x = torch.as_tensor(x, dtype=z.dtype, device=z.device)
     w = torch.as_tensor(w, dtype=z.dtype, device=z.device)
-    t = z[..., None] * (x + 1) / 2  # nodes mapped to [0, z]
-    return (z / 2) * (F.silu(t) * w).sum(-1)
+    flat = z.reshape(-1)
+    parts = []
+    for start in range(0, max(flat.numel(), 1), chunk):
+        zc = flat[start : start + chunk]
+        t = zc[:, None] * (x + 1) / 2  # nodes mapped to [0, z]
+        parts.append((zc / 2) * (F.silu(t) * w).sum(-1))
+    return torch.cat(parts).reshape(z.shape)
 
 
 def attention_energy(attn: CEMAttention, u: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -71,3 +79,26 @@ def energy_trajectory(layer: CEMAttention | CEMMLP, h: torch.Tensor) -> list[tor
     n = layer.norm(h)
     energy = attention_energy if isinstance(layer, CEMAttention) else mlp_energy
     return [energy(layer, layer.norm(x), n) for x in layer.iterate(h)]
+
+
+@torch.no_grad()
+def energy_diagnostics(model, idx: torch.Tensor, layers: list[int]) -> list[dict]:
+    """Energy before and after each recursive step of the CEM sublayers of `layers`.
+
+    Runs the model on idx [B, L]; for every chosen layer with a CEM attention or
+    MLP sublayer, returns one row per step t = 0..T: {"layer", "sublayer",
+    "step", "energy" (mean over tokens), "descent_frac" (share of tokens whose
+    energy fell in the step leading here; None at t = 0)}. Models without CEM
+    sublayers give [].
+    """
+    rows: list[dict] = []
+    h = model.embed(idx)
+    for i, block in enumerate(model.blocks):
+        for name, sub in (("attention", block.attn), ("mlp", block.mlp)):
+            if i in layers and isinstance(sub, (CEMAttention, CEMMLP)):
+                energies = [e.float() for e in energy_trajectory(sub, h)]
+                for t, e in enumerate(energies):
+                    descent = None if t == 0 else float((e < energies[t - 1]).float().mean())
+                    rows.append({"layer": i, "sublayer": name, "step": t, "energy": float(e.mean()), "descent_frac": descent})
+            h = sub(h)
+    return rows
