@@ -1,0 +1,292 @@
+"""The local executor: a queue of jobs over GPU slots or a CPU worker pool (`cemctl launch --executor local`).
+
+Jobs wait in a queue and start only when a slot is free (`pinning.py` decides
+which slot: one job per GPU by default, `--jobs-per-gpu`, `--gpus-per-run` for
+torchrun; without a GPU, `--workers` CPU workers sharing the cores). Each job
+runs in its own session with `CUDA_VISIBLE_DEVICES` / `OMP_NUM_THREADS` set,
+its stdout+stderr appended to `<run_dir>/executor.log`, and its state recorded
+in `job.json` / `events.jsonl` (`jobfile.py`).
+
+A job that dies (a signal, an exit without result.json) is recorded as failed
+with the reason and the orchestrator goes on with the others. Ctrl-C (or
+SIGTERM to the orchestrator) terminates the children (SIGTERM, then SIGKILL
+after `term_timeout_s`) and leaves every unfinished run resumable: the next
+`cemctl launch` starts queued runs and resumes interrupted ones from their
+newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cem_core.errors import ConfigError
+from cemctl.executors import jobfile
+from cemctl.executors.base import Executor, Job, Submitted
+from cemctl.executors.pinning import Slot, SlotPool, cpu_slots, gpu_slots
+
+@dataclass
+class LocalOptions:
+    gpus: list[int] | None = None  # None: detect; []: CPU only
+    jobs_per_gpu: int = 1
+    gpus_per_run: int = 1
+    workers: int | None = None  # CPU workers (None: one per 4 cores)
+    cores: int | None = None  # CPU cores to split (None: all)
+    poll_s: float = 0.5
+    term_timeout_s: float = 30.0
+
+
+@dataclass
+class JobStatus:
+    """The orchestrator's live view of one job (for the progress display)."""
+
+    job: Job
+    state: str = "queued"  # queued | running | done | diverged | failed | cancelled | interrupted
+    slot: str = ""
+    pid: int | None = None
+    started_time: float | None = None
+    ended_time: float | None = None
+    reason: str = ""
+    attempt: int = 0
+
+
+def detect_gpus() -> list[int]:
+    """GPU indices visible to this process, without importing torch ($CUDA_VISIBLE_DEVICES, else nvidia-smi)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [int(x) for x in visible.split(",") if x.strip().isdigit()]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(x) for x in out.stdout.split() if x.strip().isdigit()] if out.returncode == 0 else []
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def make_slots(options: LocalOptions) -> list[Slot]:
+    gpus = detect_gpus() if options.gpus is None else list(options.gpus)
+    cores = options.cores or cpu_count()
+    if gpus:
+        n_groups = len(gpus) // max(1, options.gpus_per_run)
+        threads = max(1, cores // max(1, n_groups * options.jobs_per_gpu))
+        return gpu_slots(gpus, jobs_per_gpu=options.jobs_per_gpu, gpus_per_run=options.gpus_per_run, threads=threads)
+    if options.gpus_per_run > 1:
+        raise ConfigError("--gpus-per-run", f"needs GPUs, but none was found or given (got {options.gpus_per_run})")
+    return cpu_slots(cores, options.workers)
+
+
+class LocalExecutor(Executor):
+    """Runs jobs on this machine, in the foreground, `len(slots)` at a time."""
+
+    name = "local"
+
+    def __init__(self, options: LocalOptions | None = None, *, on_tick: Callable[[list[JobStatus]], None] | None = None) -> None:
+        self.options = options or LocalOptions()
+        self.slots = make_slots(self.options)
+        self.on_tick = on_tick
+        self.statuses: list[JobStatus] = []
+        self._procs: dict[str, tuple[subprocess.Popen[bytes], Slot, Any]] = {}
+
+    # -- records ------------------------------------------------------------
+    def _job_id(self, pid: int | None = None) -> str:
+        return f"{jobfile.hostname()}:{pid or os.getpid()}"
+
+    def _record_queued(self, st: JobStatus) -> None:
+        prev = jobfile.read_job(st.job.run_dir) or {}
+        st.attempt = int(prev.get("attempt") or 0)
+        jobfile.write_job(
+            st.job.run_dir,
+            {
+                "executor": self.name,
+                "job_id": self._job_id(),
+                "host": jobfile.hostname(),
+                "state": "queued",
+                "attempt": st.attempt,
+                "snapshot": st.job.snapshot,
+                "submitted_time": time.time(),
+                "started_time": None,
+                "ended_time": None,
+                "orchestrator_pid": os.getpid(),
+                "pid": None,
+                "exit_code": None,
+                "reason": "",
+                "logs": [str(Path(st.job.run_dir).resolve() / jobfile.EXECUTOR_LOG)],
+            },
+        )
+        jobfile.append_event(st.job.run_dir, "queued", "local executor", attempt=st.attempt, executor=self.name, job_id=self._job_id())
+
+    # -- process control ------------------------------------------------------
+    def _start(self, st: JobStatus, slot: Slot) -> None:
+        job = st.job
+        st.attempt += 1
+        cmd = job.command()
+        env = dict(os.environ)
+        env.update(slot.env())
+        env.update(job.env)
+        env.update({"CEMCTL_EXECUTOR": self.name, "CEMCTL_ATTEMPT": str(st.attempt)})
+        log = open(Path(job.run_dir) / jobfile.EXECUTOR_LOG, "ab")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"=== {stamp} attempt {st.attempt} on {slot.label} ({jobfile.hostname()}): {' '.join(cmd)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            log.close()
+            self._finish(st, None, reason=f"could not start {cmd[0]}: {e}", state="failed")
+            return
+        self._procs[job.run_id] = (proc, slot, log)
+        st.state, st.slot, st.pid, st.started_time = "running", slot.label, proc.pid, time.time()
+        job_id = self._job_id(proc.pid)
+        jobfile.update_job(job.run_dir, state="running", job_id=job_id, pid=proc.pid, attempt=st.attempt, started_time=st.started_time, slot=slot.label)
+        jobfile.append_event(job.run_dir, "running", f"started on {slot.label}", attempt=st.attempt, executor=self.name, job_id=job_id)
+
+    def _finish(self, st: JobStatus, returncode: int | None, *, reason: str = "", state: str | None = None) -> None:
+        run_dir = st.job.run_dir
+        has_result = False
+        if state is None:
+            state, reason, has_result = jobfile.exit_state(run_dir, returncode)
+        st.state, st.reason, st.ended_time = state, reason, time.time()
+        jobfile.update_job(run_dir, state="cancelled" if state == "cancelled" else "exited", exit_code=returncode, ended_time=st.ended_time, reason=reason)
+        # The trainer records its own terminal event with result.json; record the others.
+        if not has_result and state != "cancelled":
+            jobfile.append_event(run_dir, state, reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(st.pid), exit_code=returncode)
+
+    def _poll(self, by_id: dict[str, JobStatus], pool: SlotPool) -> None:
+        for run_id, (proc, slot, log) in list(self._procs.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            log.close()
+            del self._procs[run_id]
+            pool.release(slot)
+            self._finish(by_id[run_id], rc)
+
+    def _terminate_all(self, reason: str) -> None:
+        """SIGTERM every running job's process group, SIGKILL what is left after term_timeout_s."""
+        for proc, _, _ in self._procs.values():
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.time() + self.options.term_timeout_s
+        for proc, _, _ in self._procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+        by_id = {st.job.run_id: st for st in self.statuses}
+        for run_id, (proc, _, log) in list(self._procs.items()):
+            log.close()
+            st = by_id[run_id]
+            result = jobfile.read_result(st.job.run_dir)
+            if result:
+                self._finish(st, proc.returncode)
+                continue
+            st.state, st.reason, st.ended_time = "interrupted", reason, time.time()
+            jobfile.update_job(st.job.run_dir, state="interrupted", exit_code=proc.returncode, ended_time=st.ended_time, reason=reason)
+            jobfile.append_event(st.job.run_dir, "interrupted", reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(st.pid))
+        self._procs.clear()
+        for st in self.statuses:
+            if st.state == "queued":
+                st.state, st.reason = "interrupted", "never started: " + reason
+                jobfile.update_job(st.job.run_dir, state="interrupted", reason=st.reason)
+
+    # -- the loop -------------------------------------------------------------
+    def submit(self, jobs: list[Job]) -> list[Submitted]:
+        """Run every job to its end (foreground). Ctrl-C / SIGTERM: children are stopped, runs stay resumable."""
+        self.statuses = [JobStatus(job=j) for j in jobs]
+        by_id = {st.job.run_id: st for st in self.statuses}
+        for st in self.statuses:
+            self._record_queued(st)
+        queue = deque(self.statuses)
+        pool = SlotPool(self.slots)
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def _on_sigterm(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        in_main = _in_main_thread()
+        if in_main:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            while queue or self._procs:
+                while queue and pool.free:
+                    st = queue.popleft()
+                    if jobfile.cancel_requested(st.job.run_dir):
+                        st.state, st.reason = "cancelled", "cancelled before it started"
+                        jobfile.update_job(st.job.run_dir, state="cancelled", reason=st.reason)
+                        continue
+                    slot = pool.acquire()
+                    assert slot is not None
+                    self._start(st, slot)
+                    if st.state != "running":
+                        pool.release(slot)
+                if self.on_tick:
+                    self.on_tick(self.statuses)
+                time.sleep(self.options.poll_s)
+                self._poll(by_id, pool)
+            if self.on_tick:
+                self.on_tick(self.statuses)
+        except KeyboardInterrupt:
+            self._terminate_all("interrupted (Ctrl-C / SIGTERM to the orchestrator); resumable from its last checkpoint")
+            if self.on_tick:
+                self.on_tick(self.statuses)
+            raise
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, previous)
+        return [Submitted(st.job.run_id, self._job_id(st.pid), st.state, st.reason) for st in self.statuses]
+
+    # -- other processes' jobs -----------------------------------------------
+    @classmethod
+    def is_active(cls, run_dir: Path, job: dict[str, Any]) -> bool:
+        if job.get("state") not in ("queued", "running"):
+            return False
+        if job.get("host") != jobfile.hostname():
+            age = jobfile.heartbeat_age_s(run_dir)
+            return age is not None and age < jobfile.heartbeat_timeout_s()
+        if job.get("state") == "running":
+            return jobfile.pid_alive(job.get("pid"))
+        return jobfile.pid_alive(job.get("orchestrator_pid"))
+
+    @classmethod
+    def cancel(cls, run_dir: Path, job: dict[str, Any]) -> str:
+        jobfile.request_cancel(run_dir)
+        what = "marked cancelled"
+        if job.get("state") == "running" and job.get("host") == jobfile.hostname() and jobfile.pid_alive(job.get("pid")):
+            _signal_group(int(job["pid"]), signal.SIGTERM)
+            what = f"sent SIGTERM to process group {job['pid']}"
+        elif job.get("state") in ("running", "queued") and job.get("host") not in (None, jobfile.hostname()):
+            what = f"marked cancelled (job runs on {job.get('host')}; it will not be restarted)"
+        jobfile.update_job(run_dir, state="cancelled", reason="cancelled by user")
+        jobfile.append_event(run_dir, "cancelled", "cancelled by user", executor=cls.name, job_id=job.get("job_id"), attempt=job.get("attempt", 0))
+        return what
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,110 @@
+"""The function a SLURM job runs (`cemctl launch --executor slurm`): one run, checkpointable.
+
+submitit pickles a `TrainJob` and runs it inside the allocation with the code
+snapshot first on `PYTHONPATH`. It starts the trainer as a child process
+(`python -m cem_core.train RUN_DIR`, or torchrun for multi-GPU runs), records
+the attempt in `job.json` / `events.jsonl`, and waits. On a timeout or
+preemption signal submitit calls `checkpoint()`: the trainer is asked to stop
+(SIGTERM), and the same job is requeued; on its next start the trainer resumes
+from its newest checkpoint. `scontrol requeue` restarts the job the same way.
+Attempts are bounded by `max_attempts`: past it the run is recorded as failed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+from cemctl.executors import jobfile
+
+
+def slurm_job_id() -> str:
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        return f"{array_job}_{task}"
+    return os.environ.get("SLURM_JOB_ID", "")
+
+
+class TrainJob(Checkpointable):
+    """Callable run by submitit: `TrainJob()(run_dir, argv, env, max_attempts)`."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __call__(self, run_dir: str, argv: list[str], env: dict[str, str], max_attempts: int = 4) -> dict[str, Any]:
+        rd = Path(run_dir)
+        job_id = slurm_job_id()
+        job = jobfile.read_job(rd) or {}
+        attempt = int(job.get("attempt") or 0) + 1
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        common = {"executor": "slurm", "job_id": job_id, "attempt": attempt}
+        if jobfile.cancel_requested(rd):
+            jobfile.update_job(rd, state="cancelled", reason="cancelled before it started", job_id=job_id)
+            return {"state": "cancelled"}
+        if jobfile.read_result(rd):
+            result = jobfile.read_result(rd) or {}
+            jobfile.update_job(rd, state="exited", reason="already finished", job_id=job_id)
+            return {"state": result.get("state")}
+        if attempt > max_attempts:
+            reason = f"gave up after {max_attempts} attempts (requeued {restarts} times)"
+            jobfile.update_job(rd, state="exited", reason=reason, job_id=job_id, ended_time=time.time())
+            jobfile.append_event(rd, "failed", reason, **common)
+            return {"state": "failed", "reason": reason}
+        full_env = dict(os.environ)
+        full_env.update(env)
+        full_env.update({"CEMCTL_EXECUTOR": "slurm", "CEMCTL_ATTEMPT": str(attempt), "CEMCTL_JOB_ID": job_id})
+        sys.stdout.write(f"=== attempt {attempt} (restart {restarts}) of job {job_id} on {jobfile.hostname()}: {' '.join(argv)}\n")
+        sys.stdout.flush()
+        # Same process group as this wrapper: SLURM's signals (requeue, scancel) reach the trainer too.
+        self._proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL)
+        jobfile.update_job(
+            rd, state="running", job_id=job_id, host=jobfile.hostname(), pid=self._proc.pid, attempt=attempt,
+            started_time=time.time(), ended_time=None, exit_code=None, restart_count=restarts, reason="",
+        )
+        jobfile.append_event(rd, "running", f"started (SLURM job {job_id}, restart {restarts})", **common)
+        try:
+            returncode = self._proc.wait()
+        finally:
+            if self._proc.poll() is None:  # the wrapper is going away: do not leave the trainer behind
+                _stop(self._proc, timeout_s=10)
+        state, reason, has_result = jobfile.exit_state(rd, returncode)
+        if not has_result and returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
+            state, reason = "interrupted", f"killed by signal {-returncode} (requeue, preemption, timeout or scancel); resumable from its last checkpoint"
+        jobfile.update_job(rd, state="cancelled" if state == "cancelled" else "exited", exit_code=returncode, ended_time=time.time(), reason=reason)
+        if not has_result and state != "cancelled":
+            jobfile.append_event(rd, state, reason, exit_code=returncode, **common)
+        return {"state": state, "reason": reason, "exit_code": returncode}
+
+    def checkpoint(self, run_dir: str, argv: list[str], env: dict[str, str], max_attempts: int = 4) -> DelayedSubmission:
+        """Timeout / preemption: stop the trainer (it resumes from its checkpoint) and requeue the same job."""
+        if self._proc is not None and self._proc.poll() is None:
+            _stop(self._proc, timeout_s=30)
+        rd = Path(run_dir)
+        jobfile.update_job(rd, state="queued", reason="requeued after timeout or preemption")
+        jobfile.append_event(rd, "queued", "requeued after timeout or preemption", executor="slurm", job_id=slurm_job_id())
+        fresh = TrainJob()
+        return DelayedSubmission(fresh, run_dir, argv, env, max_attempts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # never pickle a Popen
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._proc = None
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    try:
+        proc.terminate()
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,1 @@
+"""Launching runs (`cemctl launch`): code snapshot, selection of what to (re)start, orchestration."""

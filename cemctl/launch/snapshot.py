@@ -1,0 +1,89 @@
+"""Code snapshots: jobs run the code of launch time, not the live tree (`cemctl launch`).
+
+`take_snapshot(runs_root)` copies the `cem_core` and `cemctl` packages (every
+file but bytecode caches) into `<runs_root>/.snapshots/<hash>/`, where `hash`
+is the first 16 hex of a sha256 over the relative paths and contents. Runs of
+the same code share one snapshot; a new snapshot is written to a temporary
+folder and renamed into place, so a half-copied snapshot is never used. Jobs
+import from it through `PYTHONPATH` (see `cemctl.executors.base.code_env`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGES = ("cem_core", "cemctl")
+SNAPSHOTS_DIR = ".snapshots"
+_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".tmp")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    hash: str
+    path: Path  # the folder to put on PYTHONPATH
+
+
+def package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"package {name!r} not found")
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def _files(root: Path) -> list[Path]:
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(_SKIP_SUFFIXES) or name.startswith("."):
+                continue
+            out.append(Path(dirpath) / name)
+    return out
+
+
+def code_hash(packages: tuple[str, ...] = PACKAGES) -> str:
+    """Content hash of the packages' files (paths relative to their parent folder)."""
+    h = hashlib.sha256()
+    for pkg in packages:
+        root = package_dir(pkg)
+        for path in _files(root):
+            rel = f"{pkg}/{path.relative_to(root).as_posix()}"
+            h.update(rel.encode() + b"\0")
+            h.update(path.read_bytes())
+            h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def take_snapshot(runs_root: Path, packages: tuple[str, ...] = PACKAGES) -> Snapshot:
+    """Copy the packages into `<runs_root>/.snapshots/<hash>/` (reused when it exists)."""
+    digest = code_hash(packages)
+    base = Path(runs_root) / SNAPSHOTS_DIR
+    dest = base / digest
+    if dest.is_dir():
+        return Snapshot(digest, dest.resolve())
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=base))
+    try:
+        for pkg in packages:
+            root = package_dir(pkg)
+            for path in _files(root):
+                target = tmp / pkg / path.relative_to(root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+        (tmp / "SNAPSHOT").write_text(digest + "\n")
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not dest.is_dir():  # another launcher won the race otherwise
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Snapshot(digest, dest.resolve())
