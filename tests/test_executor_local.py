@@ -67,7 +67,7 @@ def test_a_failing_job_is_recorded_and_the_others_go_on(tmp_path):
     assert [s.state for s in out] == ["failed", "done"]
     assert "exit code 7" in out[0].reason
     events = jobfile.read_events(jobs[0].run_dir)
-    assert [e["state"] for e in events] == ["queued", "running", "failed"]
+    assert [e["state"] for e in events] == ["queued", "failed"]
     assert events[-1]["exit_code"] == 7 and "resumable" in events[-1]["reason"]
     assert "attempt 1" in (jobs[0].run_dir / "executor.log").read_text()
 
@@ -137,7 +137,8 @@ def test_ctrl_c_terminates_children_and_leaves_runs_resumable(tmp_path):
         assert not jobfile.pid_alive(pid)
     states = [jobfile.read_job(tmp_path / f"run{i}")["state"] for i in range(3)]
     assert states == ["interrupted", "interrupted", "interrupted"]
-    assert jobfile.read_events(tmp_path / "run0")[-1]["state"] == "interrupted"
+    assert jobfile.read_events(tmp_path / "run0")[-1]["state"] == "stale"
+    assert jobfile.read_events(tmp_path / "run2")[-1]["state"] == "planned"
     # The never-started run was not marked as having run.
     assert jobfile.read_job(tmp_path / "run2")["attempt"] == 0
     assert not LocalExecutor.is_active(tmp_path / "run0", jobfile.read_job(tmp_path / "run0"))

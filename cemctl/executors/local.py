@@ -153,7 +153,7 @@ class LocalExecutor(Executor):
         st.state, st.slot, st.pid, st.started_time = "running", slot.label, proc.pid, time.time()
         job_id = self._job_id(proc.pid)
         jobfile.update_job(job.run_dir, state="running", job_id=job_id, pid=proc.pid, attempt=st.attempt, started_time=st.started_time, slot=slot.label)
-        jobfile.append_event(job.run_dir, "running", f"started on {slot.label}", attempt=st.attempt, executor=self.name, job_id=job_id)
+        # No "running" event here: the trainer writes it (and counts its attempts from those events).
 
     def _finish(self, st: JobStatus, returncode: int | None, *, reason: str = "", state: str | None = None) -> None:
         run_dir = st.job.run_dir
@@ -197,12 +197,14 @@ class LocalExecutor(Executor):
                 continue
             st.state, st.reason, st.ended_time = "interrupted", reason, time.time()
             jobfile.update_job(st.job.run_dir, state="interrupted", exit_code=proc.returncode, ended_time=st.ended_time, reason=reason)
-            jobfile.append_event(st.job.run_dir, "interrupted", reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(st.pid))
+            # "stale": not finished, not running, resumable (events use the run states of docs/design.md).
+            jobfile.append_event(st.job.run_dir, "stale", reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(st.pid))
         self._procs.clear()
         for st in self.statuses:
             if st.state == "queued":
-                st.state, st.reason = "interrupted", "never started: " + reason
+                st.state, st.reason = "interrupted", "orchestrator interrupted before it started; launch again to run it"
                 jobfile.update_job(st.job.run_dir, state="interrupted", reason=st.reason)
+                jobfile.append_event(st.job.run_dir, "planned", st.reason, attempt=st.attempt, executor=self.name, job_id=self._job_id())
 
     # -- the loop -------------------------------------------------------------
     def submit(self, jobs: list[Job]) -> list[Submitted]:

@@ -68,7 +68,7 @@ class TrainJob(Checkpointable):
             rd, state="running", job_id=job_id, host=jobfile.hostname(), pid=self._proc.pid, attempt=attempt,
             started_time=time.time(), ended_time=None, exit_code=None, restart_count=restarts, reason="",
         )
-        jobfile.append_event(rd, "running", f"started (SLURM job {job_id}, restart {restarts})", **common)
+        # No "running" event here: the trainer writes it (and counts its attempts from those events).
         try:
             returncode = self._proc.wait()
         finally:
@@ -76,7 +76,8 @@ class TrainJob(Checkpointable):
                 _stop(self._proc, timeout_s=10)
         state, reason, has_result = jobfile.exit_state(rd, returncode)
         if not has_result and returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
-            state, reason = "interrupted", f"killed by signal {-returncode} (requeue, preemption, timeout or scancel); resumable from its last checkpoint"
+            # "stale": not finished, not running; SLURM requeues it (or it was scancelled); resumable.
+            state, reason = "stale", f"killed by signal {-returncode} (requeue, preemption, timeout or scancel); resumable from its last checkpoint"
         jobfile.update_job(rd, state="cancelled" if state == "cancelled" else "exited", exit_code=returncode, ended_time=time.time(), reason=reason)
         if not has_result and state != "cancelled":
             jobfile.append_event(rd, state, reason, exit_code=returncode, **common)
