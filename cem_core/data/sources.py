@@ -1,0 +1,161 @@
+"""Document sources by name (`data.corpus`): builtin, jsonl, slimpajama. Used by `prepare_data`.
+
+A source yields `(doc_id, text)` pairs in a deterministic order. Every document
+goes to exactly one split, chosen from the hash of its id (`split_of`), so the
+train / val / test splits are disjoint by document and do not depend on the
+order or on how much of a stream was read.
+
+- `builtin`: the CPython prose corpus of `builtin_corpus` (no network).
+- `jsonl`: a local JSON-lines file (`data.path`, one `{"text": ...}` per line),
+  read through the same Hugging Face `datasets` streaming code as SlimPajama
+  (`load_dataset("json", data_files=..., streaming=True)`); finite, read whole.
+- `slimpajama`: the paper's corpus streamed from the hub
+  (`load_dataset(data.hf_dataset, split="train", streaming=True)`); endless for
+  our purposes, so `prepare_data` reads only as many documents as the token
+  budgets need. Needs the optional extra `pip install .[hf]`.
+
+Document ids of the two `datasets` sources are the sha1 of the text (duplicate
+documents land in the same split).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from cem_core.config import DataConfig
+from cem_core.errors import CemError, ConfigError
+from cem_core.data.builtin_corpus import fingerprint, load_builtin_corpus
+from cem_core.data.tokenizer import hub_error
+
+SPLITS = ("train", "val", "test")
+# Split by document: share of documents (by id hash) in validation and test; the rest trains.
+VAL_FRACTION = 0.05
+TEST_FRACTION = 0.18
+TEXT_FIELD = "text"
+_HASH_SPACE = float(1 << 64)
+
+
+def split_of(doc_id: str) -> str:
+    """The split of a document: a deterministic function of its id."""
+    u = int.from_bytes(hashlib.sha256(doc_id.encode("utf-8")).digest()[:8], "big") / _HASH_SPACE
+    if u < TEST_FRACTION:
+        return "test"
+    if u < TEST_FRACTION + VAL_FRACTION:
+        return "val"
+    return "train"
+
+
+@dataclass
+class Source:
+    name: str  # corpus kind
+    identity: str  # cheap identity used in cache keys
+    streaming: bool  # True: read only up to the token budgets
+    documents: Callable[[], Iterator[tuple[str, str]]]
+    info: dict = field(default_factory=dict)  # recorded in the cache meta
+
+
+def builtin_source(data_cfg: DataConfig) -> Source:
+    def documents() -> Iterator[tuple[str, str]]:
+        for d in load_builtin_corpus().documents:
+            yield d.doc_id, d.text
+
+    return Source("builtin", f"builtin-{fingerprint()}", False, documents, {"builtin": "cpython-stdlib-prose"})
+
+
+def _datasets():
+    try:
+        import datasets
+    except ImportError:
+        raise CemError(
+            f"data.corpus needs the Hugging Face 'datasets' package (pip install '.[hf]'); "
+            "or set data.corpus='builtin' to use the built-in corpus"
+        ) from None
+    return datasets
+
+
+def _text_docs(rows, where: str, on_error: Callable[[Exception], Exception] | None) -> Iterator[tuple[str, str]]:
+    it = iter(rows)
+    n = 0
+    while True:
+        try:
+            row = next(it)
+        except StopIteration:
+            return
+        except Exception as exc:
+            if on_error is None:
+                raise CemError(f"{where}: cannot read record {n + 1}: {' '.join(str(exc).split())[:200]}") from None
+            raise on_error(exc) from None
+        n += 1
+        text = row.get(TEXT_FIELD) if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            raise ConfigError(
+                "data.path" if on_error is None else "data.hf_dataset",
+                f"record {n} has no string field {TEXT_FIELD!r} (fields: {', '.join(map(str, row)) if isinstance(row, dict) else type(row).__name__})",
+                source=where,
+            )
+        if text:
+            yield hashlib.sha1(text.encode("utf-8")).hexdigest(), text
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def jsonl_source(data_cfg: DataConfig) -> Source:
+    path = Path(data_cfg.path).expanduser()
+    if not data_cfg.path:
+        raise ConfigError("data.path", "is required when data.corpus='jsonl'")
+    if not path.is_file():
+        raise ConfigError("data.path", f"file not found: {path}", value=str(path))
+    sha = _file_sha256(path)
+
+    def documents() -> Iterator[tuple[str, str]]:
+        datasets = _datasets()
+        try:
+            rows = datasets.load_dataset("json", data_files=str(path), split="train", streaming=True)
+        except Exception as exc:
+            raise CemError(f"{path}: cannot read as JSON lines: {' '.join(str(exc).split())[:200]}") from None
+        yield from _text_docs(rows, str(path), None)
+
+    return Source("jsonl", f"jsonl-{sha[:16]}", False, documents, {"path": str(path.resolve()), "file_sha256": sha})
+
+
+def slimpajama_source(data_cfg: DataConfig) -> Source:
+    name = data_cfg.hf_dataset
+
+    def documents() -> Iterator[tuple[str, str]]:
+        datasets = _datasets()
+        try:
+            rows = datasets.load_dataset(name, split="train", streaming=True)
+        except Exception as exc:  # offline, hub down, unknown dataset: one line naming the fix
+            raise hub_error(f"dataset {name!r}", exc) from None
+        yield from _text_docs(rows, name, lambda exc: hub_error(f"dataset {name!r}", exc))
+
+    return Source("slimpajama", f"hf-{name}", True, documents, {"hf_dataset": name})
+
+
+# Registry by name (`data.corpus`).
+CORPUS_KINDS: dict[str, Callable[[DataConfig], Source]] = {
+    "builtin": builtin_source,
+    "jsonl": jsonl_source,
+    "slimpajama": slimpajama_source,
+}
+
+
+def make_source(data_cfg: DataConfig) -> Source:
+    if data_cfg.corpus not in CORPUS_KINDS:
+        raise ConfigError("data.corpus", f"unknown corpus {data_cfg.corpus!r}", value=data_cfg.corpus, allowed=tuple(CORPUS_KINDS))
+    return CORPUS_KINDS[data_cfg.corpus](data_cfg)
+
+
+def hub_offline() -> bool:
+    """True when the environment asks the Hugging Face libraries not to use the network."""
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))

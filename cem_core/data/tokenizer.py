@@ -1,0 +1,196 @@
+"""Tokenizers by name (`data.tokenizer`): byte, bpe, hf. Used by `prepare_data` (`cemctl launch`).
+
+- `byte`: UTF-8 bytes 0..255 and end-of-document 256 (vocab 257).
+- `bpe`: byte-level BPE trained locally with Hugging Face `tokenizers` on the
+  TRAIN split only; exactly `data.bpe_vocab_size` ids including the
+  end-of-document token `<|endoftext|>` (id 0). If the corpus is too small to
+  learn that many merges, the id count is still reported as `bpe_vocab_size`
+  (the unused ids are never produced). Cached as JSON under
+  `<cache>/tokenizers/`, keyed by the training corpus identity + settings; the
+  file is written once (lock + temp + rename) and reused by every run.
+- `hf`: a pretrained tokenizer loaded by name (`data.hf_tokenizer`, the Llama
+  tokenizer for the paper's SlimPajama path); its EOS token is the
+  end-of-document token, no BOS is added. Needs the hub or its local cache.
+
+`TOKENIZER_KINDS` is the registry; `build_tokenizer` rejects unknown names with a
+`ConfigError` that lists the known ones. The vocab sizes agree with
+`cem_core.config.tokenizer_vocab_size`, which the model is built with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Protocol
+
+import numpy as np
+
+from cem_core.config import BYTE_VOCAB_SIZE, DataConfig
+from cem_core.errors import CemError, ConfigError
+from cem_core.data.cache import atomic_write_bytes, file_lock
+
+BPE_SPECIAL = "<|endoftext|>"
+BPE_SETTINGS_VERSION = 1  # bump when the BPE training recipe changes (changes cache keys)
+# Number of times a BPE tokenizer was trained in this process (tests check the cache with it).
+BPE_TRAIN_CALLS = 0
+
+
+class HubUnavailable(CemError):
+    """The Hugging Face hub (or its local cache) could not provide a dataset or tokenizer."""
+
+
+def hub_error(what: str, exc: BaseException) -> HubUnavailable:
+    cause = " ".join(str(exc).split())[:160] or type(exc).__name__
+    return HubUnavailable(
+        f"cannot reach the Hugging Face hub for {what} ({type(exc).__name__}: {cause}); "
+        "set data.corpus='builtin' (with data.tokenizer='byte' or 'bpe') to use the built-in corpus, which needs no network"
+    )
+
+
+class Tokenizer(Protocol):
+    name: str
+    vocab_size: int
+    eod_id: int
+    identity: str  # part of cache keys
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+
+class ByteTokenizer:
+    name = "byte"
+    vocab_size = BYTE_VOCAB_SIZE
+    eod_id = 256
+    identity = "byte"
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """Wraps a `tokenizers.Tokenizer` (trained BPE or pretrained)."""
+
+    def __init__(self, tok, *, name: str, vocab_size: int, eod_id: int, identity: str) -> None:
+        self.tok = tok
+        self.name = name
+        self.vocab_size = vocab_size
+        self.eod_id = eod_id
+        self.identity = identity
+
+    def encode(self, text: str) -> np.ndarray:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        encs = self.tok.encode_batch(texts, add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encs]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tok.decode([int(i) for i in ids if int(i) != self.eod_id], skip_special_tokens=False)
+
+
+def train_bpe(texts: Callable[[], Iterator[str]], vocab_size: int):
+    """Train a byte-level BPE on `texts()` with exactly `vocab_size` ids at most (EOD = id 0)."""
+    global BPE_TRAIN_CALLS
+    from tokenizers import Tokenizer as HfTok, decoders, models, pre_tokenizers, trainers
+
+    tok = HfTok(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[BPE_SPECIAL],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts(), trainer=trainer)
+    BPE_TRAIN_CALLS += 1
+    return tok
+
+
+def bpe_tokenizer(
+    data_cfg: DataConfig, cache_root: Path, corpus_identity: str, train_texts: Callable[[], Iterator[str]]
+) -> HFTokenizer:
+    """The BPE tokenizer for this corpus: loaded from the cache or trained on `train_texts()` once."""
+    from tokenizers import Tokenizer as HfTok
+
+    vocab_size = data_cfg.bpe_vocab_size
+    identity = tokenizer_identity(data_cfg, corpus_identity)
+    path = cache_root / "tokenizers" / f"{identity}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path.with_suffix(".lock")):
+            if not path.exists():
+                tok = train_bpe(train_texts, vocab_size)
+                atomic_write_bytes(path, tok.to_str().encode("utf-8"))
+    tok = HfTok.from_file(str(path))
+    if tok.get_vocab_size() > vocab_size:  # never: the trainer caps the size
+        raise CemError(f"{path}: BPE has {tok.get_vocab_size()} ids, more than data.bpe_vocab_size={vocab_size}")
+    return HFTokenizer(tok, name="bpe", vocab_size=vocab_size, eod_id=tok.token_to_id(BPE_SPECIAL), identity=identity)
+
+
+def hf_tokenizer(data_cfg: DataConfig) -> HFTokenizer:
+    """A pretrained tokenizer by name (the Llama one for SlimPajama): EOS is the end-of-document token."""
+    from tokenizers import Tokenizer as HfTok
+
+    name = data_cfg.hf_tokenizer
+    try:
+        tok = HfTok.from_pretrained(name)
+    except Exception as exc:  # offline, unknown repo, hub down: one line naming the fix
+        raise hub_error(f"tokenizer {name!r}", exc) from None
+    eod = None
+    for candidate in ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>"):
+        eod = tok.token_to_id(candidate)
+        if eod is not None:
+            break
+    if eod is None:
+        raise CemError(f"data.hf_tokenizer: {name!r} has no end-of-sequence token (looked for </s>, <|endoftext|>)")
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    return HFTokenizer(tok, name="hf", vocab_size=vocab, eod_id=eod, identity=f"hf-{name}")
+
+
+def tokenizer_identity(data_cfg: DataConfig, corpus_identity: str) -> str:
+    """Cheap cache-key identity of the tokenizer (no training, no loading)."""
+    if data_cfg.tokenizer == "bpe":
+        vocab_size = data_cfg.bpe_vocab_size
+        key = hashlib.sha256(f"bpe|v{BPE_SETTINGS_VERSION}|{vocab_size}|{corpus_identity}".encode()).hexdigest()[:16]
+        return f"bpe-{vocab_size}-{key}"
+    if data_cfg.tokenizer == "hf":
+        return f"hf-{data_cfg.hf_tokenizer}"
+    return data_cfg.tokenizer
+
+
+# Registry by name: each builder takes (data_cfg, cache_root, corpus_identity, train_texts).
+TOKENIZER_KINDS: dict[str, Callable[..., Tokenizer]] = {
+    "byte": lambda data_cfg, cache_root, corpus_identity, train_texts: ByteTokenizer(),
+    "bpe": bpe_tokenizer,
+    "hf": lambda data_cfg, cache_root, corpus_identity, train_texts: hf_tokenizer(data_cfg),
+}
+
+
+def build_tokenizer(
+    data_cfg: DataConfig,
+    cache_root: Path | str,
+    corpus_identity: str = "",
+    train_texts: Callable[[], Iterator[str]] | None = None,
+) -> Tokenizer:
+    """The tokenizer named by `data_cfg.tokenizer` (BPE is trained on `train_texts()` if not cached)."""
+    if data_cfg.tokenizer not in TOKENIZER_KINDS:
+        raise ConfigError("data.tokenizer", f"unknown tokenizer {data_cfg.tokenizer!r}", value=data_cfg.tokenizer, allowed=tuple(TOKENIZER_KINDS))
+    if data_cfg.tokenizer == "bpe" and train_texts is None:
+        raise ValueError("the bpe tokenizer needs train_texts to train on when it is not cached")
+    return TOKENIZER_KINDS[data_cfg.tokenizer](data_cfg, Path(cache_root), corpus_identity, train_texts)
+
+
+def default_cache_root(data_cfg: DataConfig) -> Path:
+    """`data.cache_dir`, else `$CEMCTL_CACHE`, else `~/.cache/cemctl`."""
+    root = data_cfg.cache_dir or os.environ.get("CEMCTL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cemctl")
+    return Path(root)
