@@ -1,0 +1,142 @@
+"""Seed aggregation and baseline matching for `cemctl report`.
+
+`aggregate_seeds(runs)` turns one row per run into one row per variant (every
+config column except `train.seed` equal): the mean, the sample standard
+deviation (ddof=1 by default; NaN for a single seed), min, max and n of a
+metric over the variant's finished runs. `match_baselines(agg)` links every
+variant to the Llama baseline trained with the same dims and the same training
+setup (all config columns equal except the component swap).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from cemctl.report.style import COMPONENT_COLUMNS, DIM_COLUMNS, role, variant_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+SEED_COLUMN = "train.seed"
+STAT_COLUMNS = ("mean", "std", "min", "max", "n")
+# Carried along (first value of the group): identical for every seed of a variant.
+CARRY_FIRST = ("params_total", "params_non_embedding", "flops_per_token")
+CARRY_MEAN = ("tokens", "flops")
+
+
+def config_columns(frame: "pd.DataFrame") -> list[str]:
+    """The run-config columns of a runs frame (dotted keys, plus `task`)."""
+    cols = [c for c in frame.columns if "." in c]
+    if "task" in frame.columns:
+        cols = ["task"] + cols
+    return cols
+
+
+def finished(runs: "pd.DataFrame", value: str = "test_ppl") -> "pd.DataFrame":
+    """Runs in state 'done' with a finite `value`."""
+    import numpy as np
+
+    if runs.empty or value not in runs.columns:
+        return runs.iloc[0:0]
+    ok = runs["state"].eq("done") if "state" in runs.columns else True
+    vals = runs[value].astype(float)
+    return runs[ok & np.isfinite(vals)]
+
+
+def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequence[str] | None = None,
+                    ddof: int = 1, only_finished: bool = True) -> "pd.DataFrame":
+    """One row per variant: the `by` columns (default: every config column but the seed), then
+    mean, std (ddof), min, max, n of `value`, `seeds` (sorted, comma-separated), `run_ids`,
+    the carried columns, `variant` (paper name) and `role`.
+    """
+    import numpy as np
+    import pandas as pd
+
+    data = finished(runs, value) if only_finished else runs
+    keys = list(by) if by is not None else [c for c in config_columns(runs) if c != SEED_COLUMN]
+    out_cols = keys + list(STAT_COLUMNS) + ["seeds", "run_ids"]
+    if data.empty:
+        return pd.DataFrame(columns=out_cols + ["variant", "role"])
+    rows = []
+    for key, group in data.groupby(keys, dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        vals = group[value].astype(float).to_numpy()
+        n = len(vals)
+        row = dict(zip(keys, key))
+        row.update(
+            mean=float(np.mean(vals)),
+            std=float(np.std(vals, ddof=ddof)) if n > ddof else float("nan"),
+            min=float(np.min(vals)),
+            max=float(np.max(vals)),
+            n=n,
+            seeds=",".join(str(s) for s in sorted(group[SEED_COLUMN].tolist())) if SEED_COLUMN in group else "",
+            run_ids=",".join(group["run_id"].astype(str)) if "run_id" in group else "",
+        )
+        for col in CARRY_FIRST:
+            if col in group:
+                row[col] = group[col].iloc[0]
+        for col in CARRY_MEAN:
+            if col in group:
+                row[col] = float(group[col].astype(float).mean())
+        rows.append(row)
+    agg = pd.DataFrame(rows)
+    agg["variant"] = [variant_label(r) for r in agg.to_dict("records")]
+    agg["role"] = [role(r) for r in agg.to_dict("records")]
+    return agg
+
+
+def _baseline_key(frame: "pd.DataFrame", exclude: Sequence[str]) -> list[str]:
+    return [c for c in config_columns(frame) if c not in COMPONENT_COLUMNS and c not in exclude and c != SEED_COLUMN]
+
+
+def match_baselines(agg: "pd.DataFrame", *, ignore: Sequence[str] = ()) -> "pd.Series":
+    """For each variant row, the index of its Llama baseline row in `agg` (or -1).
+
+    A baseline shares every config column except the component swap (and `ignore`,
+    e.g. `train.lr` when comparing optima); failing that, the same dims
+    (`model.size`, `model.d_model`, ...) with any training setup.
+    """
+    import pandas as pd
+
+    if agg.empty:
+        return pd.Series([], dtype=int)
+    is_base = agg["role"].eq("llama")
+    strict = _baseline_key(agg, ignore)
+    dims = [c for c in DIM_COLUMNS if c in agg.columns]
+
+    def lookup(cols: list[str]) -> dict[tuple, int]:
+        table: dict[tuple, int] = {}
+        for idx, row in agg[is_base].iterrows():
+            table.setdefault(tuple(_norm(row[c]) for c in cols), idx)
+        return table
+
+    by_strict, by_dims = lookup(strict), lookup(dims)
+    out = []
+    for idx, row in agg.iterrows():
+        if is_base[idx]:
+            out.append(idx)
+            continue
+        hit = by_strict.get(tuple(_norm(row[c]) for c in strict))
+        if hit is None:
+            hit = by_dims.get(tuple(_norm(row[c]) for c in dims), -1)
+        out.append(hit)
+    return pd.Series(out, index=agg.index, dtype=int)
+
+
+def _norm(value: object) -> object:
+    """Make NaN equal to NaN in dictionary keys."""
+    if isinstance(value, float) and value != value:
+        return "<nan>"
+    return value
+
+
+def difference_std(std_a: float, std_b: float) -> float:
+    """s.d. of a difference of two independent means' spreads: sqrt(a^2 + b^2) (NaN treated as 0
+    unless both are NaN)."""
+    import math
+
+    if math.isnan(std_a) and math.isnan(std_b):
+        return float("nan")
+    a = 0.0 if math.isnan(std_a) else std_a
+    b = 0.0 if math.isnan(std_b) else std_b
+    return math.sqrt(a * a + b * b)

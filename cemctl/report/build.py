@@ -1,0 +1,241 @@
+"""Build an experiment's report: figures, tables and index (`cemctl report EXPERIMENT`).
+
+    build_report(info, runs, curves, out_dir, formats=("png", "pdf")) -> ReportResult
+
+takes the tidy frames of `cemctl.report.frame`, renders the experiment's figure
+kind (`cemctl.report.figures`), the training curves and the list of missing and
+failed runs, and writes everything into `out_dir` at once: the report is built
+in a temporary sibling folder and swapped in, so a failure never leaves a
+half-written report behind. `report_experiment(...)` is the same from the
+results database.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from cem_core.errors import CemError, ConfigError
+from cemctl.report.figures import FIGURE_KINDS, get_figure_kind
+from cemctl.report.index import IndexContent, IndexFigure, IndexTable, git_commit, render_html, render_markdown
+from cemctl.report.parts import ReportParts, TablePart
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+FIGURE_FORMATS = ("png", "pdf", "svg")
+DPI = 150
+
+
+class NoResults(CemError):
+    """The experiment exists but has no finished run to report."""
+
+
+@dataclass
+class ExperimentInfo:
+    name: str
+    figure: str  # a key of cemctl.report.figures.FIGURE_KINDS
+    grid_path: str = ""
+    grid_sha256: str = ""
+    description: str = ""
+    planned_run_ids: Sequence[str] | None = None  # runs of the grid; ids absent from `runs` are "missing"
+
+
+@dataclass
+class ReportResult:
+    out_dir: Path
+    index_md: Path
+    index_html: Path
+    figures: list[Path] = field(default_factory=list)
+    tables: list[Path] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_formats(text: str | Sequence[str]) -> tuple[str, ...]:
+    """'png,pdf' -> ('png', 'pdf'); unknown formats raise ConfigError naming the allowed ones."""
+    items = [t.strip().lower() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+    if not items:
+        raise ConfigError("--format", "needs at least one format", allowed=FIGURE_FORMATS)
+    for item in items:
+        if item not in FIGURE_FORMATS:
+            raise ConfigError("--format", f"unknown figure format {item!r}", value=item, allowed=FIGURE_FORMATS)
+    return tuple(dict.fromkeys(items))
+
+
+def _first_line(text: object, limit: int = 200) -> str:
+    if text is None or (isinstance(text, float) and text != text):
+        return ""
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""  # the last line of a traceback names the exception
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = None, *,
+                 value: str = "test_ppl") -> "pd.DataFrame":
+    """Runs with no usable result, with a reason each: failed, diverged, unfinished, or not in the database."""
+    import math
+
+    import pandas as pd
+
+    from cemctl.report.style import variant_label
+
+    rows = []
+    records = runs.to_dict("records") if {"run_id", "state"} <= set(runs.columns) else []
+    for r in records:
+        state = r.get("state") or "planned"
+        ppl = r.get(value)
+        finite = ppl is not None and not (isinstance(ppl, float) and not math.isfinite(ppl))
+        if state == "done" and finite:
+            continue
+        error, reason = _first_line(r.get("error")), _first_line(r.get("reason"))
+        if state == "done":
+            why = f"finished without a finite {value}"
+        elif state == "failed":
+            why = f"failed: {error or reason or 'no error recorded'}"
+        elif state == "diverged":
+            step = r.get("diverged_step")
+            at = f" at step {int(step)}" if step is not None and not pd.isna(step) else ""
+            why = f"diverged{at}" + (f": {error}" if error else "")
+        elif state == "stale":
+            why = "stale: no heartbeat (the job may have died); relaunch it"
+        elif state == "cancelled":
+            why = "cancelled" + (f": {reason}" if reason else "")
+        else:
+            why = f"no result yet (state {state})" + (f": {reason}" if reason and reason != state else "")
+        rows.append({"run_id": r["run_id"], "variant": variant_label(r), "size": r.get("model.size"),
+                     "lr": r.get("train.lr"), "seed": r.get("train.seed"), "state": state, "reason": why})
+    if planned_run_ids is not None:
+        known = set(runs["run_id"]) if "run_id" in runs.columns else set()
+        for rid in planned_run_ids:
+            if rid not in known:
+                rows.append({"run_id": rid, "variant": "", "size": None, "lr": None, "seed": None, "state": "missing",
+                             "reason": "planned in the grid but not in the database (run `cemctl plan`/`sync`)"})
+    return pd.DataFrame(rows, columns=["run_id", "variant", "size", "lr", "seed", "state", "reason"])
+
+
+def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
+    counts = {"runs": int(len(runs)) + int(problems["state"].eq("missing").sum())}
+    if "state" in runs.columns:
+        for state, n in runs["state"].value_counts().items():
+            counts[str(state)] = int(n)
+    counts["missing"] = int(problems["state"].eq("missing").sum())
+    return counts
+
+
+def render_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", *,
+                 include_curves: bool = True) -> ReportParts:
+    """The figure kind's parts plus (unless it is `curves` itself) the training curves."""
+    render = get_figure_kind(info.figure)
+    parts = render(runs, curves)
+    if include_curves and info.figure != "curves":
+        from cemctl.report.figures.curves import training_curves
+
+        fig = training_curves(runs, curves)
+        if fig is not None:
+            parts.figures.append(fig)
+    return parts
+
+
+def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", out_dir: Path | str, *,
+                 formats: str | Sequence[str] = ("png", "pdf"), include_curves: bool = True,
+                 dpi: int = DPI) -> ReportResult:
+    """Render and write the report of one experiment into `out_dir` (replaced as a whole)."""
+    formats = parse_formats(formats)
+    get_figure_kind(info.figure)  # unknown kinds fail before any work
+    from cemctl.report.aggregate import finished
+    from cemctl.report.tables import write_table
+
+    value = "test_rmse" if info.figure == "gp_table" else "test_ppl"
+    if finished(runs, value).empty:
+        states = runs["state"].value_counts().to_dict() if "state" in runs.columns else {}
+        summary = ", ".join(f"{n} {s}" for s, n in states.items()) or "no runs"
+        raise NoResults(f"experiment {info.name!r} has no finished runs yet ({summary})")
+    parts = render_parts(info, runs, curves, include_curves=include_curves)
+    problems = problem_runs(runs, info.planned_run_ids, value=value)
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp.chmod(0o755)
+    try:
+        result = _write(info, runs, parts, problems, tmp, formats, dpi, write_table)
+        _swap_in(tmp, out_dir)
+    finally:
+        for fp in parts.figures:  # free the figures' memory
+            fp.figure.clear()
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    rebase = lambda p: out_dir / p.relative_to(tmp)  # noqa: E731
+    return ReportResult(out_dir, out_dir / "index.md", out_dir / "index.html",
+                        [rebase(p) for p in result.figures], [rebase(p) for p in result.tables],
+                        result.counts, result.notes)
+
+
+def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, problems: "pd.DataFrame", out: Path,
+           formats: tuple[str, ...], dpi: int, write_table) -> ReportResult:  # type: ignore[no-untyped-def]
+    (out / "figures").mkdir()
+    (out / "tables").mkdir()
+    result = ReportResult(out, out / "index.md", out / "index.html")
+    figures, tables = [], []
+    for fp in parts.figures:
+        files = {}
+        for fmt in formats:
+            path = out / "figures" / f"{fp.name}.{fmt}"
+            fp.figure.savefig(path, dpi=dpi, format=fmt)
+            files[fmt] = f"figures/{fp.name}.{fmt}"
+            result.figures.append(path)
+        figures.append(IndexFigure(fp.name, fp.caption, files))
+    all_tables = list(parts.tables)
+    if not problems.empty:
+        all_tables.append(TablePart("missing_and_failed", problems, "Runs with no usable result, with reasons."))
+    for tp in all_tables:
+        paths = write_table(tp.frame, out / "tables", tp.name, caption=tp.caption)
+        result.tables += list(paths.values())
+        if tp.name != "missing_and_failed":
+            tables.append(IndexTable(tp.name, tp.caption, tp.frame,
+                                     {fmt: f"tables/{p.name}" for fmt, p in paths.items()}))
+    runs.to_csv(out / "runs.csv", index=False)
+    counts = _counts(runs, problems)
+    result.counts, result.notes = counts, list(dict.fromkeys(parts.notes))
+    grid = info.grid_path or "unknown"
+    if info.grid_sha256:
+        grid += f" (sha256 {info.grid_sha256[:12]})"
+    header = [
+        ("figure kind", f"{info.figure}: {FIGURE_KINDS[info.figure]}"),
+        ("grid file", grid),
+        ("git commit", git_commit()),
+        ("generated", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),
+        ("runs", ", ".join(f"{n} {k}" for k, n in counts.items() if n) + " (all runs: runs.csv)"),
+        ("seeds", "points show the mean over seeds; error bars \u00b11 sample s.d. (ddof=1); hollow markers "
+                  "a single seed (n=1); n is given in legends and tables"),
+    ]
+    if info.description:
+        header.insert(0, ("description", info.description))
+    content = IndexContent(title=f"Report: {info.name}", header=header, notes=result.notes, figures=figures,
+                           tables=tables, problems=problems)
+    (out / "index.md").write_text(render_markdown(content))
+    (out / "index.html").write_text(render_html(content))
+    return result
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Replace `out_dir` by `tmp` (rename; the old report is removed only after the new one is in place)."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
+        out_dir.rename(old)
+    try:
+        tmp.rename(out_dir)
+    except OSError:
+        if old is not None:
+            old.rename(out_dir)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,95 @@
+"""Figure kind `gp_table` (synthetic Gaussian-process study of the arXiv version), for `cemctl report`.
+
+Input: one row per (kernel, T, seed) with `test_rmse` (and `params`, `flops`),
+either as such columns or from a runs frame (`data.kernel` / `gp.kernel` /
+`task.kernel`, `model.mlp_steps`, `train.seed`, `test_rmse`, `params_total`,
+`flops`). Output: RMSE mean +- s.d. (ddof=1) per kernel and T, the best T per
+kernel, and a figure of RMSE against T.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cemctl.report import style
+from cemctl.report.parts import FigurePart, ReportParts, TablePart
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+GP_COLUMNS = ("kernel", "T", "seed", "test_rmse", "params", "flops")
+_SOURCES = {
+    "kernel": ("kernel", "data.kernel", "gp.kernel", "task.kernel", "data.gp_kernel"),
+    "T": ("T", "model.mlp_steps"),
+    "seed": ("seed", "train.seed"),
+    "test_rmse": ("test_rmse",),
+    "params": ("params", "params_total"),
+    "flops": ("flops",),
+}
+
+
+def gp_frame(runs: "pd.DataFrame") -> "pd.DataFrame":
+    """Normalise a runs frame (finished runs only) or a GP frame to GP_COLUMNS; missing columns are NaN."""
+    import pandas as pd
+
+    frame = runs
+    if "state" in frame.columns:
+        frame = frame[frame["state"].eq("done")]
+    out = pd.DataFrame(index=frame.index)
+    for col, sources in _SOURCES.items():
+        src = next((s for s in sources if s in frame.columns), None)
+        out[col] = frame[src] if src is not None else float("nan")
+    out = out[pd.to_numeric(out["test_rmse"], errors="coerce").notna()]
+    return out.reset_index(drop=True)
+
+
+def rmse_table(gp: "pd.DataFrame", *, ddof: int = 1) -> "pd.DataFrame":
+    """kernel, T, RMSE mean, s.d. (ddof), n seeds, params, FLOPs, best T of the kernel."""
+    import pandas as pd
+
+    rows = []
+    for (kernel, t), group in gp.groupby(["kernel", "T"], sort=True):
+        vals = group["test_rmse"].astype(float)
+        rows.append({"kernel": kernel, "T": int(t), "test RMSE (mean)": float(vals.mean()),
+                     "test RMSE (s.d.)": float(vals.std(ddof=ddof)) if len(vals) > ddof else float("nan"),
+                     "n seeds": int(len(vals)),
+                     "params": float(pd.to_numeric(group["params"], errors="coerce").mean()),
+                     "FLOPs": float(pd.to_numeric(group["flops"], errors="coerce").mean())})
+    table = pd.DataFrame(rows, columns=["kernel", "T", "test RMSE (mean)", "test RMSE (s.d.)", "n seeds", "params",
+                                        "FLOPs"])
+    if not table.empty:
+        best = table.loc[table.groupby("kernel")["test RMSE (mean)"].idxmin(), ["kernel", "T"]]
+        table["best T"] = table.apply(lambda r: bool((best["kernel"].eq(r["kernel"]) & best["T"].eq(r["T"])).any()),
+                                      axis=1)
+    return table
+
+
+def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
+    parts = ReportParts()
+    gp = gp_frame(runs)
+    if gp.empty or gp["kernel"].isna().all():
+        parts.notes.append("gp_table: no finished runs with columns kernel and test_rmse")
+        return parts
+    table = rmse_table(gp)
+    fig, (ax,) = style.new_figure(1, panel_w=5.0, panel_h=3.6)
+    for j, (kernel, sub) in enumerate(table.groupby("kernel", sort=True)):
+        stats = sub.rename(columns={"test RMSE (mean)": "mean", "test RMSE (s.d.)": "std", "n seeds": "n"})
+        style.plot_seed_points(ax, sub["T"].astype(float).tolist(), stats[["mean", "std", "n"]],
+                               color=style.CYCLE[j % len(style.CYCLE)], marker=style.SIZE_MARKERS[j],
+                               label=f"{kernel} kernel")
+        best = sub[sub["best T"]].iloc[0]
+        ax.plot([best["T"]], [best["test RMSE (mean)"]], "*", color=style.CYCLE[j % len(style.CYCLE)],
+                markersize=15, markeredgecolor="black", markeredgewidth=0.7, zorder=5)
+    ts = sorted(table["T"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ts)
+    ax.set_xticklabels([str(t) for t in ts])
+    ax.set_xlabel("recursion steps T (CEM MLP)")
+    ax.set_ylabel("test RMSE")
+    ax.set_title("GP regression: test RMSE against T (\u2605 = best T)", fontsize=10)
+    style.figure_legend(fig, [ax], table["n seeds"])
+    parts.figures.append(FigurePart("gp_rmse", fig, "Test RMSE of the recursive CEM MLP on Gaussian-process data "
+                                    f"against T, per kernel. {style.SPREAD_NOTE}."))
+    parts.tables.append(TablePart("gp_rmse", table, "Test RMSE mean and s.d. (ddof=1) over seeds per kernel and T, "
+                                  "with parameters and FLOPs; 'best T' marks the lowest mean RMSE per kernel."))
+    return parts

@@ -1,0 +1,119 @@
+"""Figure kind `recursion` (paper Fig. 2c/2d), for `cemctl report`.
+
+Test perplexity against the recursion steps T of a CEM sublayer, one line per
+preconditioner (colour), one panel per model size, the Llama baseline of the
+same dims dashed. One figure for CEM attention (2c: Llama MLP) and one for the
+CEM MLP (2d: Llama attention), for those present in the results.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cemctl.report import style
+from cemctl.report.aggregate import aggregate_seeds, match_baselines
+from cemctl.report.parts import FigurePart, ReportParts, TablePart
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+COMPONENTS = {
+    # role: (steps column, preconditioner column, figure name, title)
+    "attention": ("model.attn_steps", "model.attn_precond", "recursion_attention", "CEM attention"),
+    "mlp": ("model.mlp_steps", "model.mlp_precond", "recursion_mlp", "CEM MLP"),
+}
+
+
+def _series_label(row: dict, precond_col: str, extra_cols: list[str]) -> str:
+    label = style.precond_label(row[precond_col])
+    for col in extra_cols:
+        value = row.get(col)
+        if col == "model.mlp":
+            label += ", param-matched" if value == "cem_param_matched" else ", dim-matched"
+        elif col == "model.kq_diagonal":
+            label += f", {style.KQ_LABELS.get(str(value), str(value))}"
+        else:
+            label += f", {col.split('.')[-1]}={value}"
+    return label
+
+
+def _varying(frame: "pd.DataFrame", cols: list[str]) -> list[str]:
+    return [c for c in cols if c in frame.columns and frame[c].nunique(dropna=False) > 1]
+
+
+def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> ReportParts:
+    import pandas as pd
+
+    steps_col, precond_col, name, title = COMPONENTS[component]
+    parts = ReportParts()
+    sub = agg[agg["role"].eq(component)]
+    if sub.empty:
+        return parts
+    extra = _varying(sub, ["model.mlp", "model.kq_diagonal", "train.lr"])
+    sizes = style.size_order(sub["model.size"])
+    ncols, nrows = style.grid_shape(len(sizes))
+    fig, axes = style.new_figure(ncols, nrows)
+    series_precond = {_series_label(r, precond_col, extra): r[precond_col] for r in sub.to_dict("records")}
+    if extra:  # several settings share a preconditioner: one colour per series
+        colors = {lab: style.CYCLE[i % len(style.CYCLE)] for i, lab in enumerate(sorted(series_precond))}
+    else:
+        colors = {lab: style.PRECOND_COLORS.get(str(p), "0.3") for lab, p in series_precond.items()}
+    series_ns: dict[str, list[int]] = {}
+    for r in sub.to_dict("records"):
+        series_ns.setdefault(_series_label(r, precond_col, extra), []).append(int(r["n"]))
+    base_ns = [int(agg.at[int(b), "n"]) for b in set(base_idx[sub.index]) if b >= 0]
+    rows = []
+    for ax, size in zip(axes, sizes):
+        panel = sub[sub["model.size"].eq(size)].copy()
+        panel["series"] = [_series_label(r, precond_col, extra) for r in panel.to_dict("records")]
+        for j, (series, group) in enumerate(panel.groupby("series", sort=True)):
+            group = group.sort_values(steps_col)
+            # a small horizontal offset per series keeps error bars apart
+            offset = (j - (panel["series"].nunique() - 1) / 2) * 0.04
+            style.plot_seed_points(ax, [float(t) + offset for t in group[steps_col]], group, color=colors[series],
+                                   label=str(series), label_ns=series_ns[series])
+        bases = {int(base_idx[i]) for i in panel.index if base_idx[i] >= 0}
+        base_row = agg.loc[min(bases)] if bases else None
+        if base_row is not None:
+            style.baseline_line(ax, base_row, label_ns=base_ns)
+        steps = sorted({int(t) for t in panel[steps_col]})
+        ax.set_xticks(steps)
+        ax.set_xlim(min(steps) - 0.4, max(steps) + 0.4)
+        params = f" ({style.params_m(base_row['params_total']):.3g}M Llama params)" if base_row is not None else ""
+        ax.set_title(f"{size}{params}", fontsize=10)
+        ax.set_xlabel("recursion steps T")
+        ax.set_ylabel("test perplexity")
+        for r in panel.to_dict("records"):
+            rows.append({"size": size, "preconditioner": style.precond_label(r[precond_col]),
+                         **({"setting": r["series"]} if extra else {}), "T": int(r[steps_col]),
+                         "params (M)": style.params_m(r["params_total"]), "test ppl (mean)": r["mean"],
+                         "test ppl (s.d.)": r["std"], "n seeds": int(r["n"]),
+                         "Llama ppl": base_row["mean"] if base_row is not None else None,
+                         "ppl - Llama": (r["mean"] - base_row["mean"]) if base_row is not None else None})
+        if base_row is None:
+            parts.notes.append(f"recursion ({title}): no Llama baseline for size {size}")
+    for ax in axes[len(sizes):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{title}: recursion steps and preconditioners (dashed: Llama baseline)", fontsize=11)
+    style.figure_legend(fig, axes[:len(sizes)], sub["n"])
+    caption = (f"{title} with T recursion steps per layer and each preconditioner (colour), one panel per size; "
+               f"all models dimension-matched to the Llama baseline (dashed, band = \u00b11 s.d.). "
+               f"{style.SPREAD_NOTE}.")
+    parts.figures.append(FigurePart(name, fig, caption))
+    parts.tables.append(TablePart(name, pd.DataFrame(rows), f"{title}: test perplexity per size, preconditioner "
+                                  "and T (mean over seeds, s.d. with ddof=1) and the difference to Llama."))
+    return parts
+
+
+def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
+    parts = ReportParts()
+    agg = aggregate_seeds(runs)
+    if agg.empty:
+        parts.notes.append("recursion: no finished runs")
+        return parts
+    base_idx = match_baselines(agg)
+    for component in COMPONENTS:
+        parts.extend(render_component(agg, base_idx, component))
+    if parts.is_empty():
+        parts.notes.append("recursion: no CEM attention (with Llama MLP) or CEM MLP (with Llama attention) runs")
+    return parts

@@ -1,0 +1,161 @@
+"""Figure kind `reuse_vs_recursion` (paper Fig. 3c for the MLP, Fig. 4 for attention), for `cemctl report`.
+
+The perplexity gain of going from T=1 to T=2 under three settings: plain reuse
+(the same Llama sublayer applied twice, each time with its norm and residual),
+dimension-matched CEM recursion and (MLP only) parameter-matched CEM recursion.
+Plain reuse at T=1 is the Llama model itself, so the Llama baseline stands in
+when no reuse run with T=1 exists. The gain's s.d. treats the two means as
+independent: sqrt(s1^2 + s2^2).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cemctl.report import style
+from cemctl.report.aggregate import aggregate_seeds, difference_std, match_baselines
+from cemctl.report.parts import FigurePart, ReportParts, TablePart
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+# component: (other sublayer column, this sublayer column, steps column, precond column, figure name, title)
+COMPONENTS = {
+    "mlp": ("model.attention", "model.mlp", "model.mlp_steps", "model.mlp_precond", "reuse_vs_recursion_mlp", "MLP"),
+    "attention": ("model.mlp", "model.attention", "model.attn_steps", "model.attn_precond",
+                  "reuse_vs_recursion_attention", "attention"),
+}
+SETTING_COLORS = {"reuse": "#f7c99b", "cem": "#9cc0f5", "cem_param_matched": "#f5a3c7"}
+
+
+def _setting(kind: str, component: str, precond: Any, with_precond: bool) -> str:
+    name = {"reuse": "plain reuse", "cem": f"CEM {'MLP' if component == 'mlp' else 'attention'}, dim-matched",
+            "cem_param_matched": "CEM MLP, param-matched"}.get(kind, kind)
+    if with_precond and kind != "reuse":
+        name += f" ({style.precond_label(precond)})"
+    return name
+
+
+def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "pd.DataFrame":
+    """One row per (setting, size) with T=1 and T=2 seed statistics and the gain (T=1 ppl - T=2 ppl)."""
+    import pandas as pd
+
+    other_col, col, steps_col, precond_col, _, _ = COMPONENTS[component]
+    rows = agg[agg[other_col].eq("llama") & agg[col].isin(["reuse", "cem", "cem_param_matched"])]
+    with_precond = rows.loc[rows[col] != "reuse", precond_col].nunique() > 1
+    out = []
+    keys = [col, precond_col, "model.size"]
+    for (kind, precond, size), group in rows.groupby(keys, sort=False):
+        at = {int(t): g.iloc[0] for t, g in group.groupby(steps_col)}
+        t1, t2 = at.get(1), at.get(2)
+        t1_from = "run"
+        if t1 is None and kind == "reuse":
+            bases = [int(base_idx[i]) for i in group.index if base_idx[i] >= 0]
+            if bases:
+                t1, t1_from = agg.loc[bases[0]], "Llama baseline"
+        rec = {"setting": _setting(kind, component, precond, with_precond), "kind": kind,
+               "size": size, "T=1 from": t1_from if t1 is not None else "missing"}
+        for label, r in (("T=1", t1), ("T=2", t2)):
+            rec[f"ppl {label} (mean)"] = float(r["mean"]) if r is not None else float("nan")
+            rec[f"ppl {label} (s.d.)"] = float(r["std"]) if r is not None else float("nan")
+            rec[f"n {label}"] = int(r["n"]) if r is not None else 0
+        rec["params T=2 (M)"] = style.params_m(t2["params_total"]) if t2 is not None else float("nan")
+        rec["gain (ppl T=1 - T=2)"] = rec["ppl T=1 (mean)"] - rec["ppl T=2 (mean)"]
+        rec["gain (s.d.)"] = difference_std(rec["ppl T=1 (s.d.)"], rec["ppl T=2 (s.d.)"])
+        rec["gain (%)"] = 100.0 * rec["gain (ppl T=1 - T=2)"] / rec["ppl T=1 (mean)"]
+        out.append(rec)
+    frame = pd.DataFrame(out)
+    if frame.empty:
+        return frame
+    order_k = {"reuse": 0, "cem": 1, "cem_param_matched": 2}
+    order_s = {s: i for i, s in enumerate(style.size_order(frame["size"]))}
+    frame = frame.assign(_k=frame["kind"].map(order_k), _s=frame["size"].map(order_s))
+    return frame.sort_values(["_k", "setting", "_s"]).drop(columns=["_k", "_s"]).reset_index(drop=True)
+
+
+def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> ReportParts:
+    import numpy as np
+
+    parts = ReportParts()
+    table = gain_table(agg, base_idx, component)
+    if table.empty:
+        return parts
+    _, _, _, _, name, title = COMPONENTS[component]
+    settings = list(dict.fromkeys(table["setting"]))
+    sizes = style.size_order(table["size"])
+    ncols, nrows = style.grid_shape(len(settings) + 1, max_cols=4)
+    fig, axes = style.new_figure(ncols, nrows, panel_w=3.6, panel_h=3.3)
+    xs = {s: i for i, s in enumerate(sizes)}
+    kinds = dict(zip(table["setting"], table["kind"]))
+    for ax, setting in zip(axes, settings):
+        sub = table[table["setting"].eq(setting)].sort_values("size", key=lambda c: c.map(xs))
+        x = [xs[s] for s in sub["size"]]
+        for label, color in (("T=1", style.T1_COLOR), ("T=2", style.T2_COLOR)):
+            stats = sub.rename(columns={f"ppl {label} (mean)": "mean", f"ppl {label} (s.d.)": "std",
+                                        f"n {label}": "n"})[["mean", "std", "n"]]
+            ok = stats["n"].to_numpy() > 0
+            if ok.any():
+                style.plot_seed_points(ax, np.asarray(x)[ok], stats[ok], color=color, label=label,
+                                       label_ns=table[f"n {label}"][table[f"n {label}"] > 0])
+        both = (sub["n T=1"] > 0) & (sub["n T=2"] > 0)
+        if both.sum() >= 1:
+            xb = np.asarray(x, dtype=float)[both.to_numpy()]
+            y1, y2 = sub.loc[both, "ppl T=1 (mean)"].to_numpy(), sub.loc[both, "ppl T=2 (mean)"].to_numpy()
+            if len(xb) == 1:
+                xb, y1, y2 = np.r_[xb - 0.15, xb + 0.15], np.r_[y1, y1], np.r_[y2, y2]
+            ax.fill_between(xb, y1, y2, color=SETTING_COLORS.get(kinds[setting], "0.85"), alpha=0.55, linewidth=0,
+                            zorder=0)
+        ax.set_title(setting, fontsize=10)
+        ax.set_xticks(range(len(sizes)))
+        ax.set_xticklabels(sizes)
+        ax.set_xlim(-0.5, len(sizes) - 0.5)
+        ax.set_xlabel("model size")
+        ax.set_ylabel("test perplexity")
+    gain_ax = axes[len(settings)]
+    width = 0.8 / max(1, len(settings))
+    for j, setting in enumerate(settings):
+        sub = table[table["setting"].eq(setting)]
+        pos = np.array([xs[s] for s in sub["size"]], dtype=float) + (j - (len(settings) - 1) / 2) * width
+        gains = sub["gain (ppl T=1 - T=2)"].to_numpy(dtype=float)
+        errs = np.nan_to_num(sub["gain (s.d.)"].to_numpy(dtype=float), nan=0.0)
+        gain_ax.bar(pos, np.nan_to_num(gains), width=width * 0.95, yerr=errs, capsize=2.5,
+                    color=SETTING_COLORS.get(kinds[setting], style.CYCLE[j % len(style.CYCLE)]),
+                    edgecolor="0.35", linewidth=0.6, label=setting)
+    gain_ax.axhline(0.0, color="0.3", linewidth=0.8)
+    gain_ax.set_xticks(range(len(sizes)))
+    gain_ax.set_xticklabels(sizes)
+    gain_ax.set_xlabel("model size")
+    gain_ax.set_ylabel("perplexity gain, T=1 \u2192 T=2")
+    gain_ax.set_title("gain (higher is better)", fontsize=10)
+    for ax in axes[len(settings) + 1:]:
+        ax.set_visible(False)
+    fig.suptitle(f"{title}: within-layer recursion vs plain reuse", fontsize=11)
+    ns = list(table["n T=1"][table["n T=1"] > 0]) + list(table["n T=2"][table["n T=2"] > 0])
+    style.figure_legend(fig, axes[:len(settings) + 1], ns, max_cols=5)
+    missing = table[(table["n T=1"] == 0) | (table["n T=2"] == 0)]
+    for r in missing.to_dict("records"):
+        parts.notes.append(f"reuse_vs_recursion ({title}): {r['setting']} at size {r['size']} lacks "
+                           f"{'T=1' if r['n T=1'] == 0 else 'T=2'}")
+    caption = (f"{title}: test perplexity at T=1 (orange) and T=2 (blue) for plain reuse of the Llama sublayer and "
+               "for CEM recursion (shaded: the gain); last panel: the gain T=1 \u2192 T=2 per size, error bars "
+               "sqrt(s1\u00b2 + s2\u00b2). Plain reuse at T=1 is the Llama model. "
+               f"{style.SPREAD_NOTE}.")
+    parts.figures.append(FigurePart(name, fig, caption))
+    parts.tables.append(TablePart(name, table.drop(columns=["kind"]),
+                                  f"{title}: perplexity at T=1 and T=2 and the gain per setting and size (means over "
+                                  "seeds, s.d. with ddof=1; gain s.d. assumes independent means)."))
+    return parts
+
+
+def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
+    parts = ReportParts()
+    agg = aggregate_seeds(runs)
+    if agg.empty:
+        parts.notes.append("reuse_vs_recursion: no finished runs")
+        return parts
+    base_idx = match_baselines(agg)
+    for component in COMPONENTS:
+        parts.extend(render_component(agg, base_idx, component))
+    if parts.is_empty():
+        parts.notes.append("reuse_vs_recursion: no reuse or CEM runs paired with a Llama sublayer")
+    return parts

@@ -1,0 +1,237 @@
+"""Names, colours and plotting helpers shared by every figure of `cemctl report`.
+
+Variant names follow the paper ("Llama", "CEM attention (T=1)", "CEM MLP,
+param-matched", "diag", "diag+low-rank", ...). Every figure marks seeds the same
+way: a filled marker with error bars = mean +- 1 sample standard deviation
+(ddof=1) over n >= 2 seeds; a hollow marker = a single seed (n = 1).
+
+Figures are built with `matplotlib.figure.Figure` directly (no pyplot, no global
+state, Agg rendering by `savefig`), so reports can be built in any process.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from cem_core.sizes import SIZES
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+PRECOND_LABELS = {"identity": "no precond.", "diag": "diag", "diag_lowrank": "diag+low-rank"}
+KQ_LABELS = {"none": "no diagonal", "shared": "shared diagonal", "per_head": "per-head diagonal"}
+SPREAD_NOTE = "Error bars: mean \u00b1 1 s.d. over seeds (ddof=1); hollow marker: single seed (n=1)"
+
+# Colours close to the paper's: Llama pink/orange, CEM blue, param-matched orange.
+LLAMA_COLOR = "#d6458f"
+CEM_COLOR = "#2a6fdb"
+PARAM_MATCHED_COLOR = "#f28e2b"
+T1_COLOR = "#f28e2b"
+T2_COLOR = "#2a6fdb"
+PRECOND_COLORS = {"identity": "#7f7f7f", "diag": "#2ca02c", "diag_lowrank": "#9467bd"}
+KQ_COLORS = {"none": "#7f7f7f", "shared": "#2a6fdb", "per_head": "#d62728"}
+CYCLE = ("#2a6fdb", "#f28e2b", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+SIZE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "<", ">")
+
+# Config columns that describe the component swap (everything else is "the same
+# training setup": a variant's Llama baseline shares all other columns).
+COMPONENT_COLUMNS = (
+    "model.attention", "model.mlp", "model.attn_steps", "model.mlp_steps",
+    "model.attn_step_size", "model.mlp_step_size", "model.attn_precond", "model.mlp_precond",
+    "model.attn_precond_rank", "model.mlp_precond_rank", "model.kq_diagonal", "model.cem_position",
+    "model.param_match_factor",
+)
+DIM_COLUMNS = ("model.size", "model.d_model", "model.n_layers", "model.n_heads", "model.d_mlp",
+               "model.context_len", "model.vocab_size")
+
+
+def _get(row: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    value = row.get(key, default) if hasattr(row, "get") else default
+    if isinstance(value, float) and math.isnan(value):
+        return default
+    return value
+
+
+def _int(value: Any, default: int = 1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def role(row: Mapping[str, Any]) -> str:
+    """Which comparison a run belongs to: llama | attention | mlp | full | attention_reuse | mlp_reuse | other."""
+    attn, mlp = _get(row, "model.attention", "llama"), _get(row, "model.mlp", "llama")
+    if attn == "llama" and mlp == "llama":
+        return "llama"
+    if attn == "cem" and mlp == "llama":
+        return "attention"
+    if attn == "llama" and str(mlp).startswith("cem"):
+        return "mlp"
+    if attn == "cem" and str(mlp).startswith("cem"):
+        return "full"
+    if attn == "reuse" and mlp == "llama":
+        return "attention_reuse"
+    if attn == "llama" and mlp == "reuse":
+        return "mlp_reuse"
+    return "other"
+
+
+def precond_label(kind: Any) -> str:
+    return PRECOND_LABELS.get(str(kind), str(kind))
+
+
+def _details(steps: int, precond: Any, extra: Sequence[str] = ()) -> str:
+    parts = [f"T={steps}"]
+    if precond not in (None, "identity"):
+        parts.append(precond_label(precond))
+    parts += [e for e in extra if e]
+    return ", ".join(parts)
+
+
+def variant_label(row: Mapping[str, Any]) -> str:
+    """The paper's name of a run's architecture (no size, no learning rate, no seed)."""
+    attn, mlp = _get(row, "model.attention", "llama"), _get(row, "model.mlp", "llama")
+    a_t, m_t = _int(_get(row, "model.attn_steps", 1)), _int(_get(row, "model.mlp_steps", 1))
+    a_p, m_p = _get(row, "model.attn_precond", "identity"), _get(row, "model.mlp_precond", "identity")
+    kq = _get(row, "model.kq_diagonal", "none")
+    kq_text = KQ_LABELS.get(str(kq), str(kq)) if kq not in (None, "none") else ""
+    r = role(row)
+    if r == "llama":
+        return "Llama"
+    if r == "attention":
+        return f"CEM attention ({_details(a_t, a_p, [kq_text])})"
+    if r == "mlp":
+        name = "CEM MLP, param-matched" if mlp == "cem_param_matched" else "CEM MLP"
+        return f"{name} ({_details(m_t, m_p)})"
+    if r == "full":
+        pm = ", param-matched MLP" if mlp == "cem_param_matched" else ""
+        if a_t == m_t and a_p == m_p:
+            return f"full CEM ({_details(a_t, a_p, [kq_text])}{pm})"
+        return f"full CEM (attn {_details(a_t, a_p, [kq_text])}; MLP {_details(m_t, m_p)}{pm})"
+    if r == "attention_reuse":
+        return f"Llama attention reused (T={a_t})"
+    if r == "mlp_reuse":
+        return f"Llama MLP reused (T={m_t})"
+    return f"attention {attn} (T={a_t}) + MLP {mlp} (T={m_t})"
+
+
+def size_order(sizes: Iterable[Any]) -> list[Any]:
+    """Sizes in the order of `cem_core.sizes.SIZES` (unknown names last, alphabetically)."""
+    known = list(SIZES)
+    uniq = list(dict.fromkeys(sizes))
+    return sorted(uniq, key=lambda s: (known.index(s) if s in known else len(known), str(s)))
+
+
+def size_marker(size: Any, sizes: Sequence[Any]) -> str:
+    ordered = size_order(sizes)
+    i = ordered.index(size) if size in ordered else 0
+    return SIZE_MARKERS[i % len(SIZE_MARKERS)]
+
+
+def n_note(ns: Iterable[Any]) -> str:
+    """'n=3' or 'n=1-3' for a legend label."""
+    values = sorted({_int(n, 0) for n in ns})
+    if not values:
+        return "n=0"
+    return f"n={values[0]}" if len(values) == 1 else f"n={values[0]}\u2013{values[-1]}"
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, *, panel_w: float = 4.4, panel_h: float = 3.5,
+               sharey: bool = False) -> tuple["Figure", list["Axes"]]:
+    """A constrained-layout Figure (no pyplot) and its axes as a flat list."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(panel_w * ncols, panel_h * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
+    for ax in axes.ravel():
+        ax.grid(True, alpha=0.3, linewidth=0.6)
+    return fig, list(axes.ravel())
+
+
+def grid_shape(n_panels: int, max_cols: int = 3) -> tuple[int, int]:
+    ncols = max(1, min(max_cols, n_panels))
+    nrows = max(1, math.ceil(n_panels / ncols))
+    return ncols, nrows
+
+
+def plot_seed_points(ax: "Axes", x: Sequence[float], stats: "pd.DataFrame", *, color: str, marker: str = "o",
+                     label: str | None = None, line: str | None = "-", markersize: float = 6.5,
+                     zorder: float = 3, label_ns: Iterable[Any] | None = None) -> None:
+    """Mean points with +-1 s.d. error bars (n >= 2, filled) or hollow markers (n = 1).
+
+    `stats` has columns mean, std, n (one row per x, same order as `x`). The legend
+    label gets the seed counts of `label_ns` (default: these points' n).
+    """
+    import numpy as np
+
+    xs = np.asarray(list(x), dtype=float)
+    means = stats["mean"].to_numpy(dtype=float)
+    stds = np.nan_to_num(stats["std"].to_numpy(dtype=float), nan=0.0)
+    ns = stats["n"].to_numpy(dtype=int)
+    if line and len(xs) > 1:
+        order = np.argsort(xs)
+        ax.plot(xs[order], means[order], line, color=color, linewidth=1.4, zorder=zorder - 1)
+    multi = ns >= 2
+    if multi.any():
+        ax.errorbar(xs[multi], means[multi], yerr=stds[multi], fmt=marker, color=color, markersize=markersize,
+                    capsize=3, elinewidth=1.1, markeredgecolor=color, zorder=zorder, linestyle="none")
+    if (~multi).any():
+        ax.plot(xs[~multi], means[~multi], marker, markerfacecolor="white", markeredgecolor=color,
+                markeredgewidth=1.6, markersize=markersize, linestyle="none", zorder=zorder)
+    if label is not None:  # one legend entry per series, whatever the seed mix
+        ax.plot([], [], marker, color=color, linestyle=line if (line and len(xs) > 1) else "none",
+                markersize=markersize, label=f"{label}, {n_note(ns if label_ns is None else label_ns)}")
+
+
+def baseline_line(ax: "Axes", stats: Mapping[str, Any], *, label: str | None = "Llama",
+                  color: str = LLAMA_COLOR, label_ns: Iterable[Any] | None = None) -> None:
+    """The Llama baseline as a dashed horizontal line (+-1 s.d. band when n >= 2)."""
+    mean, std, n = float(stats["mean"]), float(stats.get("std", float("nan"))), _int(stats.get("n", 1))
+    ax.axhline(mean, linestyle="--", color=color, linewidth=1.4, zorder=1,
+               label=f"{label}, {n_note([n] if label_ns is None else label_ns)}" if label else None)
+    if n >= 2 and math.isfinite(std):
+        ax.axhspan(mean - std, mean + std, color=color, alpha=0.12, linewidth=0, zorder=0)
+
+
+def seed_legend_handles(ns: Iterable[Any]) -> list[Any]:
+    """Legend proxies explaining filled (n >= 2) and hollow (n = 1) markers, for those present."""
+    from matplotlib.lines import Line2D
+
+    values = {_int(n, 0) for n in ns}
+    handles = []
+    if any(v >= 2 for v in values):
+        handles.append(Line2D([], [], marker="o", color="0.3", linestyle="none",
+                              label="mean \u00b1 1 s.d. over seeds"))
+    if 1 in values:
+        handles.append(Line2D([], [], marker="o", markerfacecolor="white", markeredgecolor="0.3",
+                              linestyle="none", label="single seed (n=1)"))
+    return handles
+
+
+def figure_legend(fig: "Figure", axes: Sequence["Axes"], ns: Iterable[Any], *, max_cols: int = 4,
+                  extra: Sequence[Any] = ()) -> None:
+    """One legend for the whole figure, outside the axes (below), de-duplicated by label."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels and not lab.startswith("_"):
+                handles.append(h)
+                labels.append(lab)
+    for h in list(extra) + seed_legend_handles(ns):
+        if h.get_label() not in labels:
+            handles.append(h)
+            labels.append(h.get_label())
+    if handles:
+        width_in = fig.get_size_inches()[0]
+        longest = max(len(lab) for lab in labels)
+        fit = max(1, int(width_in / max(1.6, 0.075 * longest + 0.5)))
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(max_cols, len(handles), fit),
+                   fontsize=8.5, frameon=False)
+
+
+def params_m(value: Any) -> float:
+    return float(value) / 1e6

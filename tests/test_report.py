@@ -1,0 +1,299 @@
+"""`cemctl report` library: figures of every kind, Akima optimum, seed statistics, tables, index."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cem_core.config import RunConfig, resolve, run_id
+from cem_core.errors import ConfigError
+from cemctl.report.aggregate import aggregate_seeds, match_baselines
+from cemctl.report.build import ExperimentInfo, NoResults, build_report, parse_formats, problem_runs
+from cemctl.report.figures import FIGURE_KINDS, get_figure_kind
+from cemctl.report.figures.gp_table import gp_frame, rmse_table
+from cemctl.report.frame import runs_frame
+from cemctl.report.optimum import akima_optimum
+from cemctl.report.synthetic import synthetic_frames, synthetic_gp_frame
+from cemctl.report.tables import read_table_csv, to_latex, to_markdown, write_table
+
+LRS = [0.0005, 0.001, 0.002, 0.004, 0.008]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _record(seed: int, value: float | None, state: str = "done", **overrides) -> dict:
+    cfg = resolve(RunConfig.from_dict({"model.size": "nano", "train.seed": seed, "train.max_steps": 5, **overrides}))
+    return {"run_id": run_id(cfg), "state": state, "config": cfg.to_dict(), "test_ppl": value,
+            "params_total": 1000, "tokens": 100}
+
+
+# -- every figure kind renders ---------------------------------------------------------------------------
+
+
+def _frames_for(kind: str):
+    if kind == "gp_table":
+        return synthetic_gp_frame(seeds=(0, 1, 2)), None
+    return synthetic_frames(kind, sizes=("nano", "micro"), seeds=(0, 1), steps=8)
+
+
+@pytest.mark.parametrize("kind", sorted(FIGURE_KINDS))
+def test_every_figure_kind_renders_png_and_pdf(kind, tmp_path):
+    runs, curves = _frames_for(kind)
+    info = ExperimentInfo(f"test_{kind}", kind, grid_path=f"experiments/{kind}.toml",
+                          planned_run_ids=(list(runs["run_id"]) + ["0123456789ab"]) if "run_id" in runs else None)
+    result = build_report(info, runs, curves, tmp_path / kind, formats="png,pdf", dpi=60)
+    figures = [p for p in result.figures]
+    assert {p.suffix for p in figures} == {".png", ".pdf"}
+    for path in figures:
+        data = path.read_bytes()
+        assert len(data) > 1000, path
+        assert data.startswith(PNG_MAGIC if path.suffix == ".png" else b"%PDF"), path
+    md = result.index_md.read_text()
+    html = result.index_html.read_text()
+    for path in figures:
+        if path.suffix == ".png":
+            rel = f"figures/{path.name}"
+            assert f"]({rel})" in md and f'src="{rel}"' in html
+    assert f"experiments/{kind}.toml" in md and "git commit" in md
+    assert "## Missing and failed runs" in md and "Missing and failed runs" in html
+    if kind != "gp_table":
+        assert "0123456789ab" in md  # planned but absent from the database
+        assert "failed: RuntimeError: out of memory" in md
+        assert "diverged at step 17" in md
+    for table in result.tables:
+        assert table.stat().st_size > 0
+
+
+def test_kinds_produce_their_figures(tmp_path):
+    expected = {
+        "components": {"components"},
+        "recursion": {"recursion_attention", "recursion_mlp"},
+        "lr_sweep": {"lr_sweep"},
+        "kq_diagonal": {"kq_diagonal"},
+        "reuse_vs_recursion": {"reuse_vs_recursion_mlp", "reuse_vs_recursion_attention"},
+        "curves": {"training_curves", "test_perplexity"},
+    }
+    for kind, names in expected.items():
+        runs, curves = synthetic_frames(kind, sizes=("nano",), seeds=(0, 1), steps=6, failures=False)
+        parts = get_figure_kind(kind)(runs, curves)
+        assert {f.name for f in parts.figures} == names, kind
+        assert parts.tables and all(not t.frame.empty for t in parts.tables), kind
+        for f in parts.figures:
+            for ax in f.figure.axes:
+                if ax.get_visible():
+                    assert ax.get_ylabel(), (kind, f.name)  # labelled axes
+                    assert ax.get_xlabel(), (kind, f.name)
+            f.figure.clear()
+
+
+def test_unknown_figure_kind_lists_known_ones():
+    with pytest.raises(ConfigError) as info:
+        get_figure_kind("fig9z")
+    assert info.value.key == "experiment.figure"
+    for name in FIGURE_KINDS:
+        assert name in (info.value.allowed or "")
+    assert "\n" not in str(info.value)
+
+
+def test_bad_format_is_rejected_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        parse_formats("png,jpg")
+    assert "svg" in info.value.allowed and "jpg" in str(info.value)
+    runs, curves = synthetic_frames("components", sizes=("nano",), seeds=(0,), steps=4)
+    with pytest.raises(ConfigError):
+        build_report(ExperimentInfo("x", "components"), runs, curves, tmp_path / "out", formats="gif")
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_is_replaced_as_a_whole(tmp_path):
+    runs, curves = synthetic_frames("curves", sizes=("nano",), seeds=(0,), steps=4, failures=False)
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    build_report(ExperimentInfo("x", "curves"), runs, curves, out, formats="png")
+    assert not (out / "stale.txt").exists()
+    assert (out / "index.md").exists() and (out / "figures" / "test_perplexity.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no temporary folders left
+
+
+def test_no_finished_runs_is_an_error(tmp_path):
+    runs = runs_frame([_record(0, None, state="running"), _record(1, None, state="failed")])
+    with pytest.raises(NoResults) as info:
+        build_report(ExperimentInfo("empty", "components"), runs, None, tmp_path / "out")
+    assert "no finished runs" in str(info.value) and "1 running" in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+# -- Akima optimum -----------------------------------------------------------------------------------------
+
+
+def test_akima_recovers_the_minimum_of_a_quadratic_in_log_lr():
+    # Akima's slopes are exact for a quadratic on equally spaced points (central differences),
+    # so the interpolant is the quadratic itself: minimum at lr = 0.003, value 7.
+    c = math.log(0.003)
+    values = [3.0 * (math.log(lr) - c) ** 2 + 7.0 for lr in LRS]
+    opt = akima_optimum(LRS, values)
+    assert opt.method == "akima" and not opt.at_edge
+    assert opt.lr == pytest.approx(0.003, rel=1e-3)
+    assert opt.value == pytest.approx(7.0, abs=1e-6)
+    assert opt.value < min(values)  # the interpolated optimum beats every sample
+
+
+def test_akima_close_for_a_smooth_non_polynomial():
+    c = math.log(0.003)
+    opt = akima_optimum(LRS, [math.cosh(math.log(lr) - c) for lr in LRS])
+    assert opt.lr == pytest.approx(0.003, rel=0.03)
+    assert opt.value == pytest.approx(1.0, abs=1e-3)
+
+
+def test_akima_minimum_at_a_sample_point():
+    # ppl = 10 + |k| at lr = 0.002 * 2^k: Akima's slope at k=0 is 0 (both weights vanish), and on
+    # [0, 1] the Hermite cubic is 10 + 2s^2 - s^3 >= 10, so the minimum is the sample (0.002, 10).
+    values = [10.0 + abs(k) for k in (-2, -1, 0, 1, 2)]
+    opt = akima_optimum(LRS, values)
+    assert opt.lr == pytest.approx(0.002, rel=1e-12)
+    assert opt.value == pytest.approx(10.0, abs=1e-12)
+
+
+def test_akima_edge_and_too_few_points():
+    assert akima_optimum(LRS, [5, 4, 3, 2, 1]).at_edge
+    few = akima_optimum([0.001, 0.004], [3.0, 2.0])
+    assert few.method == "best sampled" and few.lr == pytest.approx(0.004) and few.value == 2.0
+    # repeated learning rates are averaged
+    rep = akima_optimum([0.001, 0.001, 0.002, 0.004], [3.0, 5.0, 2.0, 4.0])
+    assert rep.value <= 2.0 + 1e-12
+    with pytest.raises(ValueError):
+        akima_optimum([0.001, -1.0, 0.1], [1.0, 2.0, 3.0])
+
+
+def test_lr_sweep_table_uses_the_akima_optimum():
+    runs, curves = synthetic_frames("lr_sweep", sizes=("nano",), seeds=(0, 1, 2), failures=False,
+                                    single_seed_variant=False)
+    table = get_figure_kind("lr_sweep")(runs, curves).tables[0].frame
+    agg = aggregate_seeds(runs)
+    for row in table.to_dict("records"):
+        sub = agg[agg["variant"].eq(row["variant"])].sort_values("train.lr")
+        expect = akima_optimum(sub["train.lr"].tolist(), sub["mean"].tolist())
+        assert row["optimal lr"] == pytest.approx(expect.lr) and row["optimal test ppl"] == pytest.approx(expect.value)
+    # the synthetic optima: 0.002 for Llama, 0.004 for full CEM
+    by_variant = dict(zip(table["variant"], table["optimal lr"]))
+    assert by_variant["Llama"] == pytest.approx(0.002, rel=0.15)
+    assert by_variant["full CEM (T=2, diag+low-rank)"] == pytest.approx(0.004, rel=0.15)
+
+
+# -- seed statistics ---------------------------------------------------------------------------------------
+
+
+def test_seed_aggregation_mean_and_sample_std():
+    records = [_record(s, v) for s, v in zip((0, 1, 2), (10.0, 12.0, 14.0))]
+    records += [_record(0, 20.0, **{"model.attention": "cem"})]
+    records += [_record(7, 99.0, state="failed"), _record(8, float("nan"))]  # never counted
+    runs = runs_frame(records)
+    agg = aggregate_seeds(runs).set_index("variant")
+    llama = agg.loc["Llama"]
+    assert llama["n"] == 3 and llama["seeds"] == "0,1,2"
+    assert llama["mean"] == pytest.approx(12.0)
+    assert llama["std"] == pytest.approx(2.0)  # sqrt(((-2)^2 + 0 + 2^2) / (3 - 1)), ddof=1
+    assert (llama["min"], llama["max"]) == (10.0, 14.0)
+    cem = agg.loc["CEM attention (T=1)"]
+    assert cem["n"] == 1 and math.isnan(cem["std"]) and cem["mean"] == 20.0
+    pop = aggregate_seeds(runs, ddof=0).set_index("variant").loc["Llama"]
+    assert pop["std"] == pytest.approx(math.sqrt(8.0 / 3.0))
+
+
+def test_baselines_match_same_dims_and_training_setup():
+    records = [_record(0, 10.0, **{"model.size": size, "train.lr": lr}) for size in ("nano", "micro")
+               for lr in (0.001, 0.002)]
+    records += [_record(0, 11.0, **{"model.size": "micro", "train.lr": 0.002, "model.mlp": "cem"})]
+    agg = aggregate_seeds(runs_frame(records))
+    base = match_baselines(agg)
+    cem = agg.index[agg["role"].eq("mlp")][0]
+    b = agg.loc[base[cem]]
+    assert b["role"] == "llama" and b["model.size"] == "micro" and b["train.lr"] == 0.002
+
+
+def test_problem_runs_give_reasons():
+    records = [_record(0, 10.0), _record(1, None, state="failed"), _record(2, None, state="running"),
+               {**_record(3, None, state="diverged"), "diverged_step": 5, "error": "non-finite loss inf"}]
+    records[1]["error"] = "Traceback (most recent call last):\n  ...\nValueError: boom"
+    problems = problem_runs(runs_frame(records), planned_run_ids=[records[0]["run_id"], "ffffffffffff"])
+    reasons = dict(zip(problems["state"], problems["reason"]))
+    assert reasons["failed"] == "failed: ValueError: boom"
+    assert reasons["diverged"] == "diverged at step 5: non-finite loss inf"
+    assert reasons["running"].startswith("no result yet (state running)")
+    assert "not in the database" in reasons["missing"]
+    assert len(problems) == 4
+
+
+# -- GP table ----------------------------------------------------------------------------------------------
+
+
+def test_gp_table_mean_std_and_best_t():
+    gp = pd.DataFrame({"kernel": ["rbf"] * 4 + ["gibbs"] * 2, "T": [1, 1, 4, 4, 1, 8], "seed": [0, 1, 0, 1, 0, 0],
+                       "test_rmse": [0.5, 0.7, 0.2, 0.4, 0.9, 0.3], "params": 10, "flops": [1, 1, 4, 4, 1, 8]})
+    table = rmse_table(gp).set_index(["kernel", "T"])
+    assert table.loc[("rbf", 1), "test RMSE (mean)"] == pytest.approx(0.6)
+    assert table.loc[("rbf", 1), "test RMSE (s.d.)"] == pytest.approx(math.sqrt(0.02))
+    assert math.isnan(table.loc[("gibbs", 8), "test RMSE (s.d.)"])
+    assert table.loc[("rbf", 4), "best T"] and not table.loc[("rbf", 1), "best T"]
+    assert table.loc[("gibbs", 8), "best T"]
+
+
+def test_gp_frame_from_runs_columns():
+    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "state": ["done", "done", "failed"],
+                         "gp.kernel": ["rbf", "gibbs", "rbf"], "model.mlp_steps": [2, 4, 8],
+                         "train.seed": [0, 0, 0], "test_rmse": [0.1, 0.2, None], "params_total": [5, 5, 5],
+                         "flops": [1.0, 2.0, 3.0]})
+    gp = gp_frame(runs)
+    assert list(gp.columns) == ["kernel", "T", "seed", "test_rmse", "params", "flops"]
+    assert gp["kernel"].tolist() == ["rbf", "gibbs"] and gp["T"].tolist() == [2, 4]
+
+
+# -- tables ------------------------------------------------------------------------------------------------
+
+
+def test_tables_round_trip_through_csv(tmp_path):
+    runs, curves = synthetic_frames("components", sizes=("nano", "micro"), seeds=(0, 1, 2))
+    table = get_figure_kind("components")(runs, curves).tables[0].frame
+    assert table["test ppl (s.d.)"].isna().any()  # a single-seed row: NaN must survive
+    paths = write_table(table, tmp_path, "components", caption="a caption with 50% and x_1")
+    back = read_table_csv(paths["csv"])
+    pd.testing.assert_frame_equal(back, table, check_dtype=False)
+    md = paths["md"].read_text().splitlines()
+    assert len(md) == len(table) + 2 and md[0].startswith("| size | variant |")
+    tex = paths["tex"].read_text()
+    assert r"\begin{tabular}" in tex and r"50\%" in tex and r"x\_1" in tex
+    assert tex.count(r"\\") == len(table) + 1
+
+
+def test_markdown_and_latex_escape_cells():
+    frame = pd.DataFrame({"a|b": ["x|y", "p_q"], "v": [1.23456789, float("nan")], "n": [3, 4]})
+    md = to_markdown(frame)
+    assert "a\\|b" in md and "x\\|y" in md and "| 1.235 |" in md
+    tex = to_latex(frame)
+    assert r"p\_q" in tex and "{lrr}" in tex
+
+
+# -- the CLI stays light -----------------------------------------------------------------------------------
+
+
+def test_report_command_import_is_light():
+    code = ("import sys, cemctl.commands.report, cemctl.report, cemctl.report.figures;"
+            "heavy = [m for m in ('pandas', 'matplotlib', 'scipy', 'torch') if m in sys.modules];"
+            "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_numbers_in_figures_come_from_the_data():
+    # the components table's difference to Llama is the difference of the seed means
+    runs, curves = synthetic_frames("components", sizes=("nano",), seeds=(0, 1, 2), failures=False)
+    table = get_figure_kind("components")(runs, curves).tables[0].frame.set_index("variant")
+    agg = aggregate_seeds(runs).set_index("variant")
+    diff = agg.loc["CEM MLP (T=1)", "mean"] - agg.loc["Llama", "mean"]
+    assert table.loc["CEM MLP (T=1)", "ppl - Llama"] == pytest.approx(diff)
+    assert np.isclose(table.loc["Llama", "ppl - Llama"], 0.0)
