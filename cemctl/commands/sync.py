@@ -1,9 +1,32 @@
-"""`cemctl sync` (not implemented yet)."""
+"""`cemctl sync [--db] [--runs-dir]`: ingest every run directory into the results database.
+
+Idempotent; creates rows for run dirs the database does not know (rebuilds the
+database from the files). Prints a one-line summary. Library:
+`cemctl.db.sync_runs`.
+"""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
+
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, runs_dir
+
+
+def sync_command(
+    heartbeat_timeout_s: float = typer.Option(120.0, "--heartbeat-timeout-s", help="A running run whose heartbeat is older is shown as stale."),
+    db: Optional[str] = DbOption,
+    runs: Optional[str] = RunsDirOption,
+) -> None:
+    """Ingest all run directories (metrics, events, heartbeats, results) into the database."""
+    from cemctl.db import open_db, sync_runs
+
+    with cli_errors():
+        engine = open_db(db_url(db))
+        stats = sync_runs(engine, runs_dir(runs), heartbeat_timeout_s=heartbeat_timeout_s)
+    typer.echo(stats.summary())
 
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing until the command is implemented."""
+    app.command("sync")(sync_command)

@@ -1,0 +1,160 @@
+"""Opening the results database and writing to it safely (every `cemctl` command that touches it).
+
+    engine = open_db("sqlite:///results.db")        # or any SQLAlchemy URL (PostgreSQL works)
+    with write_session(engine) as s:                 # BEGIN IMMEDIATE on SQLite, commit on exit
+        s.add(...)
+    with read_session(engine) as s:                  # deferred read transaction
+        s.scalars(select(Run)).all()
+
+`open_db` creates the file (and its folder) if needed, switches SQLite to WAL
+mode with a 30 s busy timeout and foreign keys on, and migrates the schema to
+the current version (`cemctl.db.migrations`). Writes on SQLite start with
+`BEGIN IMMEDIATE`, so many worker processes on one host can write at once: a
+writer waits for the lock (up to the busy timeout) instead of failing with
+"database is locked" when it upgrades a read lock. `retry_locked` adds a
+bounded retry around a whole write for the rare timeout.
+
+Forked processes must not reuse a parent's pooled connections: call
+`open_db(url)` in the child (engines are cached per process id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from cem_core.errors import CemError
+
+BUSY_TIMEOUT_S = 30.0
+_WRITE_OPTION = "cemctl_write"
+_ENGINES: dict[tuple[str, int], Engine] = {}
+
+T = TypeVar("T")
+
+
+class DatabaseError(CemError):
+    """The results database cannot be opened or is newer than this cemctl."""
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for in-memory or other backends)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event emit BEGIN itself (pysqlite's own is deferred-only).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            cur.execute("PRAGMA foreign_keys = ON")
+            deadline = time.monotonic() + busy_timeout_s
+            while True:  # switching to WAL needs a moment of exclusive access
+                try:
+                    mode = cur.execute("PRAGMA journal_mode = WAL").fetchone()
+                    break
+                except Exception as e:  # sqlite3.OperationalError: database is locked
+                    if "locked" not in str(e) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05 + random.random() * 0.05)
+            if mode and str(mode[0]).lower() == "wal":
+                cur.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
+    """An engine on `url` with the schema at the current version (cached per process)."""
+    key = (url, os.getpid())
+    if key in _ENGINES:
+        return _ENGINES[key]
+    try:
+        u = make_url(url)
+    except Exception as e:
+        raise DatabaseError(f"--db: not a database URL or path: {url!r} ({e})") from None
+    kwargs: dict[str, Any] = {}
+    if u.get_backend_name() == "sqlite":
+        path = sqlite_path(url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": busy_timeout_s, "check_same_thread": False}
+    else:
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = create_engine(url, **kwargs)
+    except Exception as e:  # missing driver, bad URL
+        raise DatabaseError(f"--db: cannot open {url!r}: {' '.join(str(e).split())}") from None
+    if engine.dialect.name == "sqlite":
+        _install_sqlite_hooks(engine, busy_timeout_s)
+    if migrate:
+        from cemctl.db.migrations import migrate as _migrate
+
+        try:
+            _migrate(engine)
+        except CemError:
+            raise
+        except OperationalError as e:
+            raise DatabaseError(f"--db: cannot open {url!r}: {' '.join(str(e.orig).split())}") from None
+    _ENGINES[key] = engine
+    return engine
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine whose transactions start with BEGIN IMMEDIATE on SQLite."""
+    return engine.execution_options(**{_WRITE_OPTION: True})
+
+
+@contextlib.contextmanager
+def write_session(engine: Engine) -> Iterator[Session]:
+    """A session in one write transaction: committed on success, rolled back on error."""
+    with Session(writer(engine), expire_on_commit=False) as session:
+        with session.begin():
+            yield session
+
+
+@contextlib.contextmanager
+def read_session(engine: Engine) -> Iterator[Session]:
+    """A session for reads (objects stay usable after it closes)."""
+    with Session(engine, expire_on_commit=False) as session:
+        with session.begin():
+            yield session
+
+
+def is_locked_error(e: BaseException) -> bool:
+    text = str(getattr(e, "orig", e)).lower()
+    return "database is locked" in text or "database is busy" in text or "deadlock detected" in text
+
+
+def retry_locked(fn: Callable[[], T], *, attempts: int = 5) -> T:
+    """Run `fn` (a whole write transaction), retrying if the database stayed locked/busy."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except OperationalError as e:
+            if not is_locked_error(e) or i == attempts - 1:
+                raise
+            time.sleep(min(5.0, 0.1 * 2**i) * (1 + random.random()))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,484 @@
+"""Bring run directories into the database, idempotently (`cemctl sync`, `cemctl status`).
+
+    ingest_run(engine, run_dir)                  # one run: new metrics/events lines, heartbeat, result
+    sync_runs(engine, runs_root)                 # every run dir under runs_root (+ known run dirs)
+
+Both can run any number of times, from any number of processes: metrics are
+upserted on (run_id, kind, step), events on (run_id, line), results on run_id.
+metrics.jsonl and events.jsonl are read incrementally from a stored byte
+offset; a truncated last line is left for the next call; a file that was
+rewritten (shorter, or different bytes before the offset, e.g. after a resume
+dropped lines) is re-read from the start. A run dir the database does not know
+gets a row from its config.json, so the database can be rebuilt from the run
+dirs at any time.
+
+The state is derived from the files, newest evidence first (file mtimes, one
+clock): result.json -> its state ("done" always wins); the last events.jsonl
+line -> its state; heartbeat.json -> "running" (except after "cancelled").
+A "running" run whose heartbeat (or running event) is older than
+`heartbeat_timeout_s` is "stale" with reason "no heartbeat for N s". With no
+file evidence the database state (planned/queued) is kept.
+
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from cem_core.config import RunConfig, canonical_json
+from cem_core.errors import ConfigError
+from cemctl.db.engine import read_session, retry_locked, write_session
+from cemctl.db.models import RUN_STATES, Metric, Result, Run, RunEvent
+from cemctl.db.rundir import CONFIG_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, read_json
+
+DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
+_FINGERPRINT_BYTES = 256
+_METRIC_COLUMNS = ("tokens", "time_s", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
+_INT_METRIC_COLUMNS = ("tokens",)
+_RESULT_FLOATS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "train_flops", "wall_time_s")
+_RESULT_INTS = ("params_total", "params_non_embedding", "flops_per_token", "tokens", "steps", "diverged_step")
+
+
+@dataclass
+class IngestStats:
+    """What one `sync_runs` call did (printed by `cemctl sync`)."""
+
+    runs_seen: int = 0
+    runs_created: int = 0
+    runs_changed: int = 0
+    metric_rows: int = 0
+    event_rows: int = 0
+    results: int = 0
+    bad_lines: int = 0
+    errors: list[str] = field(default_factory=list)
+    states: Counter = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        states = ", ".join(f"{n} {s}" for s, n in sorted(self.states.items())) or "none"
+        text = (
+            f"synced {self.runs_seen} run dirs ({self.runs_created} new, {self.runs_changed} changed): "
+            f"{self.metric_rows} metric rows, {self.event_rows} events, {self.results} results; states: {states}"
+        )
+        if self.bad_lines:
+            text += f"; {self.bad_lines} unreadable lines skipped"
+        if self.errors:
+            text += f"; {len(self.errors)} run dirs skipped (first: {self.errors[0]})"
+        return text
+
+
+# ---------------------------------------------------------------------------
+# Reading files
+
+
+def _fingerprint(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16] if data else ""
+
+
+@dataclass
+class _Lines:
+    items: list[dict[str, Any] | None]  # None for an unreadable complete line
+    start_offset: int
+    new_offset: int
+    fingerprint: str
+    restarted: bool  # the file was rewritten: re-read from the start
+
+
+def _read_new_lines(path: Path, offset: int, fingerprint: str) -> _Lines:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return _Lines([], 0, 0, "", restarted=offset > 0)
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        start = offset
+        if offset > size:
+            start = 0
+        elif offset > 0:
+            f.seek(max(0, offset - _FINGERPRINT_BYTES))
+            if _fingerprint(f.read(min(offset, _FINGERPRINT_BYTES))) != fingerprint:
+                start = 0
+        f.seek(start)
+        data = f.read()
+    complete = data[: data.rfind(b"\n") + 1]
+    new_offset = start + len(complete)
+    tail = (data[: len(complete)] if start == 0 else None)
+    if tail is None:  # fingerprint of the bytes just before new_offset
+        with open(path, "rb") as f2:
+            f2.seek(max(0, new_offset - _FINGERPRINT_BYTES))
+            tail = f2.read(min(new_offset, _FINGERPRINT_BYTES))
+    else:
+        tail = tail[-_FINGERPRINT_BYTES:]
+    items: list[dict[str, Any] | None] = []
+    for raw in complete.split(b"\n")[:-1]:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            obj = None
+        items.append(obj if isinstance(obj, dict) else None)
+    return _Lines(items, start, new_offset, _fingerprint(tail), restarted=(start == 0 and offset > 0))
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _num(value: Any, kind: type) -> Any:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if kind is int:
+            return int(value)
+        v = float(value)
+        return v if math.isfinite(v) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Upserts (SQLite and PostgreSQL both speak INSERT .. ON CONFLICT)
+
+
+def _insert(session: Session, model: type) -> Any:
+    name = session.get_bind().dialect.name
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(model)
+
+
+def _upsert(session: Session, model: type, rows: list[dict[str, Any]], keys: list[str], update: Iterable[str] | None) -> None:
+    if not rows:
+        return
+    stmt = _insert(session, model)
+    if update is None:
+        stmt = stmt.on_conflict_do_nothing(index_elements=keys)
+    else:
+        stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
+    for i in range(0, len(rows), 500):
+        session.execute(stmt, rows[i : i + 500])
+
+
+# ---------------------------------------------------------------------------
+# One run
+
+
+@dataclass
+class _Snapshot:
+    """The parts of a run row the change check needs (detached from any session)."""
+
+    state: str
+    state_at: float | None
+    heartbeat_at: float | None
+    result_mtime: float | None
+    metrics_offset: int
+    metrics_fingerprint: str
+    events_offset: int
+    events_fingerprint: str
+
+    @classmethod
+    def of(cls, run: Run) -> "_Snapshot":
+        return cls(
+            run.state, run.state_at, run.heartbeat_at, run.result_mtime,
+            run.metrics_offset or 0, run.metrics_fingerprint or "", run.events_offset or 0, run.events_fingerprint or "",
+        )
+
+
+def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: float) -> bool:
+    if snap is None:
+        return True
+    for name, offset in ((METRICS_FILE, snap.metrics_offset), (EVENTS_FILE, snap.events_offset)):
+        try:
+            size = (run_dir / name).stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size != offset:  # new bytes (maybe a partial line: cheap to look again) or rewritten
+            return True
+    if _mtime(run_dir / RESULT_FILE) != snap.result_mtime:
+        return True
+    if _mtime(run_dir / HEARTBEAT_FILE) != snap.heartbeat_at:
+        return True
+    if snap.state == "running":
+        last_alive = max(snap.heartbeat_at or 0.0, snap.state_at or 0.0)
+        return now - last_alive > timeout_s
+    return False
+
+
+def _create_row(session: Session, run_dir: Path, now: float) -> Run | None:
+    from cemctl.db.runs import new_run_row
+
+    cfg_path = run_dir / CONFIG_FILE
+    d = read_json(cfg_path)
+    if d is None:
+        raise ConfigError(CONFIG_FILE, "missing or not a JSON object", source=str(run_dir))
+    try:
+        cfg = RunConfig.from_dict(d)
+    except ConfigError as e:
+        raise e.with_source(str(cfg_path)) from None
+    run = new_run_row(run_dir.name, cfg, run_dir.resolve(), now)
+    run.config_json = canonical_json(d)
+    run.state_reason = "found by sync"
+    session.add(run)
+    session.flush()
+    return run
+
+
+@dataclass
+class _Outcome:
+    created: bool = False
+    changed: bool = False
+    metric_rows: int = 0
+    event_rows: int = 0
+    result: bool = False
+    bad_lines: int = 0
+    state: str = ""
+
+
+def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeout_s: float, out: _Outcome) -> None:
+    """Apply the run dir's files to `run` inside the caller's write transaction."""
+    rid = run.id
+    # --- metrics.jsonl
+    lines = _read_new_lines(run_dir / METRICS_FILE, run.metrics_offset or 0, run.metrics_fingerprint or "")
+    if lines.restarted:
+        session.execute(delete(Metric).where(Metric.run_id == rid))
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for obj in lines.items:
+        if obj is None or not isinstance(obj.get("kind"), str) or _num(obj.get("step"), int) is None:
+            out.bad_lines += 1
+            continue
+        row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": _num(obj["step"], int)}
+        for col in _METRIC_COLUMNS:
+            row[col] = _num(obj.get(col), int if col in _INT_METRIC_COLUMNS else float)
+        extra = {k: v for k, v in obj.items() if k not in ("kind", "step", *_METRIC_COLUMNS)}
+        row["extra_json"] = json.dumps(extra, sort_keys=True) if extra else None
+        rows[(row["kind"], row["step"])] = row  # a re-logged step: the last line wins
+    ordered = sorted(rows.values(), key=lambda r: (r["kind"], r["step"]))
+    _upsert(session, Metric, ordered, ["run_id", "kind", "step"], ["tokens", "extra_json", *_METRIC_COLUMNS])
+    out.metric_rows += len(ordered)
+    run.metrics_offset, run.metrics_fingerprint = lines.new_offset, lines.fingerprint
+    for r in ordered:
+        if r["kind"] == "train":
+            if (run.last_step or 0) <= r["step"]:
+                run.last_step = r["step"]
+                run.tokens = r["tokens"] if r["tokens"] is not None else run.tokens
+                run.last_train_loss = r["train_loss"] if r["train_loss"] is not None else run.last_train_loss
+                run.tokens_per_s = r["tokens_per_s"] if r["tokens_per_s"] is not None else run.tokens_per_s
+        elif r["kind"] == "val" and r["val_loss"] is not None:
+            run.last_val_loss = r["val_loss"]
+
+    # --- events.jsonl
+    ev_lines = _read_new_lines(run_dir / EVENTS_FILE, run.events_offset or 0, run.events_fingerprint or "")
+    first_line = run.events_lines or 0
+    if ev_lines.restarted:
+        session.execute(delete(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "file"))
+        first_line = 0
+    ev_rows = []
+    for i, obj in enumerate(ev_lines.items):
+        if obj is None or obj.get("state") not in RUN_STATES or _num(obj.get("time"), float) is None:
+            out.bad_lines += 1
+            continue
+        ev_rows.append(
+            {
+                "run_id": rid, "time": _num(obj["time"], float), "state": obj["state"],
+                "reason": str(obj.get("reason") or "")[:2000], "attempt": _num(obj.get("attempt"), int),
+                "host": (str(obj["host"])[:255] if obj.get("host") else None), "pid": _num(obj.get("pid"), int),
+                "source": "file", "line": first_line + i,
+            }
+        )
+        if obj.get("executor"):
+            run.executor = str(obj["executor"])[:32]
+        if obj.get("job_id") is not None:
+            run.job_id = str(obj["job_id"])[:128]
+        if ev_rows[-1]["attempt"] is not None:
+            run.attempts = max(run.attempts or 0, ev_rows[-1]["attempt"])
+        if obj["state"] == "running" and run.started_at is None:
+            run.started_at = ev_rows[-1]["time"]
+    _upsert(session, RunEvent, ev_rows, ["run_id", "line"], None)
+    out.event_rows += len(ev_rows)
+    run.events_offset, run.events_fingerprint = ev_lines.new_offset, ev_lines.fingerprint
+    run.events_lines = first_line + len(ev_lines.items)
+    last_event = session.scalars(
+        select(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "file")
+        .order_by(RunEvent.line.desc()).limit(1)
+    ).first()
+    events_mtime = _mtime(run_dir / EVENTS_FILE)
+
+    # --- heartbeat.json
+    hb_mtime = _mtime(run_dir / HEARTBEAT_FILE)
+    hb = read_json(run_dir / HEARTBEAT_FILE) if hb_mtime is not None else None
+    if hb is not None:
+        run.heartbeat_at = hb_mtime
+        for col, key in (("last_step", "step"), ("total_steps", "total_steps"), ("tokens", "tokens")):
+            value = _num(hb.get(key), int)
+            if value is not None and not (col == "last_step" and (run.last_step or 0) > value and not lines.restarted):
+                setattr(run, col, value)
+        if hb.get("host"):
+            run.host = str(hb["host"])[:255]
+        run.pid = _num(hb.get("pid"), int) or run.pid
+        attempt = _num(hb.get("attempt"), int)
+        if attempt is not None:
+            run.attempts = max(run.attempts or 0, attempt)
+        if run.started_at is None:
+            run.started_at = _num(hb.get("time"), float) or hb_mtime
+    else:
+        run.heartbeat_at = hb_mtime  # None, or an unreadable file being replaced
+
+    # --- result.json
+    res_mtime = _mtime(run_dir / RESULT_FILE)
+    res = read_json(run_dir / RESULT_FILE) if res_mtime is not None else None
+    if res is not None and res.get("state") in ("done", "diverged", "failed"):
+        if res_mtime != run.result_mtime:
+            values: dict[str, Any] = {"run_id": rid, "state": res["state"], "recorded_at": now,
+                                      "result_json": json.dumps(res, sort_keys=True, default=str),
+                                      "error": (str(res["error"])[:4000] if res.get("error") else None)}
+            for key in _RESULT_FLOATS:
+                values[key] = _num(res.get(key), float)
+            for key in _RESULT_INTS:
+                values[key] = _num(res.get(key), int)
+            _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
+            out.result = True
+            run.result_mtime = res_mtime
+            run.finished_at = res_mtime
+            run.error = values["error"]
+            for key in ("params_total", "params_non_embedding", "flops_per_token", "tokens"):
+                if values[key] is not None:
+                    setattr(run, key, values[key])
+            if values["steps"] is not None:
+                run.last_step = values["steps"]
+    else:
+        res = None
+
+    # --- the state, newest evidence first
+    candidates: list[tuple[float, int, str, str]] = []
+    if res is not None and res_mtime is not None:
+        candidates.append((res_mtime, 2, res["state"], str(res.get("error") or f"result.json: {res['state']}")))
+    if last_event is not None:
+        candidates.append((events_mtime or last_event.time, 1, last_event.state, last_event.reason or ""))
+    if hb is not None and hb_mtime is not None and not (last_event is not None and last_event.state == "cancelled"):
+        candidates.append((hb_mtime, 0, "running", "heartbeat"))
+    state, reason = run.state, run.state_reason or ""
+    if res is not None and res["state"] == "done":
+        state, reason = "done", "result.json: done"
+    elif candidates:
+        _, _, state, reason = max(candidates)
+    if state == "running":
+        alive = [t for t in (hb_mtime, events_mtime if last_event is not None and last_event.state == "running" else None) if t]
+        last_alive = max(alive) if alive else (run.state_at or now)
+        age = now - last_alive
+        if age > timeout_s:
+            state, reason = "stale", f"no heartbeat for {int(age)} s"
+    if state != run.state:
+        from_file_event = last_event is not None and last_event.state == state and candidates and max(candidates)[1] == 1
+        if not from_file_event:
+            session.add(RunEvent(run_id=rid, time=now, state=state, reason=reason, attempt=run.attempts, source="derived"))
+            out.event_rows += 1
+        run.state, run.state_reason, run.state_at = state, reason, now
+        out.changed = True
+    if run.run_dir is None:
+        run.run_dir = str(run_dir.resolve())
+    if out.metric_rows or out.event_rows or out.result or lines.restarted or ev_lines.restarted:
+        out.changed = True
+    run.updated_at = now
+    out.state = run.state
+
+
+def _ingest_one(engine: Engine, run_dir: Path, snap: _Snapshot | None, known: bool, now: float, timeout_s: float) -> _Outcome:
+    out = _Outcome()
+    if known and not _needs_update(snap, run_dir, now, timeout_s):
+        out.state = snap.state if snap else ""
+        return out
+
+    def write() -> _Outcome:
+        o = _Outcome()
+        with write_session(engine) as s:
+            run = s.get(Run, run_dir.name)
+            if run is None:
+                run = _create_row(s, run_dir, now)
+                o.created = True
+            assert run is not None
+            _ingest_locked(s, run, run_dir, now, timeout_s, o)
+        return o
+
+    return retry_locked(write)
+
+
+def ingest_run(
+    engine: Engine, run_dir: Path | str, *, heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S, now: float | None = None
+) -> str:
+    """Ingest one run directory (named by its run id); returns the run's state.
+
+    Raises ConfigError if the database does not know the run and its config.json is missing or bad.
+    """
+    run_dir = Path(run_dir)
+    now = time.time() if now is None else now
+    with read_session(engine) as s:
+        run = s.get(Run, run_dir.name)
+        snap = _Snapshot.of(run) if run is not None else None
+    return _ingest_one(engine, run_dir, snap, run is not None, now, heartbeat_timeout_s).state
+
+
+def sync_runs(
+    engine: Engine,
+    runs_root: Path | str,
+    *,
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    now: float | None = None,
+    run_ids: Iterable[str] | None = None,
+) -> IngestStats:
+    """Ingest every run dir under `runs_root` (and every known run's recorded dir).
+
+    `run_ids` limits it to those runs. A bad run dir is reported in
+    `stats.errors` and skipped; it never stops the others.
+    """
+    root = Path(runs_root)
+    now = time.time() if now is None else now
+    wanted = set(run_ids) if run_ids is not None else None
+    with read_session(engine) as s:
+        q = select(Run)
+        if wanted is not None:
+            q = q.where(Run.id.in_(wanted))
+        snaps = {r.id: (_Snapshot.of(r), r.run_dir) for r in s.scalars(q)}
+    dirs: dict[str, Path] = {}
+    if root.is_dir():
+        for entry in sorted(os.scandir(root), key=lambda e: e.name):
+            if entry.is_dir() and not entry.name.startswith(".") and (wanted is None or entry.name in wanted):
+                if entry.name in snaps or os.path.exists(os.path.join(entry.path, CONFIG_FILE)):
+                    dirs[entry.name] = Path(entry.path)
+    for rid, (_, recorded) in snaps.items():
+        if rid not in dirs and recorded and os.path.isdir(recorded):
+            dirs[rid] = Path(recorded)
+    stats = IngestStats()
+    for rid, run_dir in dirs.items():
+        stats.runs_seen += 1
+        snap = snaps.get(rid, (None, None))[0]
+        try:
+            out = _ingest_one(engine, run_dir, snap, rid in snaps, now, heartbeat_timeout_s)
+        except ConfigError as e:
+            stats.errors.append(str(e))
+            continue
+        stats.runs_created += out.created
+        stats.runs_changed += out.changed and not out.created
+        stats.metric_rows += out.metric_rows
+        stats.event_rows += out.event_rows
+        stats.results += out.result
+        stats.bad_lines += out.bad_lines
+        stats.states[out.state] += 1
+    return stats

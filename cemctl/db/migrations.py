@@ -1,0 +1,120 @@
+"""Schema versions of the results database; `open_db` upgrades older files in place.
+
+The version lives in the `schema_version` table (one row per applied version).
+A database is never discarded: each step below is applied inside one write
+transaction (SQLite and PostgreSQL both roll DDL back on error), then stamped.
+
+Versions:
+  1  experiments, experiment_runs, runs (state, executor, progress), metrics,
+     results, schema_version.  (A file with a `runs` table and no
+     `schema_version` table is treated as version 1.)
+  2  runs: state_reason, state_at, pid, heartbeat_at, tokens_per_s, params_total,
+     params_non_embedding, flops_per_token and the incremental-ingest offsets;
+     experiments.overrides_json; experiment_runs.position; metrics.extra_json;
+     results: flops_per_token, train_flops, diverged_step; table run_events;
+     indexes for status (runs by state) and report (links by run).
+
+To add version N: write `_to_vN(conn)` with explicit DDL, add it to
+`MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
+file with data.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from sqlalchemy import inspect, select, text
+from sqlalchemy.engine import Connection, Engine
+
+from cemctl.db.models import Base, RunEvent, SchemaVersion
+
+CURRENT_VERSION = 2
+
+
+def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
+    existing = {c["name"] for c in inspect(conn).get_columns(table)}
+    for name, ddl in columns:
+        if name not in existing:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}"))
+
+
+def _to_v2(conn: Connection) -> None:
+    _add_columns(conn, "experiments", [("overrides_json", "TEXT NOT NULL DEFAULT '{}'")])
+    _add_columns(conn, "experiment_runs", [("position", "INTEGER NOT NULL DEFAULT 0")])
+    _add_columns(
+        conn,
+        "runs",
+        [
+            ("state_reason", "TEXT"),
+            ("state_at", "FLOAT"),
+            ("pid", "INTEGER"),
+            ("heartbeat_at", "FLOAT"),
+            ("tokens_per_s", "FLOAT"),
+            ("params_total", "BIGINT"),
+            ("params_non_embedding", "BIGINT"),
+            ("flops_per_token", "BIGINT"),
+            ("metrics_offset", "BIGINT NOT NULL DEFAULT 0"),
+            ("metrics_fingerprint", "VARCHAR(64) NOT NULL DEFAULT ''"),
+            ("events_offset", "BIGINT NOT NULL DEFAULT 0"),
+            ("events_fingerprint", "VARCHAR(64) NOT NULL DEFAULT ''"),
+            ("events_lines", "INTEGER NOT NULL DEFAULT 0"),
+            ("result_mtime", "FLOAT"),
+        ],
+    )
+    _add_columns(conn, "metrics", [("extra_json", "TEXT")])
+    _add_columns(
+        conn,
+        "results",
+        [("flops_per_token", "BIGINT"), ("train_flops", "FLOAT"), ("diverged_step", "INTEGER")],
+    )
+    RunEvent.__table__.create(conn, checkfirst=True)
+    conn.execute(text("CREATE INDEX IF NOT EXISTS ix_runs_state ON runs (state)"))
+    conn.execute(text("CREATE INDEX IF NOT EXISTS ix_experiment_runs_run_id ON experiment_runs (run_id)"))
+    # Older rows: a state time so that newer file evidence can win over it.
+    conn.execute(text("UPDATE runs SET state_at = COALESCE(updated_at, created_at) WHERE state_at IS NULL"))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2}
+
+
+def schema_version(conn: Connection) -> int:
+    """0 for an empty database, else the newest applied version."""
+    tables = set(inspect(conn).get_table_names())
+    if "schema_version" in tables:
+        version = conn.execute(select(SchemaVersion.version).order_by(SchemaVersion.version.desc())).scalar()
+        if version is not None:
+            return int(version)
+    return 1 if "runs" in tables else 0
+
+
+def _stamp(conn: Connection, version: int) -> None:
+    SchemaVersion.__table__.create(conn, checkfirst=True)
+    conn.execute(SchemaVersion.__table__.insert().values(version=version, applied_at=time.time()))
+
+
+def migrate(engine: Engine) -> int:
+    """Bring the schema to CURRENT_VERSION; returns the version it found."""
+    from cemctl.db.engine import DatabaseError, writer
+
+    with engine.connect() as conn:  # fast path: nothing to do
+        found = schema_version(conn)
+        conn.rollback()
+    if found == CURRENT_VERSION:
+        return found
+    if found > CURRENT_VERSION:
+        raise DatabaseError(
+            f"results database schema version {found} is newer than this cemctl supports ({CURRENT_VERSION}); upgrade cemctl"
+        )
+    with writer(engine).begin() as conn:
+        if conn.dialect.name == "postgresql":  # one migrator at a time
+            conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
+        found = schema_version(conn)  # re-read under the write lock
+        if found == 0:
+            Base.metadata.create_all(conn)
+            _stamp(conn, CURRENT_VERSION)
+        elif found < CURRENT_VERSION:
+            for version in range(found + 1, CURRENT_VERSION + 1):
+                MIGRATIONS[version](conn)
+                _stamp(conn, version)
+    return found

@@ -1,0 +1,164 @@
+"""Typed SQLAlchemy models of the results database (`cemctl plan`, `launch`, `status`, `report`, `sync`).
+
+Tables (read them with pandas: `pd.read_sql_table("runs", engine)` or the
+helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
+(`time.time()`), the unit the run directory files use.
+
+- `experiments`: one row per planned grid (unique `name`; re-planning replaces
+  the experiment's run links with the current grid's runs).
+- `experiment_runs`: experiment <-> run links (many-to-many) with the run's
+  varied axes in this experiment (`axes_json`) and its position in the grid.
+- `runs`: one row per run; `id` = `cem_core.config.run_id` (content hash of the
+  resolved config), so a Llama baseline shared by two figures is one run.
+  Holds the state and the summary columns `cemctl status` shows.
+- `run_events`: every state transition (time, state, reason, attempt, host).
+- `metrics`: one row per (run_id, kind, step) (kind = train | val | energy);
+  wide columns for the known keys, anything else in `extra_json`.
+- `results`: the terminal `result.json` of a run, one row per run.
+- `schema_version`: the version the file was migrated to (`cemctl.db.migrations`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Run states, in lifecycle order (docs/design.md).
+RUN_STATES = ("planned", "queued", "running", "done", "diverged", "failed", "stale", "cancelled")
+TERMINAL_STATES = ("done", "diverged", "failed", "cancelled")
+RESULT_STATES = ("done", "diverged", "failed")  # what result.json may say
+ACTIVE_STATES = ("queued", "running")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersion(Base):
+    __tablename__ = "schema_version"
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    applied_at: Mapped[float] = mapped_column(Float)
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    figure: Mapped[str] = mapped_column(String(64), default="")  # report kind (cemctl.grid.kinds)
+    grid_path: Mapped[str] = mapped_column(Text, default="")
+    grid_sha256: Mapped[str] = mapped_column(String(64), default="")
+    grid_text: Mapped[str] = mapped_column(Text, default="")
+    scale: Mapped[str] = mapped_column(String(32), default="tiny")
+    overrides_json: Mapped[str] = mapped_column(Text, default="{}")  # --set key=value
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ExperimentRun(Base):
+    __tablename__ = "experiment_runs"
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    axes_json: Mapped[str] = mapped_column(Text, default="{}")  # {"model.size": "nano", ...}
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    __table_args__ = (Index("ix_experiment_runs_run_id", "run_id"),)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    config_json: Mapped[str] = mapped_column(Text)  # resolved RunConfig.to_dict(), canonical JSON
+    state: Mapped[str] = mapped_column(String(16), default="planned")
+    state_reason: Mapped[Optional[str]] = mapped_column(Text)
+    state_at: Mapped[Optional[float]] = mapped_column(Float)  # when `state` was last set
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    executor: Mapped[Optional[str]] = mapped_column(String(32))
+    job_id: Mapped[Optional[str]] = mapped_column(String(128))
+    host: Mapped[Optional[str]] = mapped_column(String(255))
+    pid: Mapped[Optional[int]] = mapped_column(Integer)
+    run_dir: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[Optional[float]] = mapped_column(Float)
+    finished_at: Mapped[Optional[float]] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[Optional[float]] = mapped_column(Float)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    # Summary columns for `cemctl status` (from heartbeat.json / metrics.jsonl / result.json)
+    total_steps: Mapped[Optional[int]] = mapped_column(Integer)
+    last_step: Mapped[Optional[int]] = mapped_column(Integer)
+    tokens: Mapped[Optional[int]] = mapped_column(BigInteger)
+    last_train_loss: Mapped[Optional[float]] = mapped_column(Float)
+    last_val_loss: Mapped[Optional[float]] = mapped_column(Float)
+    tokens_per_s: Mapped[Optional[float]] = mapped_column(Float)
+    params_total: Mapped[Optional[int]] = mapped_column(BigInteger)
+    params_non_embedding: Mapped[Optional[int]] = mapped_column(BigInteger)
+    flops_per_token: Mapped[Optional[int]] = mapped_column(BigInteger)
+    # Incremental ingest: bytes of metrics.jsonl / events.jsonl already read, and a
+    # fingerprint of the bytes before that offset (a rewritten file is re-read).
+    metrics_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    metrics_fingerprint: Mapped[str] = mapped_column(String(64), default="")
+    events_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    events_fingerprint: Mapped[str] = mapped_column(String(64), default="")
+    events_lines: Mapped[int] = mapped_column(Integer, default=0)
+    result_mtime: Mapped[Optional[float]] = mapped_column(Float)  # result.json last ingested
+    __table_args__ = (Index("ix_runs_state", "state"),)
+
+
+class RunEvent(Base):
+    __tablename__ = "run_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    time: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[Optional[int]] = mapped_column(Integer)
+    host: Mapped[Optional[str]] = mapped_column(String(255))
+    pid: Mapped[Optional[int]] = mapped_column(Integer)
+    # source: "file" (a line of events.jsonl, `line` = its 0-based index) or
+    # "derived" (a state the database derived, e.g. stale from an old heartbeat).
+    source: Mapped[str] = mapped_column(String(16), default="file")
+    line: Mapped[Optional[int]] = mapped_column(Integer)
+    __table_args__ = (
+        UniqueConstraint("run_id", "line", name="uq_run_events_run_line"),
+        Index("ix_run_events_run_id_time", "run_id", "time"),
+    )
+
+
+class Metric(Base):
+    __tablename__ = "metrics"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # train | val | energy | ...
+    step: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[Optional[int]] = mapped_column(BigInteger)
+    time_s: Mapped[Optional[float]] = mapped_column(Float)
+    train_loss: Mapped[Optional[float]] = mapped_column(Float)
+    val_loss: Mapped[Optional[float]] = mapped_column(Float)
+    lr: Mapped[Optional[float]] = mapped_column(Float)
+    grad_norm: Mapped[Optional[float]] = mapped_column(Float)
+    tokens_per_s: Mapped[Optional[float]] = mapped_column(Float)
+    extra_json: Mapped[Optional[str]] = mapped_column(Text)  # other keys of the line
+    __table_args__ = (UniqueConstraint("run_id", "kind", "step", name="uq_metrics_run_kind_step"),)
+
+
+class Result(Base):
+    __tablename__ = "results"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    test_loss: Mapped[Optional[float]] = mapped_column(Float)
+    test_ppl: Mapped[Optional[float]] = mapped_column(Float)
+    val_loss: Mapped[Optional[float]] = mapped_column(Float)
+    val_ppl: Mapped[Optional[float]] = mapped_column(Float)
+    params_total: Mapped[Optional[int]] = mapped_column(BigInteger)
+    params_non_embedding: Mapped[Optional[int]] = mapped_column(BigInteger)
+    flops_per_token: Mapped[Optional[int]] = mapped_column(BigInteger)
+    train_flops: Mapped[Optional[float]] = mapped_column(Float)
+    tokens: Mapped[Optional[int]] = mapped_column(BigInteger)
+    steps: Mapped[Optional[int]] = mapped_column(Integer)
+    wall_time_s: Mapped[Optional[float]] = mapped_column(Float)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    diverged_step: Mapped[Optional[int]] = mapped_column(Integer)
+    result_json: Mapped[str] = mapped_column(Text, default="{}")
+    recorded_at: Mapped[float] = mapped_column(Float)

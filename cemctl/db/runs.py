@@ -1,0 +1,246 @@
+"""Reading and writing experiments and runs (`cemctl plan`, `launch`, `status`, `cancel`).
+
+    record_plan(engine, plan, runs_root) -> RecordedPlan(experiment_id, states, created)
+    set_state(engine, run_id, "queued", "submitted", executor="slurm", job_id="123")
+    list_runs(engine, experiment="fig2a", states=("planned", "failed"))
+    get_run(engine, run_id); get_experiment(engine, name); list_experiments(engine)
+    run_config(run) -> RunConfig
+
+Run identity is the config hash (`cem_core.config.run_id`): recording the same
+grid twice adds nothing; changing one value adds exactly the new runs. Known
+runs keep their state. `set_state` appends the transition to the run
+directory's events.jsonl (the ground truth) and ingests it, so the database
+and the files never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Engine
+
+from cem_core.config import RunConfig, canonical_json
+from cem_core.errors import CemError
+from cemctl.db.engine import read_session, retry_locked, write_session
+from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
+
+
+class PlannedRunLike(Protocol):
+    run_id: str
+    config: RunConfig  # resolved
+    axes: dict[str, Any]
+
+
+class PlanLike(Protocol):
+    name: str
+    description: str
+    figure: str
+    path: str
+    text: str
+    sha256: str
+    scale: str
+    overrides: dict[str, Any]
+    runs: Sequence[PlannedRunLike]
+
+
+def run_config(run: Run) -> RunConfig:
+    """The resolved RunConfig stored with a run."""
+    return RunConfig.from_dict(json.loads(run.config_json))
+
+
+def _summary_counts(cfg: RunConfig) -> dict[str, int]:
+    from cem_core.counts import flops_per_token, param_counts
+
+    counts = param_counts(cfg.model)
+    return {
+        "params_total": counts["total"],
+        "params_non_embedding": counts["non_embedding"],
+        "flops_per_token": flops_per_token(cfg.model),
+    }
+
+
+def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | None, now: float) -> Run:
+    from cem_core.config import total_steps
+
+    return Run(
+        id=run_id,
+        config_json=canonical_json(cfg.to_dict()),
+        state="planned",
+        state_reason="planned",
+        state_at=now,
+        attempts=0,
+        run_dir=str(run_dir) if run_dir is not None else None,
+        created_at=now,
+        updated_at=now,
+        total_steps=total_steps(cfg),
+        metrics_offset=0,
+        metrics_fingerprint="",
+        events_offset=0,
+        events_fingerprint="",
+        events_lines=0,
+        **_summary_counts(cfg),
+    )
+
+
+@dataclass
+class RecordedPlan:
+    experiment_id: int
+    states: dict[str, str]  # run_id -> state, in grid order (known runs keep theirs)
+    created: set[str]  # run ids this call added
+
+
+def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> RecordedPlan:
+    """Record the experiment and its runs (idempotent).
+
+    The experiment's links are replaced by the plan's runs (runs dropped from
+    the grid stay in `runs` with their results, unlinked).
+    """
+    root = Path(runs_root).resolve()
+
+    def write() -> RecordedPlan:
+        now = time.time()
+        with write_session(engine) as s:
+            exp = s.scalars(select(Experiment).where(Experiment.name == plan.name)).one_or_none()
+            if exp is None:
+                exp = Experiment(name=plan.name, created_at=now)
+                s.add(exp)
+            exp.description = plan.description
+            exp.figure = plan.figure
+            exp.grid_path = str(plan.path)
+            exp.grid_text = plan.text
+            exp.grid_sha256 = plan.sha256
+            exp.scale = plan.scale
+            exp.overrides_json = json.dumps(plan.overrides, sort_keys=True, default=str)
+            exp.updated_at = now
+            s.flush()
+            ids = [r.run_id for r in plan.runs]
+            known: dict[str, Run] = {}
+            created: set[str] = set()
+            for chunk in range(0, len(ids), 500):
+                for run in s.scalars(select(Run).where(Run.id.in_(ids[chunk : chunk + 500]))):
+                    known[run.id] = run
+            for pr in plan.runs:
+                if pr.run_id not in known:
+                    run = new_run_row(pr.run_id, pr.config, root / pr.run_id, now)
+                    s.add(run)
+                    s.add(RunEvent(run_id=pr.run_id, time=now, state="planned", reason=f"planned by {plan.name}", source="derived"))
+                    known[pr.run_id] = run
+                    created.add(pr.run_id)
+                elif not known[pr.run_id].run_dir:
+                    known[pr.run_id].run_dir = str(root / pr.run_id)
+            s.flush()
+            s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id))
+            s.add_all(
+                ExperimentRun(
+                    experiment_id=exp.id,
+                    run_id=pr.run_id,
+                    axes_json=json.dumps(pr.axes, sort_keys=True, default=str),
+                    position=i,
+                )
+                for i, pr in enumerate(plan.runs)
+            )
+            return RecordedPlan(exp.id, {rid: known[rid].state for rid in ids}, created)
+
+    return retry_locked(write)
+
+
+def get_run(engine: Engine, run_id: str) -> Run | None:
+    with read_session(engine) as s:
+        return s.get(Run, run_id)
+
+
+def get_experiment(engine: Engine, name: str) -> Experiment | None:
+    with read_session(engine) as s:
+        return s.scalars(select(Experiment).where(Experiment.name == name)).one_or_none()
+
+
+def list_experiments(engine: Engine) -> list[Experiment]:
+    with read_session(engine) as s:
+        return list(s.scalars(select(Experiment).order_by(Experiment.name)))
+
+
+def list_runs(
+    engine: Engine,
+    experiment: str | None = None,
+    states: Iterable[str] | None = None,
+    run_ids: Iterable[str] | None = None,
+) -> list[Run]:
+    """Runs (in grid order for an experiment, else by creation), optionally filtered by state/ids.
+
+    Raises CemError for an unknown experiment or state (naming the known ones).
+    """
+    with read_session(engine) as s:
+        q = select(Run)
+        if experiment is not None:
+            exp = s.scalars(select(Experiment).where(Experiment.name == experiment)).one_or_none()
+            if exp is None:
+                known = ", ".join(s.scalars(select(Experiment.name).order_by(Experiment.name))) or "none yet; run cemctl plan"
+                raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known})")
+            q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).where(ExperimentRun.experiment_id == exp.id)
+            q = q.order_by(ExperimentRun.position)
+        else:
+            q = q.order_by(Run.created_at, Run.id)
+        if states is not None:
+            states = list(states)
+            bad = [st for st in states if st not in RUN_STATES]
+            if bad:
+                raise CemError(f"state: unknown state {bad[0]!r} (allowed: {', '.join(RUN_STATES)})")
+            q = q.where(Run.state.in_(states))
+        if run_ids is not None:
+            q = q.where(Run.id.in_(list(run_ids)))
+        return list(s.scalars(q))
+
+
+def run_axes(engine: Engine, experiment: str) -> dict[str, dict[str, Any]]:
+    """{run_id: varied axes} of an experiment."""
+    with read_session(engine) as s:
+        rows = s.execute(
+            select(ExperimentRun.run_id, ExperimentRun.axes_json)
+            .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+            .where(Experiment.name == experiment)
+        )
+        return {rid: json.loads(axes or "{}") for rid, axes in rows}
+
+
+def run_events(engine: Engine, run_id: str) -> list[RunEvent]:
+    with read_session(engine) as s:
+        return list(s.scalars(select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.time, RunEvent.id)))
+
+
+def set_state(
+    engine: Engine,
+    run_id: str,
+    state: str,
+    reason: str = "",
+    *,
+    executor: str | None = None,
+    job_id: str | None = None,
+    attempt: int | None = None,
+    time_s: float | None = None,
+    **fields: Any,
+) -> Run:
+    """Record a state transition: append it to events.jsonl, then ingest the run.
+
+    Extra `fields` (host, pid, ...) go into the event line. Returns the updated
+    row. Raises CemError for an unknown run or state.
+    """
+    from cemctl.db.ingest import ingest_run
+    from cemctl.db.rundir import append_event
+
+    if state not in RUN_STATES:
+        raise CemError(f"state: unknown state {state!r} (allowed: {', '.join(RUN_STATES)})")
+    run = get_run(engine, run_id)
+    if run is None:
+        raise CemError(f"run: unknown run id {run_id!r}")
+    if not run.run_dir:
+        raise CemError(f"run {run_id}: no run directory recorded")
+    append_event(run.run_dir, state, reason, time_s=time_s, executor=executor, job_id=job_id, attempt=attempt, **fields)
+    ingest_run(engine, run.run_dir)
+    updated = get_run(engine, run_id)
+    assert updated is not None
+    return updated

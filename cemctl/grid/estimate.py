@@ -1,0 +1,44 @@
+"""Cost of a planned run without torch (`cemctl plan`): parameters, tokens, FLOPs, GPU-hours.
+
+Parameters and FLOPs are the exact analytic counts of `cem_core.counts`.
+Training FLOPs = 3 x forward matmul FLOPs per token x tokens. GPU-hours assume a
+sustained throughput of `gpu_tflops` x `mfu` (defaults: 312 TFLOP/s peak, the
+A100's dense bf16, at 40 % model FLOPs utilisation; `--gpu-tflops 989` for an
+H100). Element-wise work is not counted, so real runs of small models are slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cem_core.config import RunConfig, tokens_per_step, total_steps
+from cem_core.counts import param_counts, train_flops_per_token
+
+DEFAULT_GPU_TFLOPS = 312.0
+DEFAULT_MFU = 0.4
+
+
+@dataclass(frozen=True)
+class RunCost:
+    params_total: int
+    params_non_embedding: int
+    steps: int
+    tokens: int
+    train_flops: float
+    gpu_hours: float
+
+
+def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float = DEFAULT_MFU) -> RunCost:
+    """The cost of a resolved config."""
+    counts = param_counts(cfg.model)
+    steps = total_steps(cfg)
+    tokens = steps * tokens_per_step(cfg)
+    flops = float(train_flops_per_token(cfg.model)) * tokens
+    return RunCost(
+        params_total=counts["total"],
+        params_non_embedding=counts["non_embedding"],
+        steps=steps,
+        tokens=tokens,
+        train_flops=flops,
+        gpu_hours=flops / (gpu_tflops * 1e12 * mfu) / 3600.0,
+    )

@@ -1,0 +1,157 @@
+"""Expanding a `GridSpec` into resolved, deduplicated runs (`cemctl plan`, `cemctl launch FILE`).
+
+    plan = load_grid("experiments/fig2a.toml", scale="tiny", overrides={"train.max_steps": 50})
+    plan.runs  -> [PlannedRun(run_id, config, axes)]
+
+Runs = product(axes) x zip groups x seeds, plus each `[[extra]]` (its overrides,
+its own axes, and the main axes it does not set), minus `[[exclude]]`.
+Precedence: dataclass defaults < [base] < scale preset < axes/extra < --set.
+Every config is built, validated and resolved with `cem_core.config`; the first
+bad one raises `ConfigError` naming the file, the key and the allowed values.
+Identical resolved configs collapse to one run (identity = `run_id`). The size
+is checked against `MAX_RUNS` before the product is materialised.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from cem_core.config import RunConfig, canonical_json, flatten, resolve, run_id
+from cem_core.errors import ConfigError
+from cemctl.grid.kinds import DEFAULT_SCALE, MAX_RUNS
+from cemctl.grid.spec import SEED_KEY, GridSpec, Scalar, check_field, parse_grid
+
+
+@dataclass
+class PlannedRun:
+    run_id: str
+    config: RunConfig  # resolved
+    axes: dict[str, Any]  # the keys that vary across the experiment, with this run's values
+
+
+@dataclass
+class Plan:
+    name: str
+    description: str
+    figure: str
+    path: str
+    text: str
+    sha256: str
+    scale: str
+    overrides: dict[str, Any]
+    runs: list[PlannedRun]
+    varied: list[str] = field(default_factory=list)  # axis keys that vary, in file order
+    excluded: int = 0  # assignments dropped by [[exclude]]
+    duplicates: int = 0  # assignments that resolved to an already listed run
+
+
+@dataclass
+class _Block:
+    """One product: fixed overrides x axes (each a list of (key, value) tuples per choice)."""
+
+    overrides: dict[str, Scalar]
+    dims: list[list[tuple[tuple[str, Scalar], ...]]]
+
+    def size(self) -> int:
+        return math.prod(len(d) for d in self.dims)
+
+    def assignments(self) -> Iterator[dict[str, Scalar]]:
+        for combo in itertools.product(*self.dims):
+            a = dict(self.overrides)
+            for part in combo:
+                a.update(part)
+            yield a
+
+
+def _blocks(spec: GridSpec) -> list[_Block]:
+    main_dims: dict[str, list[tuple[tuple[str, Scalar], ...]]] = {}
+    for k, values in spec.axes.items():
+        main_dims[k] = [((k, v),) for v in values]
+    for i, group in enumerate(spec.zips):
+        keys = list(group)
+        n = len(group[keys[0]])
+        main_dims[f"zip[{i}]"] = [tuple((k, group[k][j]) for k in keys) for j in range(n)]
+    seed_dim = [((SEED_KEY, s),) for s in spec.seeds] if spec.seeds is not None else None
+    blocks = [_Block({}, list(main_dims.values()) + ([seed_dim] if seed_dim else []))]
+    for extra in spec.extras:
+        fixed = set(extra.overrides) | set(extra.axes)
+        dims = [d for d in main_dims.values() if not any(k in fixed for k, _ in d[0])]
+        dims += [[((k, v),) for v in values] for k, values in extra.axes.items()]
+        if seed_dim and SEED_KEY not in fixed:
+            dims.append(seed_dim)
+        blocks.append(_Block(dict(extra.overrides), dims))
+    return blocks
+
+
+def _excluded(flat: dict[str, Any], rules: list[dict[str, list[Scalar]]]) -> bool:
+    return any(all(k in flat and flat[k] in vals for k, vals in rule.items()) for rule in rules)
+
+
+def _describe(assignment: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in assignment.items()) or "base"
+
+
+def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs: int = MAX_RUNS) -> Plan:
+    """Build every run of the grid; raises ConfigError (with the file) on the first problem."""
+    overrides = dict(overrides or {})
+    for k in overrides:
+        check_field(k, "--set", "--set")
+    blocks = _blocks(spec)
+    total = sum(b.size() for b in blocks)
+    if total > max_runs:
+        raise ConfigError("axes", f"the grid expands to {total} runs, more than the limit of {max_runs}; split it or shrink the axes", source=spec.path)
+    runs: dict[str, PlannedRun] = {}
+    assigned: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    excluded = duplicates = 0
+    cache: dict[str, tuple[str, RunConfig]] = {}
+    for block in blocks:
+        for assignment in block.assignments():
+            flat = {**spec.base, **assignment}
+            if _excluded(flat, spec.excludes):
+                excluded += 1
+                continue
+            flat.update(overrides)
+            key = canonical_json({k: [type(v).__name__, v] for k, v in flat.items()})
+            if key in cache:
+                rid, cfg = cache[key]
+            else:
+                try:
+                    cfg = resolve(RunConfig.from_dict(flat))
+                except ConfigError as e:
+                    source = "--set" if e.key in overrides else spec.path
+                    where = f" (in run {_describe(assignment)})" if assignment else ""
+                    raise ConfigError(e.key, e.message + where, value=e.value, allowed=e.allowed, source=source) from None
+                rid = run_id(cfg)
+                cache[key] = (rid, cfg)
+            for k in assignment:
+                if k not in order:
+                    order.append(k)
+            if rid in runs:
+                duplicates += 1
+                continue
+            runs[rid] = PlannedRun(rid, cfg, {})
+            assigned[rid] = assignment
+    # The keys that vary across the experiment, valued from each resolved config.
+    values: dict[str, dict[str, Any]] = {rid: flatten(pr.config.to_dict()) for rid, pr in runs.items()}
+    varied = [k for k in order if len({repr(v.get(k)) for v in values.values()}) > 1]
+    for rid, pr in runs.items():
+        pr.axes = {k: values[rid].get(k) for k in varied}
+    if not runs:
+        raise ConfigError("exclude", "drops every run of the grid", source=spec.path)
+    return Plan(
+        name=spec.name, description=spec.description, figure=spec.figure, path=spec.path, text=spec.text,
+        sha256=spec.sha256, scale=spec.scale, overrides=overrides, runs=list(runs.values()), varied=varied,
+        excluded=excluded, duplicates=duplicates,
+    )
+
+
+def load_grid(
+    path: str | Path, scale: str = DEFAULT_SCALE, overrides: dict[str, Any] | None = None, *, max_runs: int = MAX_RUNS
+) -> Plan:
+    """Parse, validate and expand a grid file: the one entry point for grid files."""
+    return expand(parse_grid(path, scale), overrides, max_runs=max_runs)

@@ -1,0 +1,114 @@
+"""Plan an experiment: validate, write each run's config.json, record it (`cemctl plan FILE`).
+
+    report = plan_experiment("experiments/fig2a.toml", scale="tiny", overrides={"train.lr": 0.004},
+                             db_url="sqlite:///results.db", runs_root="runs")
+    report.rows  -> one dict per run: run_id, axes, params, tokens, FLOPs, GPU-hours, state, new
+
+Everything is validated before anything is written: a bad grid raises
+`ConfigError` and leaves no database (not even an empty file) and no run dir.
+Then each new run's `config.json` is written atomically into
+`<runs_root>/<run_id>/` (the ground truth first) and the experiment and its
+runs are recorded (`cemctl.db.record_plan`); runs already known keep their state.
+Torch is never imported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cem_core.errors import ConfigError
+from cemctl.grid.estimate import DEFAULT_GPU_TFLOPS, DEFAULT_MFU, run_cost
+from cemctl.grid.expand import Plan, load_grid
+from cemctl.grid.kinds import DEFAULT_SCALE
+
+
+@dataclass
+class PlanReport:
+    plan: Plan
+    rows: list[dict[str, Any]]
+    new_runs: int = 0
+    totals: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "experiment": p.name, "figure": p.figure, "scale": p.scale, "grid": p.path,
+            "overrides": p.overrides, "varied": p.varied, "excluded": p.excluded,
+            "duplicates": p.duplicates, "new_runs": self.new_runs, "totals": self.totals, "runs": self.rows,
+        }
+
+
+def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
+    """Write `config.json` of every run that has none yet (atomically); returns how many were written."""
+    from cemctl.db.rundir import CONFIG_FILE, atomic_write_json
+
+    root = Path(runs_root)
+    written = 0
+    for pr in plan.runs:
+        path = root / pr.run_id / CONFIG_FILE
+        if not path.exists():
+            atomic_write_json(path, pr.config.to_dict())
+            written += 1
+    return written
+
+
+def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float) -> list[dict[str, Any]]:
+    rows = []
+    for pr in plan.runs:
+        c = run_cost(pr.config, gpu_tflops=gpu_tflops, mfu=mfu)
+        rows.append(
+            {
+                "run_id": pr.run_id, "axes": pr.axes, "params_total": c.params_total,
+                "params_non_embedding": c.params_non_embedding, "steps": c.steps, "tokens": c.tokens,
+                "train_flops": c.train_flops, "gpu_hours": c.gpu_hours, "state": "planned", "new": True,
+            }
+        )
+    return rows
+
+
+def plan_experiment(
+    path: str | Path,
+    *,
+    scale: str = DEFAULT_SCALE,
+    overrides: dict[str, Any] | None = None,
+    db_url: str | None = None,
+    runs_root: str | Path = "runs",
+    gpu_tflops: float = DEFAULT_GPU_TFLOPS,
+    mfu: float = DEFAULT_MFU,
+    record: bool = True,
+) -> PlanReport:
+    """Validate and expand the grid, then (if `record`) write config.json files and record the runs."""
+    if not gpu_tflops > 0:
+        raise ConfigError("--gpu-tflops", f"must be > 0, got {gpu_tflops}")
+    if not 0 < mfu <= 1:
+        raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
+    plan = load_grid(path, scale, overrides)
+    rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu)
+    report = PlanReport(plan, rows)
+    if record:
+        from cemctl.db import open_db, record_plan
+
+        if db_url is None:
+            raise ConfigError("--db", "a database URL is needed to record the plan")
+        engine = open_db(db_url)
+        write_run_configs(plan, runs_root)
+        recorded = record_plan(engine, plan, runs_root)
+        for row in rows:
+            row["state"] = recorded.states[row["run_id"]]
+            row["new"] = row["run_id"] in recorded.created
+        report.new_runs = sum(r["new"] for r in rows)
+    else:
+        report.new_runs = len(rows)
+    report.totals = {
+        "runs": len(rows),
+        "tokens": sum(r["tokens"] for r in rows),
+        "train_flops": sum(r["train_flops"] for r in rows),
+        "gpu_hours": sum(r["gpu_hours"] for r in rows),
+        "gpu_tflops": gpu_tflops,
+        "mfu": mfu,
+    }
+    return report
+

@@ -1,0 +1,259 @@
+"""Parsing a grid file into a checked `GridSpec` (`cemctl plan FILE`).
+
+A grid file is TOML a researcher writes by hand:
+
+    [experiment]                 # name (default: file stem), description, figure (a report kind)
+    [base]                       # config keys, dotted ("model.attention" = "cem") or nested tables
+    [axes]                       # key = [values]: the grid is their product
+    [[zip]]                      # key = [values], ...: equal-length lists that move together
+    [[extra]]                    # extra runs: overrides on base (+ optional `axes` table); they
+                                 # also span the main axes they do not set (e.g. model.size)
+    [[exclude]]                  # partial assignment (key = value or [values]) of runs to drop
+    seeds = [0, 1]               # -> axis train.seed
+    [scale.tiny] / [scale.paper] # base / axes / seeds / exclude overrides, chosen with --scale
+
+Every structural problem raises `ConfigError(key, message, allowed=...)` with the
+file as source; values and combinations are checked when runs are built
+(`cemctl.grid.expand`), all before anything is written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cem_core.config import field_names, flatten
+from cem_core.errors import ConfigError
+from cemctl.grid.kinds import DEFAULT_SCALE, REPORT_KINDS, SCALES
+
+TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "seeds", "scale")
+EXPERIMENT_KEYS = ("name", "description", "figure")
+SCALE_KEYS = ("base", "axes", "seeds", "exclude")
+EXTRA_KEYS = ("axes",)  # besides config keys
+SEED_KEY = "train.seed"
+
+Scalar = str | int | float | bool
+
+
+@dataclass
+class ExtraSpec:
+    overrides: dict[str, Scalar]
+    axes: dict[str, list[Scalar]]
+
+
+@dataclass
+class GridSpec:
+    """A parsed grid file at one scale (scale overrides already applied)."""
+
+    path: str
+    text: str
+    sha256: str
+    name: str
+    description: str
+    figure: str
+    scale: str
+    base: dict[str, Scalar]
+    axes: dict[str, list[Scalar]]
+    zips: list[dict[str, list[Scalar]]]
+    extras: list[ExtraSpec]
+    excludes: list[dict[str, list[Scalar]]]
+    seeds: list[int] | None
+    scales_defined: list[str] = field(default_factory=list)
+
+
+def _err(key: str, message: str, path: str, **kw: Any) -> ConfigError:
+    return ConfigError(key, message, source=path, **kw)
+
+
+def _check_table(value: Any, key: str, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _err(key, f"must be a table, got {type(value).__name__}", path)
+    return value
+
+
+def _check_keys(d: dict[str, Any], allowed: tuple[str, ...], where: str, path: str) -> None:
+    for k in d:
+        if k not in allowed:
+            raise _err(f"{where}.{k}" if where else k, "unknown key", path, allowed=allowed)
+
+
+def check_field(key: str, path: str, where: str) -> None:
+    """Raise unless `key` is an addressable config field (names close matches, else the section's keys)."""
+    names = field_names()
+    if key in names:
+        return
+    section = key.split(".")[0]
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.75)
+    if close:
+        allowed: Any = close
+    elif section in ("model", "data", "train"):
+        allowed = field_names(section)
+    else:
+        allowed = ["task", "model.*", "data.*", "train.*"]
+    raise _err(key, f"unknown config key in {where}", path, allowed=allowed)
+
+
+def _check_scalar(key: str, value: Any, path: str, where: str) -> Scalar:
+    if isinstance(value, (dict, list)):
+        raise _err(key, f"must be a single value in {where}, got a {'table' if isinstance(value, dict) else 'list'}", path)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _err(key, f"must be a finite number, got {value} (in {where})", path)
+    if not isinstance(value, (str, int, float, bool)):
+        raise _err(key, f"must be a string, number or boolean, got {type(value).__name__} (in {where})", path)
+    return value
+
+
+def _config_table(value: Any, path: str, where: str) -> dict[str, Scalar]:
+    flat = flatten(_check_table(value, where, path))
+    out: dict[str, Scalar] = {}
+    for k, v in flat.items():
+        check_field(k, path, where)
+        out[k] = _check_scalar(k, v, path, where)
+    return out
+
+
+def _axes_table(value: Any, path: str, where: str) -> dict[str, list[Scalar]]:
+    flat = flatten(_check_table(value, where, path))
+    out: dict[str, list[Scalar]] = {}
+    for k, v in flat.items():
+        check_field(k, path, where)
+        if not isinstance(v, list):
+            raise _err(k, f"must be a list of values in {where}, got {type(v).__name__} {v!r}"[:200], path)
+        if not v:
+            raise _err(k, f"is an empty axis in {where} (give at least one value)", path)
+        values = [_check_scalar(k, x, path, where) for x in v]
+        if len(set(map(repr, values))) != len(values):
+            raise _err(k, f"has repeated values in {where}: {values}"[:200], path)
+        out[k] = values
+    return out
+
+
+def _seeds(value: Any, path: str, where: str) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise _err(where, "must be a non-empty list of integers, e.g. seeds = [0, 1, 2]", path)
+    for s in value:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise _err(where, f"must hold integers >= 0, got {s!r}", path)
+    if len(set(value)) != len(value):
+        raise _err(where, f"has repeated seeds: {value}", path)
+    return list(value)
+
+
+def _excludes(value: Any, path: str, where: str) -> list[dict[str, list[Scalar]]]:
+    if not isinstance(value, list):
+        raise _err(where, "must be an array of tables ([[exclude]])", path)
+    out = []
+    for i, item in enumerate(value):
+        flat = flatten(_check_table(item, f"{where}[{i}]", path))
+        if not flat:
+            raise _err(f"{where}[{i}]", "is empty (it would drop every run)", path)
+        rule: dict[str, list[Scalar]] = {}
+        for k, v in flat.items():
+            check_field(k, path, where)
+            vals = v if isinstance(v, list) else [v]
+            rule[k] = [_check_scalar(k, x, path, where) for x in vals]
+        out.append(rule)
+    return out
+
+
+def parse_toml(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The TOML document and its text; syntax errors become one-line ConfigErrors with the line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError("file", "no such grid file", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("file", f"cannot read: {e}", source=str(path)) from None
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", f"syntax error: {e}", source=str(path)) from None
+
+
+def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
+    """Read and structurally check a grid file, with the `[scale.<scale>]` overrides applied."""
+    spath = str(path)
+    doc, text = parse_toml(path)
+    _check_keys(doc, TOP_KEYS, "", spath)
+    exp = _check_table(doc.get("experiment", {}), "experiment", spath)
+    _check_keys(exp, EXPERIMENT_KEYS, "experiment", spath)
+    name = exp.get("name", Path(path).stem)
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise _err("experiment.name", f"must be a non-empty string, got {name!r}", spath)
+    description = exp.get("description", "")
+    if not isinstance(description, str):
+        raise _err("experiment.description", "must be a string", spath)
+    figure = exp.get("figure", "curves")
+    if figure not in REPORT_KINDS:
+        raise _err("experiment.figure", f"unknown report kind {figure!r}", spath, allowed=list(REPORT_KINDS))
+
+    scales = _check_table(doc.get("scale", {}), "scale", spath)
+    for sname, sval in scales.items():
+        if sname not in SCALES:
+            raise _err(f"scale.{sname}", "unknown scale", spath, allowed=SCALES)
+        _check_keys(_check_table(sval, f"scale.{sname}", spath), SCALE_KEYS, f"scale.{sname}", spath)
+    if scale not in SCALES or (scales and scale not in scales):
+        raise _err("--scale", f"unknown scale {scale!r} for this grid", spath, allowed=list(scales) or SCALES)
+    preset = scales.get(scale, {})
+
+    base = _config_table(doc.get("base", {}), spath, "base")
+    base.update(_config_table(preset.get("base", {}), spath, f"scale.{scale}.base"))
+    axes = _axes_table(doc.get("axes", {}), spath, "axes")
+    axes.update(_axes_table(preset.get("axes", {}), spath, f"scale.{scale}.axes"))
+
+    zips = []
+    raw_zips = doc.get("zip", [])
+    if not isinstance(raw_zips, list):
+        raise _err("zip", "must be an array of tables ([[zip]])", spath)
+    for i, z in enumerate(raw_zips):
+        group = _axes_table(z, spath, f"zip[{i}]")
+        if not group:
+            raise _err(f"zip[{i}]", "is empty", spath)
+        lengths = {k: len(v) for k, v in group.items()}
+        if len(set(lengths.values())) > 1:
+            raise _err(f"zip[{i}]", f"lists must have equal lengths, got {lengths}", spath)
+        zips.append(group)
+
+    seeds = None
+    if "seeds" in doc:
+        seeds = _seeds(doc["seeds"], spath, "seeds")
+    if "seeds" in preset:
+        seeds = _seeds(preset["seeds"], spath, f"scale.{scale}.seeds")
+
+    seen: dict[str, str] = {k: "axes" for k in axes}
+    for i, group in enumerate(zips):
+        for k in group:
+            if k in seen:
+                raise _err(k, f"is varied twice (in {seen[k]} and zip[{i}])", spath)
+            seen[k] = f"zip[{i}]"
+    if seeds is not None and SEED_KEY in seen:
+        raise _err(SEED_KEY, f"is varied twice (seeds and {seen[SEED_KEY]})", spath)
+
+    extras = []
+    raw_extras = doc.get("extra", [])
+    if not isinstance(raw_extras, list):
+        raise _err("extra", "must be an array of tables ([[extra]])", spath)
+    for i, item in enumerate(raw_extras):
+        item = dict(_check_table(item, f"extra[{i}]", spath))
+        extra_axes = _axes_table(item.pop("axes", {}), spath, f"extra[{i}].axes")
+        overrides = _config_table(item, spath, f"extra[{i}]")
+        if not overrides and not extra_axes:
+            raise _err(f"extra[{i}]", "is empty (give config overrides and/or an axes table)", spath)
+        both = set(overrides) & set(extra_axes)
+        if both:
+            raise _err(sorted(both)[0], f"is both set and varied in extra[{i}]", spath)
+        extras.append(ExtraSpec(overrides, extra_axes))
+
+    excludes = _excludes(doc.get("exclude", []), spath, "exclude")
+    excludes += _excludes(preset.get("exclude", []), spath, f"scale.{scale}.exclude")
+    return GridSpec(
+        path=spath, text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), name=name.strip(),
+        description=description, figure=figure, scale=scale, base=base, axes=axes, zips=zips,
+        extras=extras, excludes=excludes, seeds=seeds, scales_defined=list(scales),
+    )
