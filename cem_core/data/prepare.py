@@ -136,9 +136,9 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
     t0 = time.perf_counter()
     tok = build_tokenizer(data_cfg, root, source.identity, train_texts=lambda: _train_texts(source))
     vocab_size = tokenizer_vocab_size(data_cfg)
-    if tok.vocab_size > vocab_size:
+    if tok.num_ids > vocab_size:
         raise CemError(
-            f"data.hf_tokenizer: {data_cfg.hf_tokenizer!r} has {tok.vocab_size} ids but models are built with {vocab_size} "
+            f"data.hf_tokenizer: {data_cfg.hf_tokenizer!r} has {tok.num_ids} ids but models are built with {vocab_size} "
             "(cem_core.config.tokenizer_vocab_size)"
         )
     t_tok = time.perf_counter() - t0
@@ -158,11 +158,12 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
             for doc_id, text in batch:
                 docs_read += 1
                 split = split_of(doc_id)
+                if budgets is None or writers[split].tokens < budgets[split]:  # full splits: not tokenized
+                    keep.append((doc_id, split, text))
+            for (doc_id, split, text), ids in zip(keep, tok.encode_batch([t for _, _, t in keep])):
                 if budgets is not None and writers[split].tokens >= budgets[split]:
-                    continue  # that split is full: do not tokenize
+                    continue  # filled by an earlier document of this batch
                 content.update(doc_id.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
-                keep.append((doc_id, split, text))
-            for (_, split, _), ids in zip(keep, tok.encode_batch([t for _, _, t in keep])):
                 writers[split].add(ids)
             if budgets is not None and all(writers[s].tokens >= budgets[s] for s in SPLITS):
                 exhausted = False
@@ -179,7 +180,7 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
             "tokenizer": tok.identity,
             "tokenizer_kind": data_cfg.tokenizer,
             "vocab_size": vocab_size,
-            "tokenizer_ids": tok.vocab_size,
+            "tokenizer_ids": tok.num_ids,
             "eod_id": tok.eod_id,
             "dtype": dtype.name,
             "split_rule": {"by": "sha256(doc_id)", "val_fraction": VAL_FRACTION, "test_fraction": TEST_FRACTION},

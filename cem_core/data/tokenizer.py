@@ -43,7 +43,7 @@ class HubUnavailable(CemError):
 def hub_error(what: str, exc: BaseException) -> HubUnavailable:
     cause = " ".join(str(exc).split())[:160] or type(exc).__name__
     return HubUnavailable(
-        f"cannot reach the Hugging Face hub for {what} ({type(exc).__name__}: {cause}); "
+        f"cannot load {what} from the Hugging Face hub ({type(exc).__name__}: {cause}); "
         "set data.corpus='builtin' (with data.tokenizer='byte' or 'bpe') to use the built-in corpus, which needs no network"
     )
 
@@ -53,6 +53,7 @@ class Tokenizer(Protocol):
     vocab_size: int
     eod_id: int
     identity: str  # part of cache keys
+    num_ids: int  # ids the tokenizer actually produces (<= vocab_size)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]: ...
 
@@ -64,6 +65,7 @@ class ByteTokenizer:
     vocab_size = BYTE_VOCAB_SIZE
     eod_id = 256
     identity = "byte"
+    num_ids = BYTE_VOCAB_SIZE
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
@@ -84,6 +86,7 @@ class HFTokenizer:
         self.vocab_size = vocab_size
         self.eod_id = eod_id
         self.identity = identity
+        self.num_ids = tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> np.ndarray:
         return self.encode_batch([text])[0]
