@@ -69,6 +69,12 @@ class PackedData:
             if size != int(info["tokens"]) * self.dtype.itemsize:
                 raise ValueError(f"{self.path / (split + '.bin')}: {size} bytes, meta says {info['tokens']} tokens")
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled into data-loader workers: reopen the memmaps there instead of copying the arrays.
+        state = dict(self.__dict__)
+        state["_arrays"] = {}
+        return state
+
     def __repr__(self) -> str:
         counts = ", ".join(f"{s}={i['tokens']}" for s, i in self.meta["splits"].items())
         return f"PackedData({self.meta['corpus']}, {self.tokenizer_name}, vocab={self.vocab_size}, {counts})"

@@ -21,7 +21,6 @@ documents land in the same split).
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -155,7 +154,3 @@ def make_source(data_cfg: DataConfig) -> Source:
         raise ConfigError("data.corpus", f"unknown corpus {data_cfg.corpus!r}", value=data_cfg.corpus, allowed=tuple(CORPUS_KINDS))
     return CORPUS_KINDS[data_cfg.corpus](data_cfg)
 
-
-def hub_offline() -> bool:
-    """True when the environment asks the Hugging Face libraries not to use the network."""
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
