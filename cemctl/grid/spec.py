@@ -11,6 +11,8 @@ A grid file is TOML a researcher writes by hand:
     [[exclude]]                  # partial assignment (key = value or [values]) of runs to drop
     seeds = [0, 1]               # -> axis train.seed
     [scale.tiny] / [scale.paper] # base / axes / seeds / exclude overrides, chosen with --scale
+    [slurm]                      # job resources for `cemctl launch --executor slurm` (checked by
+                                 # cemctl.executors.slurm.SlurmOptions, not here)
 
 Every structural problem raises `ConfigError(key, message, allowed=...)` with the
 file as source; values and combinations are checked when runs are built
@@ -31,7 +33,7 @@ from cem_core.config import field_names, flatten
 from cem_core.errors import ConfigError
 from cemctl.grid.kinds import DEFAULT_SCALE, REPORT_KINDS, SCALES
 
-TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "seeds", "scale")
+TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "seeds", "scale", "slurm")
 EXPERIMENT_KEYS = ("name", "description", "figure")
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
 EXTRA_KEYS = ("axes",)  # besides config keys
