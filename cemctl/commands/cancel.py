@@ -1,9 +1,26 @@
-"""`cemctl cancel` (not implemented yet)."""
+"""`cemctl cancel RUN|EXPERIMENT`: stop runs (scancel / SIGTERM) and mark them cancelled."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
+
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
 
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing until the command is implemented."""
+    @app.command("cancel")
+    def cancel(
+        target: str = typer.Argument(..., help="Run id (or unique prefix) or experiment name."),
+        db: Optional[str] = DbOption,
+        runs: Optional[str] = RunsDirOption,
+    ) -> None:
+        """Stop runs and mark them cancelled (the next launch starts them again)."""
+        with cli_errors():
+            from cemctl.launch.cancel import cancel_target
+
+            done = cancel_target(db_url(db), runs_dir(runs), target)
+            for c in done:
+                console.print(f"  {c.run_id}  {c.action}", markup=False, highlight=False)
+            console.print(f"cancelled {len(done)} run(s)", markup=False)

@@ -1,9 +1,119 @@
-"""`cemctl launch` (not implemented yet)."""
+"""`cemctl launch FILE|EXPERIMENT`: plan and run every run of a grid that is not done yet.
+
+Idempotent: done runs never run again, live jobs are left alone, killed or
+interrupted runs resume from their newest checkpoint. `--executor local`
+(default) runs in the foreground with a live view (Ctrl-C stops the jobs,
+runs stay resumable; `--detach` runs it in the background); `--executor slurm`
+submits job arrays and returns. Library: `cemctl.launch.launcher.launch`.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import List, Optional
+
 import typer
+
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, err_console, runs_dir
 
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing until the command is implemented."""
+    @app.command("launch")
+    def launch_cmd(
+        target: str = typer.Argument(..., help="Grid file (experiments/*.toml) or the name of a planned experiment."),
+        executor: str = typer.Option("local", "--executor", "-e", help="Where runs execute: local | slurm."),
+        scale: Optional[str] = typer.Option(None, "--scale", help="Scale preset of the grid file (tiny | paper | ...)."),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key for every run: key=value (repeatable)."),
+        retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run runs whose result is failed."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Show what would start; start nothing."),
+        run: Optional[List[str]] = typer.Option(None, "--run", help="Only this run id of the experiment (repeatable)."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="local: GPU indices, e.g. 0,1,3 (default: all visible; 'none' = CPU)."),
+        jobs_per_gpu: int = typer.Option(1, "--jobs-per-gpu", help="local: concurrent jobs per GPU."),
+        gpus_per_run: int = typer.Option(1, "--gpus-per-run", help="local: GPUs per run (torchrun)."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="local, no GPU: CPU workers sharing the cores (default: one per 4 cores)."),
+        detach: bool = typer.Option(False, "--detach", help="local: run the orchestrator in the background, log to runs/.launch/."),
+        partition: Optional[str] = typer.Option(None, "--partition", help="slurm: partition."),
+        account: Optional[str] = typer.Option(None, "--account", help="slurm: account."),
+        qos: Optional[str] = typer.Option(None, "--qos", help="slurm: quality of service."),
+        timeout_min: Optional[int] = typer.Option(None, "--timeout-min", help="slurm: time limit per job, minutes."),
+        mem_gb: Optional[float] = typer.Option(None, "--mem-gb", help="slurm: memory per job, GB."),
+        gpus_per_job: Optional[int] = typer.Option(None, "--gpus-per-job", help="slurm: GPUs per job (torchrun when > 1)."),
+        cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="slurm: CPUs per job."),
+        array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="slurm: at most N array tasks at once (%N)."),
+        max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="slurm: starts per run, requeues included."),
+        sbatch: Optional[List[str]] = typer.Option(None, "--sbatch", help="slurm: extra sbatch flag key=value or key (repeatable)."),
+        heartbeat_timeout_s: Optional[float] = typer.Option(None, "--heartbeat-timeout-s", help="A running run with an older heartbeat is stale [env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120]."),
+        as_json: bool = typer.Option(False, "--json", help="Print the launch report as JSON."),
+        db: str = DbOption,
+        runs: str = RunsDirOption,
+    ) -> None:
+        """Launch every run of a grid that is not done (idempotent)."""
+        with cli_errors():
+            from cemctl.executors.pinning import parse_gpus
+            from cemctl.launch.launcher import LaunchRequest, detach as run_detached, launch
+
+            overrides = {}
+            if set_:
+                from cemctl.grid import parse_overrides
+
+                overrides = parse_overrides(list(set_))
+            slurm = {
+                "partition": partition, "account": account, "qos": qos, "timeout_min": timeout_min, "mem_gb": mem_gb,
+                "gpus_per_job": gpus_per_job, "cpus_per_task": cpus_per_task, "array_parallelism": array_parallelism,
+                "max_attempts": max_attempts, "sbatch": _sbatch_flags(sbatch) if sbatch else None,
+            }
+            req = LaunchRequest(
+                target=target, executor=executor, scale=scale, overrides=overrides, retry_failed=retry_failed,
+                dry_run=dry_run, run_ids=list(run) if run else None, gpus=parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu,
+                gpus_per_run=gpus_per_run, workers=workers, slurm=slurm, heartbeat_timeout_s=heartbeat_timeout_s,
+            )
+            if detach and not dry_run:
+                if executor != "local":
+                    from cem_core.errors import ConfigError
+
+                    raise ConfigError("--detach", f"is for the local executor (the {executor} executor returns at once)")
+                argv = [a for a in sys.argv[1:] if a != "--detach"]
+                pid, log = run_detached(argv, runs_dir(runs))
+                console.print(f"launch orchestrator running in the background: pid {pid}, log {log}", markup=False)
+                return
+            _run(req, db, runs, as_json)
+
+
+def _sbatch_flags(items: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for item in items:
+        key, eq, value = item.lstrip("-").partition("=")
+        out[key] = value if eq else True
+    return out
+
+
+def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from cemctl.launch.launcher import launch
+
+    def show_selection(report) -> None:  # type: ignore[no-untyped-def]
+        if as_json:
+            return
+        for s in report.selections:
+            if s.launches or report.dry_run:
+                console.print(f"  {s.run_id}  {s.action:6s}  {s.reason}", markup=False, highlight=False, soft_wrap=True)
+        if report.dry_run or not report.launched:
+            console.print(report.summary(), markup=False, soft_wrap=True)
+
+    interactive = req.executor == "local" and not req.dry_run and not as_json and console.is_terminal
+    if interactive:
+        from cemctl.launch.progress import ProgressView
+
+        with ProgressView(console) as view:
+            report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view)
+    else:
+        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection)
+    if as_json:
+        print(json.dumps(report.to_json()))
+    elif report.submitted:
+        for s in report.submitted:
+            if s.state not in ("done", "queued"):
+                err_console.print(f"  {s.run_id}: {s.state}: {s.reason.strip().splitlines()[-1] if s.reason else ''}", markup=False)
+        console.print(report.summary(), markup=False, soft_wrap=True)
+        if any(s.state == "failed" for s in report.submitted):
+            raise typer.Exit(1)

@@ -1,9 +1,35 @@
-"""`cemctl status` (not implemented yet)."""
+"""`cemctl status [EXPERIMENT]`: a table per experiment of every run's state and progress.
+
+First syncs the run directories into the database (incremental: only files
+that changed are read), then renders `cemctl.status`. `--watch` refreshes the
+table live; `--json` prints the same data as one JSON document.
+"""
 
 from __future__ import annotations
 
 import typer
 
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
+
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing until the command is implemented."""
+    @app.command("status")
+    def status(
+        experiment: str = typer.Argument(None, help="Experiment name (default: all experiments)."),
+        watch: bool = typer.Option(False, "--watch", "-w", help="Refresh the table live (Ctrl-C to stop)."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+        db: str = DbOption,
+        runs: str = RunsDirOption,
+        interval_s: float = typer.Option(2.0, "--interval-s", help="Refresh period of --watch, in seconds."),
+        limit: int = typer.Option(200, "--limit", help="At most this many runs per table (unfinished first); 0 = all."),
+        no_sync: bool = typer.Option(False, "--no-sync", help="Show the database as it is, without reading run dirs."),
+        heartbeat_timeout_s: float = typer.Option(None, "--heartbeat-timeout-s", help="A running run with an older heartbeat is stale [env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120]."),
+    ) -> None:
+        """Show the state, progress, losses and errors of every run."""
+        with cli_errors():
+            from cemctl.status.command import show_status
+
+            show_status(
+                db_url(db), runs_dir(runs), experiment, watch=watch, as_json=as_json, interval_s=interval_s,
+                limit=limit, sync=not no_sync, heartbeat_timeout_s=heartbeat_timeout_s, console=console,
+            )

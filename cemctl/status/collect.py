@@ -1,0 +1,227 @@
+"""Rows of the status table from the results database (`cemctl status`).
+
+`refresh` first brings the run directories into the database (the ingest
+library, incremental and cheap), then reconciles runs the database still
+calls `queued` with their executor: a SLURM job that left `squeue` without
+ever starting, or a local orchestrator that is gone, makes the run `stale`
+with the reason. `collect_status` reads everything with two column queries
+(no ORM objects, no torch), so it stays fast on 10,000 runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from cemctl.db import read_session, set_state, sync_runs
+from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Result, Run
+from cemctl.executors import jobfile
+
+NO_EXPERIMENT = "(no experiment)"
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    axes: dict[str, Any]
+    state: str
+    reason: str = ""
+    step: int | None = None
+    total_steps: int | None = None
+    tokens: int | None = None
+    train_loss: float | None = None
+    val_loss: float | None = None
+    test_loss: float | None = None
+    tokens_per_s: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    heartbeat_at: float | None = None
+    executor: str | None = None
+    job_id: str | None = None
+    attempts: int = 0
+    error: str | None = None
+    run_dir: str | None = None
+
+    @property
+    def progress(self) -> float | None:
+        """Fraction of the steps done (0..1)."""
+        if self.state == "done":
+            return 1.0
+        if self.step is None or not self.total_steps:
+            return None
+        return min(1.0, self.step / self.total_steps)
+
+    def elapsed_s(self, now: float) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.finished_at if self.state in ("done", "diverged", "failed") and self.finished_at else None
+        if end is None:
+            end = now if self.state == "running" else (self.heartbeat_at or now)
+        return max(0.0, end - self.started_at)
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the current speed (running runs only)."""
+        if self.state != "running" or not self.tokens_per_s or not self.step or not self.total_steps or not self.tokens:
+            return None
+        tokens_per_step = self.tokens / self.step
+        return max(0.0, (self.total_steps - self.step) * tokens_per_step / self.tokens_per_s)
+
+    @property
+    def error_line(self) -> str:
+        """Last line of the error for failed runs, else the state's reason for stale/failed ones."""
+        text = self.error or (self.reason if self.state in ("failed", "stale", "diverged", "cancelled") else "")
+        lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "axes": self.axes, "state": self.state, "reason": self.reason,
+            "step": self.step, "total_steps": self.total_steps, "progress": self.progress, "tokens": self.tokens,
+            "train_loss": self.train_loss, "val_loss": self.val_loss, "test_loss": self.test_loss,
+            "tokens_per_s": self.tokens_per_s, "elapsed_s": self.elapsed_s(now), "eta_s": self.eta_s(),
+            "executor": self.executor, "job_id": self.job_id, "attempts": self.attempts,
+            "error": self.error_line or None, "run_dir": self.run_dir,
+        }
+
+
+@dataclass
+class ExperimentStatus:
+    name: str
+    runs: list[RunRow] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c = Counter(r.state for r in self.runs)
+        return {s: c[s] for s in RUN_STATES if c[s]}
+
+
+_RUN_COLUMNS = (
+    Run.id, Run.state, Run.state_reason, Run.last_step, Run.total_steps, Run.tokens, Run.last_train_loss,
+    Run.last_val_loss, Run.tokens_per_s, Run.started_at, Run.finished_at, Run.heartbeat_at, Run.executor,
+    Run.job_id, Run.attempts, Run.error, Run.run_dir, Result.test_loss,
+)
+
+
+def _row(r: Any, axes: dict[str, Any]) -> RunRow:
+    return RunRow(
+        run_id=r[0], axes=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
+        train_loss=r[6], val_loss=r[7], tokens_per_s=r[8], started_at=r[9], finished_at=r[10], heartbeat_at=r[11],
+        executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17],
+    )
+
+
+def collect_status(engine: Engine, experiment: str | None = None) -> list[ExperimentStatus]:
+    """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
+
+    Runs linked to no experiment are listed under "(no experiment)" when no experiment is named.
+    Raises CemError for an unknown experiment name (listing the known ones).
+    """
+    from cem_core.errors import CemError
+
+    with read_session(engine) as s:
+        exps = list(s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
+        if experiment is not None:
+            exps = [e for e in exps if e[1] == experiment]
+            if not exps:
+                known = ", ".join(n for _, n in s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
+                raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known or 'none yet; run cemctl plan'})")
+        by_id = {eid: ExperimentStatus(name) for eid, name in exps}
+        q = (
+            select(ExperimentRun.experiment_id, ExperimentRun.axes_json, *_RUN_COLUMNS)
+            .join(Run, Run.id == ExperimentRun.run_id)
+            .outerjoin(Result, Result.run_id == Run.id)
+            .order_by(ExperimentRun.experiment_id, ExperimentRun.position)
+        )
+        if experiment is not None:
+            q = q.where(ExperimentRun.experiment_id.in_(list(by_id)))
+        for rec in s.execute(q):
+            by_id[rec[0]].runs.append(_row(rec[2:], json.loads(rec[1] or "{}")))
+        out = list(by_id.values())
+        if experiment is None:
+            linked = select(ExperimentRun.run_id)
+            orphans = [
+                _row(rec, {})
+                for rec in s.execute(select(*_RUN_COLUMNS).outerjoin(Result, Result.run_id == Run.id).where(Run.id.not_in(linked)).order_by(Run.created_at))
+            ]
+            if orphans:
+                out.append(ExperimentStatus(NO_EXPERIMENT, orphans))
+    return out
+
+
+def refresh(
+    engine: Engine,
+    runs_root: Path | str,
+    experiment: str | None = None,
+    *,
+    heartbeat_timeout_s: float | None = None,
+    reconcile: bool = True,
+) -> None:
+    """Sync the run dirs into the database, then mark vanished queued jobs stale."""
+    timeout_s = jobfile.heartbeat_timeout_s(heartbeat_timeout_s)
+    run_ids = None
+    if experiment is not None:
+        with read_session(engine) as s:
+            run_ids = list(
+                s.scalars(
+                    select(ExperimentRun.run_id).join(Experiment, Experiment.id == ExperimentRun.experiment_id).where(Experiment.name == experiment)
+                )
+            )
+    sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=run_ids)
+    if reconcile:
+        reconcile_queued(engine, run_ids)
+
+
+def reconcile_queued(engine: Engine, run_ids: list[str] | None = None) -> list[str]:
+    """Queued runs whose job is gone (left squeue, orchestrator dead) become stale; returns their ids."""
+    from cemctl.executors import get_executor
+
+    with read_session(engine) as s:
+        q = select(Run.id, Run.run_dir).where(Run.state == "queued")
+        if run_ids is not None:
+            q = q.where(Run.id.in_(run_ids))
+        queued = [(rid, rdir) for rid, rdir in s.execute(q) if rdir]
+    if not queued:
+        return []
+    squeue: dict[str, tuple[str, str]] | None = None
+    gone: list[str] = []
+    for rid, rdir in queued:
+        job = jobfile.read_job(Path(rdir))
+        if not job or job.get("executor") not in ("local", "slurm"):
+            continue
+        if job.get("state") not in ("queued", "running"):
+            continue
+        if job["executor"] == "slurm":
+            from cemctl.executors.slurm import SlurmError, SlurmExecutor, squeue_states
+
+            if squeue is None:
+                try:
+                    squeue = squeue_states()
+                except SlurmError:
+                    return gone  # cannot tell without squeue; heartbeats decide later
+            if SlurmExecutor.is_active(Path(rdir), job, queue=squeue):
+                continue
+            # Recheck the files: the job may have started and ended between sync and squeue.
+            if jobfile.read_result(Path(rdir)) or (jobfile.read_job(Path(rdir)) or {}).get("state") != job.get("state"):
+                continue
+            reason = f"SLURM job {job.get('job_id')} is no longer in the queue and never reported"
+        else:
+            if get_executor("local").is_active(Path(rdir), job):
+                continue
+            if jobfile.read_result(Path(rdir)):
+                continue
+            reason = "the local orchestrator that queued it is gone; launch again to run it"
+        set_state(engine, rid, "stale", reason, executor=job.get("executor"), job_id=job.get("job_id"))
+        jobfile.update_job(Path(rdir), state="lost", reason=reason)
+        gone.append(rid)
+    return gone
+
+
+def now_s() -> float:
+    return time.time()

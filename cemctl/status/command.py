@@ -1,0 +1,53 @@
+"""What `cemctl status` does, as one library call: `show_status(db_url, runs_root, experiment, ...)`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from cemctl.status.collect import collect_status, refresh
+from cemctl.status.render import render_status, status_json
+
+
+def show_status(
+    url: str,
+    runs_root: Path,
+    experiment: str | None = None,
+    *,
+    watch: bool = False,
+    as_json: bool = False,
+    interval_s: float = 2.0,
+    limit: int = 200,
+    sync: bool = True,
+    heartbeat_timeout_s: float | None = None,
+    console: Console | None = None,
+) -> None:
+    from cemctl.db import open_db
+
+    console = console or Console()
+    if not console.is_terminal and not watch:
+        console = Console(width=max(console.width, 200), highlight=False)  # pipes and files: no truncated columns
+    engine = open_db(url)
+
+    def snapshot() -> list:
+        if sync:
+            refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
+        return collect_status(engine, experiment)
+
+    if as_json:
+        while True:
+            print(json.dumps(status_json(snapshot()), default=str), flush=True)
+            if not watch:
+                return
+            time.sleep(interval_s)
+    if not watch:
+        console.print(render_status(snapshot(), limit=limit))
+        return
+    with Live(render_status(snapshot(), limit=limit), console=console, refresh_per_second=4, screen=False) as live:
+        while True:
+            time.sleep(interval_s)
+            live.update(render_status(snapshot(), limit=limit))

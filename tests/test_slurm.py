@@ -1,0 +1,144 @@
+"""The SLURM executor on the real one-node cluster of `.ci/setup_slurm.sh` (marked `slurm`).
+
+Skipped with the reason when `sinfo` is missing or the node is not up. The
+cluster has no accounting (no sacct): state comes from the runs' files and squeue.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cemctl.executors import jobfile
+from cemctl.executors.base import Job
+from cemctl.executors.slurm import SlurmExecutor, SlurmOptions, squeue_states
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_launch_local import cemctl, checkpoint_steps, cli_env, events, heartbeat_step, run_states, status_json, wait_for, write_grid  # noqa: E402
+
+
+def _cluster_problem() -> str | None:
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "SLURM is not installed (no sinfo/sbatch); run .ci/setup_slurm.sh as root"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo failed: {e}"
+    states = out.stdout.split()
+    if out.returncode != 0 or not any(s.rstrip("*") in ("idle", "mix", "alloc", "comp") for s in states):
+        return f"the SLURM cluster is not up (sinfo: {out.stdout.strip() or out.stderr.strip()!r}); run .ci/setup_slurm.sh"
+    return None
+
+
+_PROBLEM = _cluster_problem()
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
+
+
+def wait_queue_empty(job_ids: list[str], timeout_s: float = 120) -> None:
+    wait_for(lambda: not (set(job_ids) & set(squeue_states())), timeout_s, f"jobs {job_ids} to leave the queue")
+
+
+def test_arrays_are_split_below_max_array_size_with_a_concurrency_limit(tmp_path, monkeypatch):
+    import cemctl.executors.slurm as slurm
+
+    monkeypatch.setattr(slurm, "max_array_size", lambda: 2)
+    jobs = []
+    for i in range(3):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        code = f"import os; open({str(d / 'env.txt')!r}, 'w').write(os.environ.get('SLURM_JOB_ID', '') + '|' + os.environ['CEMCTL_ATTEMPT'])"
+        jobs.append(Job(run_id=f"r{i}", run_dir=d, argv=[sys.executable, "-c", code]))
+    ex = SlurmExecutor(SlurmOptions(timeout_min=5, array_parallelism=1, sbatch={"comment": "cemctl-test"}), folder=tmp_path / ".slurm")
+    out = ex.submit(jobs)
+    ids = [s.job_id for s in out]
+    assert all(ids) and all(s.state == "queued" for s in out)
+    arrays = {i.split("_")[0] for i in ids if i}
+    assert len(arrays) == 2  # 3 jobs, at most 2 per array
+    sbatch_text = "\n".join(p.read_text() for p in (tmp_path / ".slurm").rglob("*submission.sh"))
+    assert "--array=0-1%1" in sbatch_text and "--requeue" in sbatch_text and "--comment=cemctl-test" in sbatch_text
+    wait_queue_empty([i for i in ids if i])
+    for j in jobs:
+        rec = jobfile.read_job(j.run_dir)
+        assert rec["executor"] == "slurm" and rec["state"] == "exited" and rec["attempt"] == 1
+        assert (j.run_dir / "env.txt").read_text().split("|")[1] == "1"
+
+
+def test_slurm_options_from_the_grid_table_are_checked():
+    opts = SlurmOptions.from_mapping({"partition": "debug", "timeout_min": 30, "mem_gb": 4, "sbatch": {"constraint": "a100"}})
+    p = opts.merged({"timeout_min": 45, "account": None}).submitit_parameters()
+    assert p["time"] == 45 and p["partition"] == "debug" and p["mem"] == "4GB"
+    assert p["additional_parameters"] == {"requeue": True, "constraint": "a100"}
+    from cem_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="slurm.walltime.*allowed: partition"):
+        SlurmOptions.from_mapping({"walltime": 3}, source="grid.toml")
+    with pytest.raises(ConfigError, match="slurm.timeout_min"):
+        SlurmOptions.from_mapping({"timeout_min": "ten"})
+
+
+def test_launch_on_slurm_completes_and_relaunch_starts_nothing(tmp_path):
+    grid = write_grid(tmp_path, name="slurmgrid", steps=6, ckpt=3)
+    env = cli_env(tmp_path)
+    out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--timeout-min", "10", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "queued 2" in out.stdout
+
+    def all_done():
+        st = run_states(status_json(tmp_path, env), "slurmgrid")
+        bad = [r for r in st.values() if r["state"] in ("failed", "stale", "cancelled")]
+        assert not bad, bad
+        return st if all(r["state"] == "done" for r in st.values()) else None
+
+    st = wait_for(all_done, 300, "both SLURM runs to finish")
+    for r in st.values():
+        assert r["executor"] == "slurm" and r["job_id"] and r["test_loss"] > 0 and r["step"] == 6
+    import sqlite3
+
+    rows = sqlite3.connect(tmp_path / "results.db").execute("select state, test_loss from results").fetchall()
+    assert len(rows) == 2 and all(s == "done" and loss > 0 for s, loss in rows)
+    again = cemctl(tmp_path, "launch", "slurmgrid", "--executor", "slurm", env=env)
+    assert again.returncode == 0 and "launched 0 of 2" in again.stdout
+
+
+def test_requeued_job_resumes_from_its_checkpoint_with_the_same_test_loss(tmp_path):
+    grid = write_grid(tmp_path, name="requeue", steps=16, ckpt=4, attention='["llama"]')
+    env = cli_env(tmp_path, CEMCTL_TEST_SLEEP_PER_STEP_S="0.4", CEMCTL_HEARTBEAT_TIMEOUT_S="60")
+    out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--timeout-min", "10", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
+    job_id = jobfile.read_job(run_dir)["job_id"]
+    wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 6, 180, "a checkpoint and step 6")
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    # Skip SLURM's two-minute delay before a requeued job may start again.
+    wait_for(lambda: squeue_states().get(job_id, ("",))[0] == "PENDING", 60, "the job to be pending again")
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+
+    def finished():
+        st = run_states(status_json(tmp_path, env), "requeue")[run_dir.name]
+        assert st["state"] not in ("failed", "cancelled"), st
+        return st if st["state"] == "done" else None
+
+    st = wait_for(finished, 300, "the requeued run to finish")
+    assert st["attempts"] == 2 and st["job_id"] == job_id
+    runs_ev = [e for e in events(run_dir) if e["state"] == "running"]
+    assert [e["attempt"] for e in runs_ev] == [1, 2]
+    log = (run_dir / "train.log").read_text()
+    resumed = [line for line in log.splitlines() if "resumed from checkpoint step" in line]
+    assert len(resumed) == 1
+    resume_step = int(resumed[0].split("resumed from checkpoint step")[1].split()[0])
+    assert 4 <= resume_step < 16  # attempt 2 starts at the checkpoint, not at step 0
+    train_steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"train"' in line]
+    assert train_steps == list(range(1, 17))
+    # The same config trained without interruption gives the same test loss.
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    shutil.copy(run_dir / "config.json", ref / "config.json")
+    subprocess.run([sys.executable, "-m", "cem_core.train", str(ref)], env=cli_env(tmp_path), check=True, capture_output=True, timeout=300)
+    ref_loss = json.loads((ref / "result.json").read_text())["test_loss"]
+    assert st["test_loss"] == pytest.approx(ref_loss, rel=1e-6, abs=1e-7)
