@@ -78,6 +78,32 @@ def test_cache_roundtrip(tmp_path, monkeypatch):
     assert np.array_equal(first.y_train, third.y_train)
 
 
+def test_concurrent_first_use_generates_once(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from cem_core.gp import data as gp_data
+
+    calls = []
+    real = gp_data.generate
+
+    def slow_generate(cfg):
+        calls.append(cfg)
+        time.sleep(0.3)  # both threads are waiting on the lock or the file meanwhile
+        return real(cfg)
+
+    monkeypatch.setattr(gp_data, "generate", slow_generate)
+    cfg = GPConfig(kernel="rbf", **SMALL)
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(make_gp_dataset(cfg, cache_dir=tmp_path))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(out) == 3
+    assert all(np.array_equal(o.y_train, out[0].y_train) for o in out)
+
+
 # ---------------------------------------------------------------- data: the documented covariance
 
 # Five fixed inputs on a line through the input space (x_1 from -2 to 2), where the
