@@ -37,7 +37,7 @@ def _record(seed: int, value: float | None, state: str = "done", **overrides) ->
 def _frames_for(kind: str):
     if kind == "gp_table":
         return synthetic_gp_frame(seeds=(0, 1, 2)), None
-    return synthetic_frames(kind, sizes=("nano", "micro"), seeds=(0, 1), steps=8)
+    return synthetic_frames(kind, sizes=("nano",), seeds=(0, 1), steps=8)
 
 
 @pytest.mark.parametrize("kind", sorted(FIGURE_KINDS))

@@ -1,9 +1,37 @@
-"""`cemctl report` (not implemented yet)."""
+"""`cemctl report EXPERIMENT`: the paper's figures and tables for one experiment, with seeds and error bars.
+
+Syncs the experiment's run directories into the database, then writes figures
+(PNG/PDF/SVG), tables (Markdown, CSV, LaTeX) and an index (index.md,
+index.html) into `reports/EXPERIMENT` (see `cemctl.report`).
+"""
 
 from __future__ import annotations
 
 import typer
 
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
+
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing until the command is implemented."""
+    @app.command("report")
+    def report(
+        experiment: str = typer.Argument(..., help="Experiment name (the [experiment] name of its grid file)."),
+        out: str = typer.Option(None, "--out", "-o", help="Output folder [default: reports/EXPERIMENT]."),
+        formats: str = typer.Option("png,pdf", "--format", help="Figure formats, comma-separated (png, pdf, svg)."),
+        curves: bool = typer.Option(True, "--curves/--no-curves", help="Include training-loss curves."),
+        db: str = DbOption,
+        runs: str = RunsDirOption,
+        no_sync: bool = typer.Option(False, "--no-sync", help="Report the database as it is, without reading run dirs."),
+    ) -> None:
+        """Write the experiment's figures, tables and index (missing and failed runs listed with reasons)."""
+        with cli_errors():
+            from cemctl.report.build import report_experiment
+
+            result = report_experiment(
+                experiment, db_url=db_url(db), out_dir=out, runs_root=runs_dir(runs), formats=formats,
+                include_curves=curves, sync=not no_sync,
+            )
+        counts = ", ".join(f"{n} {k}" for k, n in result.counts.items() if n and k != "runs")
+        console.print(f"report written to {result.index_md} (and index.html): "
+                      f"{len({p.stem for p in result.figures})} figures, "
+                      f"runs: {counts}", markup=False, highlight=False, soft_wrap=True)

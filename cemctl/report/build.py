@@ -239,3 +239,41 @@ def _swap_in(tmp: Path, out_dir: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | None = None,
+                      runs_root: Path | str | None = None, formats: str | Sequence[str] = ("png", "pdf"),
+                      include_curves: bool = True, sync: bool = True, dpi: int = DPI) -> ReportResult:
+    """`cemctl report EXPERIMENT`: sync the experiment's run dirs (unless `sync=False`), load its runs and
+    curves from the database and build the report into `out_dir` (default `reports/EXPERIMENT`).
+
+    Raises CemError (one line) for a missing database, an unknown experiment or no finished runs.
+    """
+    formats = parse_formats(formats)
+    from cemctl.db.engine import open_db, sqlite_path
+    from cemctl.db.runs import get_experiment, list_experiments, list_runs
+    from cemctl.report.frame import curves_from_run_dirs, load_curves, load_runs
+
+    path = sqlite_path(db_url)
+    if path is not None and not path.exists():
+        raise CemError(f"--db: no results database at {path} (plan an experiment first: cemctl plan FILE)")
+    engine = open_db(db_url)
+    exp = get_experiment(engine, experiment)
+    if exp is None:
+        known = ", ".join(e.name for e in list_experiments(engine)) or "none yet; run cemctl plan FILE"
+        raise CemError(f"experiment: unknown experiment {experiment!r} in {db_url} (known: {known})")
+    if sync and runs_root is not None and Path(runs_root).is_dir():
+        from cemctl.db.ingest import sync_runs
+
+        sync_runs(engine, runs_root, run_ids=[r.id for r in list_runs(engine, experiment=experiment)])
+    runs = load_runs(engine, experiment)
+    curves = load_curves(engine, runs["run_id"]) if include_curves else None
+    if include_curves and (curves is None or curves.empty) and runs_root is not None:
+        curves = curves_from_run_dirs(runs_root, runs["run_id"])
+    info = ExperimentInfo(exp.name, exp.figure, grid_path=exp.grid_path, grid_sha256=exp.grid_sha256,
+                          description=exp.description)
+    if info.figure not in FIGURE_KINDS:
+        raise ConfigError("experiment.figure", f"unknown figure kind {info.figure!r} in experiment {exp.name!r}",
+                          value=info.figure, allowed=list(FIGURE_KINDS), source=exp.grid_path or None)
+    out = Path(out_dir) if out_dir is not None else Path("reports") / experiment
+    return build_report(info, runs, curves, out, formats=formats, include_curves=include_curves, dpi=dpi)

@@ -37,13 +37,14 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 
 def runs_frame(records: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
-    """Tidy runs frame from records {run_id, state, config (dict or JSON), [reason], result fields...}.
+    """Tidy runs frame from records {run_id, state, config (dict or JSON), [reason], result fields...,
+    [extra: {key: scalar}]} (extra keys become columns when they name no other column).
 
     Missing result fields are NaN/None; integer columns use pandas' nullable Int64.
     """
     import pandas as pd
 
-    rows, config_keys = [], {}
+    rows, config_keys, extra_keys = [], {}, {}
     for rec in records:
         cfg = _config_dict(rec.get("config", rec.get("config_json")))
         config_keys.update(dict.fromkeys(cfg))
@@ -52,9 +53,13 @@ def runs_frame(records: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
         row.update(cfg)
         for col in RESULT_COLUMNS:
             row[col] = rec.get(col)
+        for key, value in (rec.get("extra") or {}).items():  # e.g. test_rmse of a GP run
+            if key not in row:
+                row[key] = value
+                extra_keys[key] = None
         rows.append(row)
     cfg_cols = sorted(config_keys, key=lambda k: (k != "task", k))
-    columns = ["run_id", "state", "reason"] + cfg_cols + list(RESULT_COLUMNS)
+    columns = ["run_id", "state", "reason"] + cfg_cols + list(RESULT_COLUMNS) + list(extra_keys)
     frame = pd.DataFrame(rows, columns=columns)
     for col in RESULT_COLUMNS:
         if col in ("error",):
@@ -76,3 +81,105 @@ def curves_frame(records: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
     frame["step"] = pd.to_numeric(frame["step"], errors="coerce").astype("Int64")
     frame["tokens"] = pd.to_numeric(frame["tokens"], errors="coerce").astype(float)
     return frame.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------
+# From the results database (cemctl.db)
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def load_runs(engine: Any, experiment: str) -> "pd.DataFrame":
+    """The runs frame of one experiment (grid order), read with `pd.read_sql` from the
+    `experiment_runs`, `runs` and `results` tables. Result values come from `results`
+    (the run's result.json) with the run row's summary as fallback; scalar keys of
+    result.json the table has no column for (e.g. `test_rmse`) become columns too.
+    """
+    import pandas as pd
+    from sqlalchemy import func, select
+
+    from cemctl.db.models import Experiment, ExperimentRun, Result, Run
+
+    stmt = (
+        select(
+            Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
+            Run.error.label("run_error"), ExperimentRun.position,
+            func.coalesce(Result.params_total, Run.params_total).label("params_total"),
+            func.coalesce(Result.params_non_embedding, Run.params_non_embedding).label("params_non_embedding"),
+            func.coalesce(Result.flops_per_token, Run.flops_per_token).label("flops_per_token"),
+            func.coalesce(Result.tokens, Run.tokens).label("tokens"),
+            Result.train_flops.label("flops"), Result.steps, Result.test_ppl, Result.val_ppl, Result.test_loss,
+            Result.val_loss, Result.wall_time_s, Result.error, Result.diverged_step, Result.result_json,
+        )
+        .select_from(ExperimentRun)
+        .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+        .join(Run, Run.id == ExperimentRun.run_id)
+        .outerjoin(Result, Result.run_id == Run.id)
+        .where(Experiment.name == experiment)
+        .order_by(ExperimentRun.position)
+    )
+    with engine.connect() as conn:
+        raw = pd.read_sql(stmt, conn)
+    records = []
+    for rec in raw.to_dict("records"):
+        rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
+        rec["error"] = rec.get("error") or rec.pop("run_error", None)
+        extra = json.loads(rec.pop("result_json", None) or "{}")
+        rec["extra"] = {k: v for k, v in extra.items() if _scalar(v) and k not in rec and k != "state"}
+        records.append(rec)
+    return runs_frame(records)
+
+
+def load_curves(engine: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
+    """Training and validation losses of the runs, one row per (run, step), read with `pd.read_sql`."""
+    import pandas as pd
+    from sqlalchemy import select
+
+    from cemctl.db.models import Metric
+
+    ids = list(run_ids)
+    if not ids:
+        return curves_frame([])
+    parts = []
+    with engine.connect() as conn:
+        for i in range(0, len(ids), 500):  # keep the IN list short
+            stmt = (select(Metric.run_id, Metric.kind, Metric.step, Metric.tokens, Metric.train_loss, Metric.val_loss)
+                    .where(Metric.run_id.in_(ids[i:i + 500]), Metric.kind.in_(("train", "val"))))
+            parts.append(pd.read_sql(stmt, conn))
+    raw = pd.concat(parts, ignore_index=True)
+    if raw.empty:
+        return curves_frame([])
+    merged = raw.groupby(["run_id", "step"], as_index=False, sort=True).agg(
+        tokens=("tokens", "max"), train_loss=("train_loss", "first"), val_loss=("val_loss", "first"))
+    return curves_frame(merged.to_dict("records"))
+
+
+def curves_from_run_dirs(runs_root: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
+    """The same curves read from `<runs_root>/<run_id>/metrics.jsonl` (a truncated last line is skipped)."""
+    from pathlib import Path
+
+    rows = []
+    for rid in run_ids:
+        path = Path(runs_root) / rid / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                m = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if m.get("kind") == "train":
+                rows.append({"run_id": rid, "step": m.get("step"), "tokens": m.get("tokens"),
+                             "train_loss": m.get("train_loss"), "val_loss": None})
+            elif m.get("kind") == "val":
+                rows.append({"run_id": rid, "step": m.get("step"), "tokens": m.get("tokens"), "train_loss": None,
+                             "val_loss": m.get("val_loss")})
+    if not rows:
+        return curves_frame([])
+    import pandas as pd
+
+    merged = pd.DataFrame(rows).groupby(["run_id", "step"], as_index=False, sort=True).agg(
+        tokens=("tokens", "max"), train_loss=("train_loss", "first"), val_loss=("val_loss", "first"))
+    return curves_frame(merged.to_dict("records"))

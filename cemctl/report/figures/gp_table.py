@@ -26,6 +26,7 @@ _SOURCES = {
     "params": ("params", "params_total"),
     "flops": ("flops",),
 }
+REFERENCE = "bayes_rmse"  # test RMSE of the exact GP posterior mean (cem_core.gp), when known
 
 
 def gp_frame(runs: "pd.DataFrame") -> "pd.DataFrame":
@@ -39,6 +40,8 @@ def gp_frame(runs: "pd.DataFrame") -> "pd.DataFrame":
     for col, sources in _SOURCES.items():
         src = next((s for s in sources if s in frame.columns), None)
         out[col] = frame[src] if src is not None else float("nan")
+    if REFERENCE in frame.columns:
+        out[REFERENCE] = frame[REFERENCE]
     out = out[pd.to_numeric(out["test_rmse"], errors="coerce").notna()]
     return out.reset_index(drop=True)
 
@@ -55,8 +58,10 @@ def rmse_table(gp: "pd.DataFrame", *, ddof: int = 1) -> "pd.DataFrame":
                      "n seeds": int(len(vals)),
                      "params": float(pd.to_numeric(group["params"], errors="coerce").mean()),
                      "FLOPs": float(pd.to_numeric(group["flops"], errors="coerce").mean())})
-    table = pd.DataFrame(rows, columns=["kernel", "T", "test RMSE (mean)", "test RMSE (s.d.)", "n seeds", "params",
-                                        "FLOPs"])
+        if REFERENCE in group.columns:
+            rows[-1]["exact GP RMSE"] = float(pd.to_numeric(group[REFERENCE], errors="coerce").mean())
+    columns = ["kernel", "T", "test RMSE (mean)", "test RMSE (s.d.)", "n seeds", "params", "FLOPs"]
+    table = pd.DataFrame(rows, columns=columns + (["exact GP RMSE"] if REFERENCE in gp.columns else []))
     if not table.empty:
         best = table.loc[table.groupby("kernel")["test RMSE (mean)"].idxmin(), ["kernel", "T"]]
         table["best T"] = table.apply(lambda r: bool((best["kernel"].eq(r["kernel"]) & best["T"].eq(r["T"])).any()),
@@ -91,5 +96,6 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     parts.figures.append(FigurePart("gp_rmse", fig, "Test RMSE of the recursive CEM MLP on Gaussian-process data "
                                     f"against T, per kernel. {style.SPREAD_NOTE}."))
     parts.tables.append(TablePart("gp_rmse", table, "Test RMSE mean and s.d. (ddof=1) over seeds per kernel and T, "
-                                  "with parameters and FLOPs; 'best T' marks the lowest mean RMSE per kernel."))
+                                  "with parameters and FLOPs; 'best T' marks the lowest mean RMSE per kernel; 'exact GP RMSE' (when "
+                                  "present) is the RMSE of the exact GP posterior mean, the floor."))
     return parts
