@@ -1,0 +1,32 @@
+"""`python -m cem_core.train RUN_DIR [--device cpu|cuda|cuda:N]` (also under `torchrun`).
+
+Trains or resumes the run in RUN_DIR (see cem_core/train/loop.py). Exit code:
+0 done, 3 diverged, 1 failed, 2 bad config or arguments (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cem_core.train",
+                                     description="Train or resume the run in RUN_DIR (reads RUN_DIR/config.json).")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's directory (holds config.json)")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: $CEMCTL_DEVICE, else cuda if available)")
+    args = parser.parse_args(argv)
+
+    from cem_core.errors import ConfigError
+    from cem_core.train.loop import EXIT_BAD_CONFIG, EXIT_CODES, run_training
+
+    try:
+        result = run_training(args.run_dir, device=args.device)
+    except ConfigError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    return EXIT_CODES.get(result.get("state", "failed"), 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

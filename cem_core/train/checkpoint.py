@@ -1,0 +1,135 @@
+"""Atomic, rotated checkpoints of a run (`python -m cem_core.train RUN_DIR` saves and resumes).
+
+A checkpoint is `RUN_DIR/checkpoints/step_XXXXXXXX.pt` (8-digit optimizer step),
+a `torch.save` dict holding the model, optimizer and scheduler state, step,
+tokens, the torch RNG states, the metrics byte offset and the elapsed time.
+
+- Saving writes a temp file in the same folder, fsyncs it and renames it into
+  place, so a kill at any moment leaves either no new checkpoint or a whole one;
+  then all but the newest `keep` are deleted.
+- Loading tries the newest file first; one that does not load (truncated,
+  garbled, missing keys) is logged, skipped, and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cem_core.train.rundir import fsync_dir
+
+log = logging.getLogger("cem_core.train")
+
+CKPT_RE = re.compile(r"^step_(\d{8})\.pt$")
+REQUIRED_KEYS = ("model", "optimizer", "scheduler", "step", "tokens")
+FORMAT_VERSION = 1
+
+
+def checkpoint_path(ckpt_dir: str | os.PathLike[str], step: int) -> Path:
+    return Path(ckpt_dir) / f"step_{step:08d}.pt"
+
+
+def list_checkpoints(ckpt_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint file, oldest first."""
+    d = Path(ckpt_dir)
+    if not d.is_dir():
+        return []
+    out = []
+    for p in d.iterdir():
+        m = CKPT_RE.match(p.name)
+        if m and p.is_file():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def save_checkpoint(ckpt_dir: str | os.PathLike[str], state: dict[str, Any], *, keep: int) -> Path:
+    """Write `state` (must hold 'step') atomically, then keep only the newest `keep` files."""
+    d = Path(ckpt_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    step = int(state["step"])
+    final = checkpoint_path(d, step)
+    tmp = d / f".{final.name}.{os.getpid()}.tmp"
+    state = {**state, "format_version": FORMAT_VERSION}
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    fsync_dir(d)
+    rotate(d, keep=keep)
+    return final
+
+
+def rotate(ckpt_dir: str | os.PathLike[str], *, keep: int) -> None:
+    """Delete all but the newest `keep` checkpoints, and stale temp files."""
+    files = list_checkpoints(ckpt_dir)
+    for _, p in files[: max(0, len(files) - max(1, keep))]:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    for p in Path(ckpt_dir).glob(".step_*.tmp"):
+        try:
+            if not p.name.endswith(f".{os.getpid()}.tmp"):
+                p.unlink()
+        except OSError:
+            pass
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load one checkpoint on the CPU; raises ValueError when it is unusable."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, bad pickle, EOF ...
+        raise ValueError(f"{Path(path).name}: cannot be read ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{Path(path).name}: not a checkpoint dict")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"{Path(path).name}: missing keys {missing}")
+    m = CKPT_RE.match(Path(path).name)
+    if m and int(m.group(1)) != int(state["step"]):
+        raise ValueError(f"{Path(path).name}: holds step {state['step']}")
+    return state
+
+
+def load_latest(ckpt_dir: str | os.PathLike[str], *, max_step: int | None = None) -> dict[str, Any] | None:
+    """The newest checkpoint that loads (optionally with step <= max_step), or None."""
+    for step, path in reversed(list_checkpoints(ckpt_dir)):
+        if max_step is not None and step > max_step:
+            continue
+        try:
+            state = load_checkpoint(path)
+        except ValueError as e:
+            log.warning("skipping corrupt checkpoint %s", e)
+            continue
+        return state
+    return None
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """The torch RNG states to restore for an exact resume."""
+    out: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def set_rng_state(state: dict[str, Any] | None, device: torch.device) -> None:
+    if not state:
+        return
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
