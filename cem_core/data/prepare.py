@@ -112,7 +112,17 @@ def prepare_data(
             found = _usable(gen, train_needed)
             if found is not None:
                 return found
-        number = gens[-1][0] + 1 if gens else 0
+        # Holding the lock, no other builder of this key is running: temporary
+        # directories are leftovers of a crashed one, and a g<N> without meta is junk.
+        numbers = [-1]
+        for p in base.iterdir() if base.is_dir() else ():
+            if p.name.startswith(".g") and p.name.endswith(".tmp"):
+                remove_dir(p)
+            elif p.name.startswith("g") and p.name[1:].isdigit():
+                numbers.append(int(p.name[1:]))
+                if not (p / META_FILE).is_file():
+                    remove_dir(p)
+        number = max(numbers) + 1
         budgets = None
         if source.streaming:
             budgets = {"train": train_needed, "val": val_tokens + 1, "test": test_tokens + 1}
