@@ -150,3 +150,26 @@ def test_hub_error_is_a_cem_error():
     from cem_core.data import HubUnavailable
 
     assert issubclass(HubUnavailable, CemError)
+
+
+def test_hf_tokenizer_from_a_local_file_packs_with_the_llama_vocab(tmp_path):
+    """The `hf` path with a tokenizer.json on disk (no hub): EOS is the end-of-document id."""
+    from cem_core.config import LLAMA_VOCAB_SIZE, tokenizer_vocab_size
+    from cem_core.data.tokenizer import train_bpe
+
+    docs = _docs(60)
+    tok = train_bpe(lambda: iter(docs), 500)
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    tok.save(str(tok_dir / "tokenizer.json"))
+    path = _write_jsonl(tmp_path / "c.jsonl", docs)
+    cfg = DataConfig(corpus="jsonl", path=str(path), tokenizer="hf", hf_tokenizer=str(tok_dir), cache_dir=str(tmp_path / "c"))
+    pd = prepare_data(cfg)
+    assert pd.vocab_size == tokenizer_vocab_size(cfg) == LLAMA_VOCAB_SIZE
+    assert pd.eod_id == tok.token_to_id("<|endoftext|>")
+    train = np.asarray(pd.tokens("train")).astype(np.int64)
+    expected = []
+    for d in docs:
+        if split_of(hashlib.sha1(d.encode("utf-8")).hexdigest()) == "train":
+            expected += tok.encode(d, add_special_tokens=False).ids + [pd.eod_id]
+    assert np.array_equal(train, np.array(expected))

@@ -9,8 +9,10 @@
   `<cache>/tokenizers/`, keyed by the training corpus identity + settings; the
   file is written once (lock + temp + rename) and reused by every run.
 - `hf`: a pretrained tokenizer loaded by name (`data.hf_tokenizer`, the Llama
-  tokenizer for the paper's SlimPajama path); its EOS token is the
-  end-of-document token, no BOS is added. Needs the hub or its local cache.
+  tokenizer for the paper's SlimPajama path) or from a local `tokenizer.json`
+  (or a folder holding one); its EOS token is the end-of-document token, no BOS
+  is added. A hub name needs the hub or its local cache. The model is built with
+  `LLAMA_VOCAB_SIZE` ids for it; a tokenizer with more ids is rejected.
 
 `TOKENIZER_KINDS` is the registry; `build_tokenizer` rejects unknown names with a
 `ConfigError` that lists the known ones. The vocab sizes agree with
@@ -145,8 +147,12 @@ def hf_tokenizer(data_cfg: DataConfig) -> HFTokenizer:
     from tokenizers import Tokenizer as HfTok
 
     name = data_cfg.hf_tokenizer
+    local = _local_tokenizer_file(name)
     try:
-        tok = HfTok.from_pretrained(name)
+        if local is not None:  # a tokenizer.json already on disk (clusters without internet)
+            tok = HfTok.from_file(str(local))
+        else:
+            tok = HfTok.from_pretrained(name)
     except Exception as exc:  # offline, unknown repo, hub down: one line naming the fix
         raise hub_error(f"tokenizer {name!r}", exc) from None
     eod = None
@@ -157,7 +163,7 @@ def hf_tokenizer(data_cfg: DataConfig) -> HFTokenizer:
     if eod is None:
         raise CemError(f"data.hf_tokenizer: {name!r} has no end-of-sequence token (looked for </s>, <|endoftext|>)")
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    return HFTokenizer(tok, name="hf", vocab_size=vocab, eod_id=eod, identity=f"hf-{name}")
+    return HFTokenizer(tok, name="hf", vocab_size=vocab, eod_id=eod, identity=tokenizer_identity(data_cfg, ""))
 
 
 def tokenizer_identity(data_cfg: DataConfig, corpus_identity: str) -> str:
@@ -167,8 +173,18 @@ def tokenizer_identity(data_cfg: DataConfig, corpus_identity: str) -> str:
         key = hashlib.sha256(f"bpe|v{BPE_SETTINGS_VERSION}|{vocab_size}|{corpus_identity}".encode()).hexdigest()[:16]
         return f"bpe-{vocab_size}-{key}"
     if data_cfg.tokenizer == "hf":
+        local = _local_tokenizer_file(data_cfg.hf_tokenizer)
+        if local is not None:
+            return f"hf-file-{hashlib.sha256(local.read_bytes()).hexdigest()[:16]}"
         return f"hf-{data_cfg.hf_tokenizer}"
     return data_cfg.tokenizer
+
+
+def _local_tokenizer_file(name: str) -> Path | None:
+    local = Path(name).expanduser()
+    if local.is_dir():
+        local = local / "tokenizer.json"
+    return local if local.is_file() else None
 
 
 # Registry by name: each builder takes (data_cfg, cache_root, corpus_identity, train_texts).
