@@ -233,5 +233,14 @@ def figure_legend(fig: "Figure", axes: Sequence["Axes"], ns: Iterable[Any], *, m
                    fontsize=8.5, frameon=False)
 
 
+def human_count(value: Any) -> str:
+    """1024 -> '1.02k', 6553600 -> '6.55M' (3 significant digits)."""
+    v = float(value)
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
 def params_m(value: Any) -> float:
     return float(value) / 1e6

@@ -91,17 +91,21 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
             plot_group = group.sort_values("params_total")
             style.plot_seed_points(ax, [style.params_m(p) for p in plot_group["params_total"]], plot_group,
                                    color=color, marker=marker, label=str(variant), line=None, markersize=7.5)
-        for b in bases:
-            ax.annotate(f"{agg.at[b, 'model.size']}: {float(agg.at[b, 'tokens']) / 1e6:.3g}M tok",
-                        (style.params_m(agg.at[b, "params_total"]), agg.at[b, "mean"]), textcoords="offset points",
-                        xytext=(0, -11), ha="center", va="top", fontsize=7.5, color="0.3")
+        xs_panel = [style.params_m(p) for p in show["params_total"]]
+        mid = (min(xs_panel) + max(xs_panel)) / 2 if xs_panel else 0.0
+        for b in bases:  # token budget next to each baseline, on the side facing the middle of the panel
+            x = style.params_m(agg.at[b, "params_total"])
+            left = x <= mid
+            ax.annotate(f"{agg.at[b, 'model.size']}: {style.human_count(agg.at[b, 'tokens'])} tokens",
+                        (x, agg.at[b, "mean"]), textcoords="offset points", xytext=(8 if left else -8, -10),
+                        ha="left" if left else "right", va="top", fontsize=7.5, color="0.3")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("parameters (M)")
         ax.set_ylabel("test perplexity")
         ax.margins(x=0.15, y=0.18)
     style.figure_legend(fig, axes, agg["n"])
     caption = ("Test perplexity against total parameters (M). Each CEM variant (T=1) is linked to the Llama "
-               "baseline with the same dimensions and token budget (tokens written below the baseline). "
+               "baseline with the same dimensions and token budget (training tokens written next to the baseline). "
                f"{style.SPREAD_NOTE}.")
     parts.figures.append(FigurePart("components", fig, caption))
     parts.tables.append(TablePart("components", comparison_table(agg, base_idx),

@@ -76,7 +76,7 @@ def training_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name
         ax.set_visible(False)
     from matplotlib.lines import Line2D
 
-    extra = [Line2D([], [], color=colors[v], label=f"{v} ({counts[v]} run{'s' if counts[v] > 1 else ''})")
+    extra = [Line2D([], [], color=colors[v], label=f"{v}, {counts[v]} run{'s' if counts[v] > 1 else ''}")
              for v in variants]
     extra.append(Line2D([], [], color="0.4", marker="o", linestyle="none", markersize=4, label="validation loss"))
     if sel.get("state") is not None and sel["state"].eq("diverged").any():
