@@ -166,6 +166,7 @@ class RunState:
     val_tokens: int | None = None
     test_loss: float | None = None
     test_tokens: int | None = None
+    bayes_rmse: float | None = None  # task = "gp": the GP posterior mean's test RMSE
 
     def elapsed_s(self) -> float:
         return self.elapsed_prev_s + (time.time() - self.start_time)
@@ -195,7 +196,26 @@ def make_result(cfg: RunConfig, st: RunState, state: str, *, error: str | None =
         "attempt": attempt, "world_size": world.size if world else 1,
         "device": str(device) if device is not None else None,
         "host": socket.gethostname(), "run_id": run_id(cfg),
-    }
+    } | _task_result_fields(cfg, st)
+
+
+def _task_result_fields(cfg: RunConfig, st: RunState) -> dict[str, Any]:
+    """task = "gp": GP counts, test/val RMSE, no perplexities (cem_core.gp.task)."""
+    if cfg.task != "gp":
+        return {}
+    from cem_core.gp.task import gp_result_fields
+
+    return gp_result_fields(cfg, examples=st.tokens, val_loss=st.val_loss, test_loss=st.test_loss,
+                            bayes_rmse=st.bayes_rmse)
+
+
+def _quality(cfg: RunConfig, loss: float | None) -> str:
+    """'ppl X' of a language model's NLL, 'rmse X' of a GP run's MSE."""
+    if loss is None:
+        return "n/a"
+    if cfg.task == "gp":
+        return f"rmse {math.sqrt(loss):.4f}" if loss >= 0 else "rmse nan"
+    return f"ppl {_ppl(loss):.2f}"
 
 
 def error_tail(exc: BaseException, lines: int = ERROR_TAIL_LINES) -> str:
@@ -270,8 +290,8 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
             try:
                 _train(cfg, rd, world, dev, attempt, st, ui, heartbeat)
                 result = make_result(cfg, st, "done", attempt=attempt, world=world, device=dev)
-                log.info("done: test loss %.4f (ppl %.2f) over %s tokens, %.1f s", st.test_loss,
-                         _ppl(st.test_loss), st.test_tokens, st.elapsed_s())
+                log.info("done: test loss %.4f (%s) over %s %s, %.1f s", st.test_loss, _quality(cfg, st.test_loss),
+                         st.test_tokens, "examples" if cfg.task == "gp" else "tokens", st.elapsed_s())
             except RunDiverged as e:
                 log.error("diverged: %s", e)
                 result = make_result(cfg, st, "diverged", error=str(e), diverged_step=e.step,
@@ -305,21 +325,27 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
     hooks = TestHooks.from_env(attempt)
 
     # Data: rank 0 builds the cache first, the others then open it.
-    data = None
-    if rank0:
-        data = prepare_data(cfg.data, min_train_tokens=total * tps)
-    world.barrier()
-    if data is None:
-        data = prepare_data(cfg.data, min_train_tokens=total * tps)
-    if data.vocab_size > m.vocab_size:
-        raise ConfigError("model.vocab_size", f"is {m.vocab_size} but the tokenizer has {data.vocab_size} tokens")
-    n_train = int(data.num_sequences("train", seq_len))
-    if n_train < 1:
-        raise ValueError(f"the train split has fewer than {seq_len + 1} tokens (model.context_len={seq_len})")
+    data, gp = None, None
+    if cfg.task == "gp":  # GP regression: an example plays the part of a token (cem_core/gp/task.py)
+        from cem_core.gp.task import GPTask
+
+        gp = GPTask(cfg, dev)
+        tps, n_train, st.bayes_rmse = t.batch_seqs, gp.num_train, gp.data.bayes_rmse
+    else:
+        if rank0:
+            data = prepare_data(cfg.data, min_train_tokens=total * tps)
+        world.barrier()
+        if data is None:
+            data = prepare_data(cfg.data, min_train_tokens=total * tps)
+        if data.vocab_size > m.vocab_size:
+            raise ConfigError("model.vocab_size", f"is {m.vocab_size} but the tokenizer has {data.vocab_size} tokens")
+        n_train = int(data.num_sequences("train", seq_len))
+        if n_train < 1:
+            raise ValueError(f"the train split has fewer than {seq_len + 1} tokens (model.context_len={seq_len})")
 
     # Model, optimizer, schedule; then the newest valid checkpoint.
     torch.manual_seed(t.seed)
-    model = build_model(m).to(dev)
+    model = (gp.build_model() if gp is not None else build_model(m)).to(dev)
     optimizer = build_optimizer(model, t, dev)
     scheduler = build_scheduler(optimizer, t, total)
     ckpt = load_latest(rd.checkpoints)
@@ -359,9 +385,12 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
     eval_every = schedule_every(t.eval_every_steps, total)
     ckpt_every = schedule_every(t.ckpt_every_steps, total)
     clip = t.grad_clip if t.grad_clip > 0 else float("inf")
-    e_layers = energy_layers(cfg)
+    e_layers = energy_layers(cfg) if gp is None else []
 
     def run_eval(split: str, n_tokens: int):
+        if gp is not None:  # the whole (fixed) val / test split
+            return gp.evaluate(model, split, micro_batch=t.micro_batch_seqs, autocast=autocast,
+                               rank=world.rank, world_size=world.size)
         return evaluate(model, data, split, seq_len=seq_len, n_tokens=n_tokens, micro_batch_seqs=t.micro_batch_seqs,
                         device=dev, autocast=autocast, rank=world.rank, world_size=world.size)
 
@@ -373,9 +402,12 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
         loss_sum = torch.zeros((), dtype=torch.float32, device=dev)
         for a in range(accum):
             idx = sampler.indices(step, a, world.rank)
-            batch = torch.as_tensor(np.asarray(data.sequences("train", seq_len, idx)), dtype=torch.long)
-            batch = batch.to(dev, non_blocking=True)
-            x, y = batch[:, :-1], batch[:, 1:]
+            if gp is not None:
+                x, y = gp.batch("train", idx)
+            else:
+                batch = torch.as_tensor(np.asarray(data.sequences("train", seq_len, idx)), dtype=torch.long)
+                batch = batch.to(dev, non_blocking=True)
+                x, y = batch[:, :-1], batch[:, 1:]
             sync = train_model.no_sync() if (world.size > 1 and a < accum - 1) else contextlib.nullcontext()
             with sync:
                 with autocast():
@@ -421,7 +453,7 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
             if rank0:
                 rd.append_metrics({"kind": "val", "step": step, "tokens": st.tokens, "val_loss": val.loss,
                                    "time_s": round(st.elapsed_s(), 3)})
-                log.info("step %d/%d val loss %.4f (ppl %.2f)", step, total, val.loss, val.ppl)
+                log.info("step %d/%d val loss %.4f (%s)", step, total, val.loss, _quality(cfg, val.loss))
                 if e_layers:
                     try:
                         write_energy_lines(rd, model, data, seq_len, t.micro_batch_seqs, dev, e_layers, step, st.tokens)
