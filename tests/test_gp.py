@@ -301,7 +301,7 @@ def test_task_batches_and_evaluation_cover_the_fixed_splits():
     assert res.rmse == pytest.approx(direct**0.5) and res.ppl is None
     assert task.evaluate(model, "val", micro_batch=4).tokens == 23  # n_val = n_test
 
-    fields = gp_result_fields(cfg, examples=640, val_loss=0.25, test_loss=0.16, data=data)
+    fields = gp_result_fields(cfg, examples=640, val_loss=0.25, test_loss=0.16, bayes_rmse=data.bayes_rmse)
     assert fields["test_rmse"] == pytest.approx(0.4) and fields["val_rmse"] == pytest.approx(0.5)
     assert fields["test_ppl"] is None and fields["params_total"] == model.num_params()
     assert fields["train_flops"] == 3 * 640 * gp_flops_per_example(cfg.model, cfg.gp)

@@ -100,7 +100,7 @@ class GPTask:
 
 
 def gp_result_fields(cfg: RunConfig, *, examples: int, val_loss: float | None, test_loss: float | None,
-                     data: GPData | None = None) -> dict[str, Any]:
+                     bayes_rmse: float | None = None) -> dict[str, Any]:
     """The result.json values of a GP run that replace or extend the language model's."""
     counts = gp_param_counts(cfg.model, cfg.gp)
     fpe = gp_flops_per_example(cfg.model, cfg.gp)
@@ -113,6 +113,6 @@ def gp_result_fields(cfg: RunConfig, *, examples: int, val_loss: float | None, t
         "params_total": counts["total"], "params_non_embedding": counts["non_embedding"],
         "flops_per_token": fpe, "flops_per_example": fpe, "flops": fpe, "train_flops": 3 * fpe * examples,
         "test_rmse": rmse(test_loss), "val_rmse": rmse(val_loss),
-        "bayes_rmse": data.bayes_rmse if data is not None else None,
+        "bayes_rmse": bayes_rmse,
         "examples": examples, "task": "gp", "gp_kernel": cfg.gp.kernel,
     }
