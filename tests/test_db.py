@@ -139,6 +139,7 @@ def test_v1_database_is_migrated_in_place_keeping_data(tmp_path, db_url, runs_ro
     row = con.execute("SELECT state, executor, last_step, last_val_loss, state_at, metrics_offset FROM runs").fetchone()
     assert row == ("done", "local", 50, 3.25, 1700000100.0, 0)
     assert con.execute("SELECT count(*) FROM metrics").fetchone()[0] == 2
+    assert con.execute("SELECT kind, step, series, val_loss FROM metrics WHERE kind = 'val'").fetchone() == ("val", 50, "", 3.25)
     assert con.execute("SELECT test_ppl FROM results").fetchone()[0] == 24.5
     con.close()
     # The upgraded database works with the current code: new plans, events, reads.

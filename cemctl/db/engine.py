@@ -23,13 +23,15 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DatabaseError as SADatabaseError
 from sqlalchemy.orm import Session
 
 from cem_core.errors import CemError
@@ -86,6 +88,30 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def check_sqlite_file(path: Path) -> None:
+    """Refuse, without changing a byte, a file that is not SQLite or is another application's database."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return  # a new database
+        with open(path, "rb") as f:
+            header = f.read(16)
+    except OSError as e:
+        raise DatabaseError(f"--db: cannot read {str(path)!r}: {e.strerror or e}") from None
+    if header != b"SQLite format 3\x00":
+        raise DatabaseError(f"--db: {str(path)!r} is not a SQLite database (file is not a database)")
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        raise DatabaseError(f"--db: cannot open {str(path)!r}: {' '.join(str(e).split())}") from None
+    if tables and "runs" not in tables and "schema_version" not in tables:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise DatabaseError(f"--db: {str(path)!r} is not a cemctl results database (it holds other tables: {shown}); give another file")
+
+
 def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
     """An engine on `url` with the schema at the current version (cached per process)."""
     key = (url, os.getpid())
@@ -99,7 +125,11 @@ def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIME
     if u.get_backend_name() == "sqlite":
         path = sqlite_path(url)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise DatabaseError(f"--db: cannot create the folder of {str(path)!r}: {e.strerror or e}") from None
+            check_sqlite_file(path)
         kwargs["connect_args"] = {"timeout": busy_timeout_s, "check_same_thread": False}
     else:
         kwargs["pool_pre_ping"] = True
@@ -116,8 +146,8 @@ def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIME
             _migrate(engine)
         except CemError:
             raise
-        except OperationalError as e:
-            raise DatabaseError(f"--db: cannot open {url!r}: {' '.join(str(e.orig).split())}") from None
+        except DBAPIError as e:  # not a database, another app's file, read-only, disk full, ...
+            raise DatabaseError(f"--db: cannot open {url!r}: {_reason(e)}") from None
     _ENGINES[key] = engine
     return engine
 
@@ -127,20 +157,50 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{_WRITE_OPTION: True})
 
 
+def _reason(e: DBAPIError) -> str:
+    return " ".join(str(e.orig).split())
+
+
+def _name(engine: Engine) -> str:
+    return repr(engine.url.render_as_string(hide_password=True))
+
+
+def _unusable(e: SADatabaseError) -> bool:
+    """The database cannot be used at all (disk full, read-only, damaged file): not a bug, not a lock."""
+    if isinstance(e, OperationalError):
+        return not is_locked_error(e)
+    return type(e) is SADatabaseError  # sqlite3.DatabaseError: "file is not a database", "malformed"
+
+
 @contextlib.contextmanager
 def write_session(engine: Engine) -> Iterator[Session]:
-    """A session in one write transaction: committed on success, rolled back on error."""
-    with Session(writer(engine), expire_on_commit=False) as session:
-        with session.begin():
-            yield session
+    """A session in one write transaction: committed on success, rolled back on error.
+
+    A write the database refuses for good (disk full, read-only file or folder, not a
+    database) raises `DatabaseError` (one line); "database is locked" stays an
+    `OperationalError` for `retry_locked`. The rollback keeps what was stored before.
+    """
+    try:
+        with Session(writer(engine), expire_on_commit=False) as session:
+            with session.begin():
+                yield session
+    except SADatabaseError as e:
+        if not _unusable(e):
+            raise
+        raise DatabaseError(f"results database {_name(engine)}: cannot write: {_reason(e)}") from None
 
 
 @contextlib.contextmanager
 def read_session(engine: Engine) -> Iterator[Session]:
-    """A session for reads (objects stay usable after it closes)."""
-    with Session(engine, expire_on_commit=False) as session:
-        with session.begin():
-            yield session
+    """A session for reads (objects stay usable after it closes); a damaged file raises `DatabaseError`."""
+    try:
+        with Session(engine, expire_on_commit=False) as session:
+            with session.begin():
+                yield session
+    except SADatabaseError as e:
+        if not _unusable(e):
+            raise
+        raise DatabaseError(f"results database {_name(engine)}: cannot read: {_reason(e)}") from None
 
 
 def is_locked_error(e: BaseException) -> bool:

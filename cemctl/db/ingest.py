@@ -4,7 +4,7 @@
     sync_runs(engine, runs_root)                 # every run dir under runs_root (+ known run dirs)
 
 Both can run any number of times, from any number of processes: metrics are
-upserted on (run_id, kind, step), events on (run_id, line), results on run_id.
+upserted on (run_id, kind, step, series), events on (run_id, line), results on run_id.
 metrics.jsonl and events.jsonl are read incrementally from a stored byte
 offset; a truncated last line is left for the next call; a file that was
 rewritten (shorter, or different bytes before the offset, e.g. after a resume
@@ -38,7 +38,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from cem_core.config import RunConfig, canonical_json
+from cem_core.config import RunConfig, canonical_json, resolve
 from cem_core.errors import ConfigError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Metric, Result, Run, RunEvent
@@ -152,6 +152,15 @@ def _num(value: Any, kind: type) -> Any:
         return None
 
 
+def _series(obj: dict[str, Any]) -> str:
+    """The sub-key of a metrics line: "" for train/val, "<layer>/<sublayer>/<t>" for energy lines."""
+    if obj.get("series") is not None:
+        return str(obj["series"])[:64]
+    if obj.get("kind") == "energy":
+        return f"{obj.get('layer', '')}/{obj.get('sublayer', '')}/{obj.get('t', '')}"[:64]
+    return ""
+
+
 # ---------------------------------------------------------------------------
 # Upserts (SQLite and PostgreSQL both speak INSERT .. ON CONFLICT)
 
@@ -216,9 +225,10 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
         return True
     if _mtime(run_dir / HEARTBEAT_FILE) != snap.heartbeat_at:
         return True
-    if snap.state == "running":
-        last_alive = max(snap.heartbeat_at or 0.0, snap.state_at or 0.0)
-        return now - last_alive > timeout_s
+    if snap.state in ("running", "stale"):  # has it just crossed the heartbeat timeout, either way?
+        alive = [t for t in (snap.heartbeat_at, _mtime(run_dir / EVENTS_FILE)) if t]
+        last_alive = max(alive) if alive else (snap.state_at or now)
+        return (now - last_alive > timeout_s) != (snap.state == "stale")
     return False
 
 
@@ -233,11 +243,16 @@ def _create_row(session: Session, run_dir: Path, now: float) -> Run | None:
         cfg = RunConfig.from_dict(d)
     except ConfigError as e:
         raise e.with_source(str(cfg_path)) from None
+    try:
+        cfg = resolve(cfg)  # a saved config is resolved already; this validates it
+    except ConfigError as e:
+        raise e.with_source(str(cfg_path)) from None
     run = new_run_row(run_dir.name, cfg, run_dir.resolve(), now)
     run.config_json = canonical_json(d)
     run.state_reason = "found by sync"
     session.add(run)
     session.flush()
+    session.add(RunEvent(run_id=run.id, time=now, state="planned", reason="found by sync", source="derived"))
     return run
 
 
@@ -264,14 +279,14 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
         if obj is None or not isinstance(obj.get("kind"), str) or _num(obj.get("step"), int) is None:
             out.bad_lines += 1
             continue
-        row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": _num(obj["step"], int)}
+        row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": _num(obj["step"], int), "series": _series(obj)}
         for col in _METRIC_COLUMNS:
             row[col] = _num(obj.get(col), int if col in _INT_METRIC_COLUMNS else float)
-        extra = {k: v for k, v in obj.items() if k not in ("kind", "step", *_METRIC_COLUMNS)}
+        extra = {k: v for k, v in obj.items() if k not in ("kind", "step", "series", *_METRIC_COLUMNS)}
         row["extra_json"] = json.dumps(extra, sort_keys=True) if extra else None
-        rows[(row["kind"], row["step"])] = row  # a re-logged step: the last line wins
-    ordered = sorted(rows.values(), key=lambda r: (r["kind"], r["step"]))
-    _upsert(session, Metric, ordered, ["run_id", "kind", "step"], ["tokens", "extra_json", *_METRIC_COLUMNS])
+        rows[(row["kind"], row["step"], row["series"])] = row  # a re-logged step: the last line wins
+    ordered = sorted(rows.values(), key=lambda r: (r["kind"], r["step"], r["series"]))
+    _upsert(session, Metric, ordered, ["run_id", "kind", "step", "series"], ["tokens", "extra_json", *_METRIC_COLUMNS])
     out.metric_rows += len(ordered)
     run.metrics_offset, run.metrics_fingerprint = lines.new_offset, lines.fingerprint
     for r in ordered:
@@ -471,8 +486,8 @@ def sync_runs(
         snap = snaps.get(rid, (None, None))[0]
         try:
             out = _ingest_one(engine, run_dir, snap, rid in snaps, now, heartbeat_timeout_s)
-        except ConfigError as e:
-            stats.errors.append(str(e))
+        except (ConfigError, OSError, ValueError, ArithmeticError) as e:  # one bad run dir never stops a sync
+            stats.errors.append(" ".join(f"{run_dir}: {e}".split()) if not isinstance(e, ConfigError) else str(e))
             continue
         stats.runs_created += out.created
         stats.runs_changed += out.changed and not out.created

@@ -13,6 +13,9 @@ Versions:
      experiments.overrides_json; experiment_runs.position; metrics.extra_json;
      results: flops_per_token, train_flops, diverged_step; table run_events;
      indexes for status (runs by state) and report (links by run).
+  3  metrics gets a `series` column and the unique key (run_id, kind, step, series),
+     so the several energy lines of one step are kept apart (the table is rebuilt:
+     SQLite cannot change a constraint in place).
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -29,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -75,7 +78,31 @@ def _to_v2(conn: Connection) -> None:
     conn.execute(text("UPDATE runs SET state_at = COALESCE(updated_at, created_at) WHERE state_at IS NULL"))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2}
+_METRICS_V2_COLUMNS = ("run_id", "kind", "step", "tokens", "time_s", "train_loss", "val_loss", "lr", "grad_norm",
+                       "tokens_per_s", "extra_json")
+
+
+def _to_v3(conn: Connection) -> None:
+    """Give metrics the `series` column and the unique key (run_id, kind, step, series)."""
+    pk = "SERIAL PRIMARY KEY" if conn.dialect.name == "postgresql" else "INTEGER PRIMARY KEY AUTOINCREMENT"
+    conn.execute(text("ALTER TABLE metrics RENAME TO metrics_v1"))
+    if conn.dialect.name == "postgresql":  # constraint (index) names are per schema there
+        for (name,) in conn.execute(text(
+            "SELECT conname FROM pg_constraint WHERE conrelid = 'metrics_v1'::regclass AND contype IN ('u', 'p')"
+        )).all():
+            conn.execute(text(f'ALTER TABLE metrics_v1 RENAME CONSTRAINT "{name}" TO "{name}_v1"'))
+    conn.execute(text(
+        f"CREATE TABLE metrics (id {pk}, run_id VARCHAR(64) NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+        "kind VARCHAR(16) NOT NULL, step INTEGER NOT NULL, series VARCHAR(64) NOT NULL DEFAULT '', tokens BIGINT, "
+        "time_s FLOAT, train_loss FLOAT, val_loss FLOAT, lr FLOAT, grad_norm FLOAT, tokens_per_s FLOAT, extra_json TEXT, "
+        "CONSTRAINT uq_metrics_run_kind_step_series UNIQUE (run_id, kind, step, series))"
+    ))
+    cols = ", ".join(_METRICS_V2_COLUMNS)
+    conn.execute(text(f"INSERT INTO metrics ({cols}) SELECT {cols} FROM metrics_v1"))
+    conn.execute(text("DROP TABLE metrics_v1"))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3}
 
 
 def schema_version(conn: Connection) -> int:

@@ -12,7 +12,8 @@ helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
   resolved config), so a Llama baseline shared by two figures is one run.
   Holds the state and the summary columns `cemctl status` shows.
 - `run_events`: every state transition (time, state, reason, attempt, host).
-- `metrics`: one row per (run_id, kind, step) (kind = train | val | energy);
+- `metrics`: one row per (run_id, kind, step, series) (kind = train | val | energy;
+  series "" except for energy lines: "<layer>/<sublayer>/<t>");
   wide columns for the known keys, anything else in `extra_json`.
 - `results`: the terminal `result.json` of a run, one row per run.
 - `schema_version`: the version the file was migrated to (`cemctl.db.migrations`).
@@ -132,6 +133,9 @@ class Metric(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(16))  # train | val | energy | ...
     step: Mapped[int] = mapped_column(Integer)
+    # Several lines of one kind at one step: "" for train/val; energy lines are
+    # "<layer>/<sublayer>/<t>" (one per layer, sublayer and recursion step).
+    series: Mapped[str] = mapped_column(String(64), default="")
     tokens: Mapped[Optional[int]] = mapped_column(BigInteger)
     time_s: Mapped[Optional[float]] = mapped_column(Float)
     train_loss: Mapped[Optional[float]] = mapped_column(Float)
@@ -140,7 +144,7 @@ class Metric(Base):
     grad_norm: Mapped[Optional[float]] = mapped_column(Float)
     tokens_per_s: Mapped[Optional[float]] = mapped_column(Float)
     extra_json: Mapped[Optional[str]] = mapped_column(Text)  # other keys of the line
-    __table_args__ = (UniqueConstraint("run_id", "kind", "step", name="uq_metrics_run_kind_step"),)
+    __table_args__ = (UniqueConstraint("run_id", "kind", "step", "series", name="uq_metrics_run_kind_step_series"),)
 
 
 class Result(Base):

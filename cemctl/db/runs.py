@@ -54,13 +54,13 @@ def run_config(run: Run) -> RunConfig:
 
 
 def _summary_counts(cfg: RunConfig) -> dict[str, int]:
-    from cem_core.counts import flops_per_token, param_counts
+    from cemctl.grid.estimate import flops_per_token, run_cost
 
-    counts = param_counts(cfg.model)
+    cost = run_cost(cfg)
     return {
-        "params_total": counts["total"],
-        "params_non_embedding": counts["non_embedding"],
-        "flops_per_token": flops_per_token(cfg.model),
+        "params_total": cost.params_total,
+        "params_non_embedding": cost.params_non_embedding,
+        "flops_per_token": flops_per_token(cfg),
     }
 
 

@@ -5,6 +5,8 @@ Training FLOPs = 3 x forward matmul FLOPs per token x tokens. GPU-hours assume a
 sustained throughput of `gpu_tflops` x `mfu` (defaults: 312 TFLOP/s peak, the
 A100's dense bf16, at 40 % model FLOPs utilisation; `--gpu-tflops 989` for an
 H100). Element-wise work is not counted, so real runs of small models are slower.
+For task "gp" (`cem_core.gp.counts`) a "token" is one training example and a step
+is assumed to see `train.batch_seqs` examples.
 """
 
 from __future__ import annotations
@@ -16,6 +18,17 @@ from cem_core.counts import param_counts, train_flops_per_token
 
 DEFAULT_GPU_TFLOPS = 312.0
 DEFAULT_MFU = 0.4
+
+
+def flops_per_token(cfg: RunConfig) -> int:
+    """Forward FLOPs per token (per example for task "gp")."""
+    if cfg.task == "gp":
+        from cem_core.gp.counts import gp_flops_per_example
+
+        return gp_flops_per_example(cfg.model, cfg.gp)
+    from cem_core.counts import flops_per_token as lm_flops_per_token
+
+    return lm_flops_per_token(cfg.model)
 
 
 @dataclass(frozen=True)
@@ -30,10 +43,17 @@ class RunCost:
 
 def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float = DEFAULT_MFU) -> RunCost:
     """The cost of a resolved config."""
-    counts = param_counts(cfg.model)
     steps = total_steps(cfg)
-    tokens = steps * tokens_per_step(cfg)
-    flops = float(train_flops_per_token(cfg.model)) * tokens
+    if cfg.task == "gp":
+        from cem_core.gp.counts import gp_param_counts, gp_train_flops_per_example
+
+        counts = gp_param_counts(cfg.model, cfg.gp)
+        tokens = steps * cfg.train.batch_seqs
+        flops = float(gp_train_flops_per_example(cfg.model, cfg.gp)) * tokens
+    else:
+        counts = param_counts(cfg.model)
+        tokens = steps * tokens_per_step(cfg)
+        flops = float(train_flops_per_token(cfg.model)) * tokens
     return RunCost(
         params_total=counts["total"],
         params_non_embedding=counts["non_embedding"],

@@ -109,10 +109,11 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
     order: list[str] = []
     excluded = duplicates = 0
     cache: dict[str, tuple[str, RunConfig]] = {}
+    defaults = flatten(RunConfig().to_dict())  # [[exclude]] may name keys left at their defaults
     for block in blocks:
         for assignment in block.assignments():
             flat = {**spec.base, **assignment}
-            if _excluded(flat, spec.excludes):
+            if spec.excludes and _excluded({**defaults, **flat}, spec.excludes):
                 excluded += 1
                 continue
             flat.update(overrides)

@@ -49,8 +49,8 @@ def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
     written = 0
     for pr in plan.runs:
         path = root / pr.run_id / CONFIG_FILE
-        if not path.exists():
-            atomic_write_json(path, pr.config.to_dict())
+        if not path.exists():  # no fsync: a lost file is rewritten by the next plan
+            atomic_write_json(path, pr.config.to_dict(), fsync=False)
             written += 1
     return written
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ EXPERIMENT_KEYS = ("name", "description", "figure")
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
 EXTRA_KEYS = ("axes",)  # besides config keys
 SEED_KEY = "train.seed"
+# An experiment name names folders (`reports/<name>`): a plain file name, never a path.
+EXPERIMENT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
 Scalar = str | int | float | bool
 
@@ -119,7 +122,7 @@ def _config_table(value: Any, path: str, where: str) -> dict[str, Scalar]:
     return out
 
 
-def _axes_table(value: Any, path: str, where: str) -> dict[str, list[Scalar]]:
+def _axes_table(value: Any, path: str, where: str, *, unique: bool = True) -> dict[str, list[Scalar]]:
     flat = flatten(_check_table(value, where, path))
     out: dict[str, list[Scalar]] = {}
     for k, v in flat.items():
@@ -129,7 +132,7 @@ def _axes_table(value: Any, path: str, where: str) -> dict[str, list[Scalar]]:
         if not v:
             raise _err(k, f"is an empty axis in {where} (give at least one value)", path)
         values = [_check_scalar(k, x, path, where) for x in v]
-        if len(set(map(repr, values))) != len(values):
+        if unique and len(set(map(repr, values))) != len(values):
             raise _err(k, f"has repeated values in {where}: {values}"[:200], path)
         out[k] = values
     return out
@@ -163,6 +166,19 @@ def _excludes(value: Any, path: str, where: str) -> list[dict[str, list[Scalar]]
     return out
 
 
+def check_experiment_name(name: Any, source: str | None = None) -> str:
+    """`name` if it is a safe experiment name (a plain folder name: no '/', '..', spaces or control characters)."""
+    if not isinstance(name, str) or not EXPERIMENT_NAME_RE.fullmatch(name):
+        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
+        raise ConfigError(
+            "experiment.name",
+            f"must be 1-200 letters, digits, '.', '_', '+' or '-', starting with a letter or digit "
+            f"(it names the report folder), got {shown}",
+            source=source,
+        )
+    return name
+
+
 def parse_toml(path: str | Path) -> tuple[dict[str, Any], str]:
     """The TOML document and its text; syntax errors become one-line ConfigErrors with the line."""
     p = Path(path)
@@ -185,9 +201,7 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
     _check_keys(doc, TOP_KEYS, "", spath)
     exp = _check_table(doc.get("experiment", {}), "experiment", spath)
     _check_keys(exp, EXPERIMENT_KEYS, "experiment", spath)
-    name = exp.get("name", Path(path).stem)
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise _err("experiment.name", f"must be a non-empty string, got {name!r}", spath)
+    name = check_experiment_name(exp.get("name", Path(path).stem), spath)
     description = exp.get("description", "")
     if not isinstance(description, str):
         raise _err("experiment.description", "must be a string", spath)
@@ -214,7 +228,7 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
     if not isinstance(raw_zips, list):
         raise _err("zip", "must be an array of tables ([[zip]])", spath)
     for i, z in enumerate(raw_zips):
-        group = _axes_table(z, spath, f"zip[{i}]")
+        group = _axes_table(z, spath, f"zip[{i}]", unique=False)
         if not group:
             raise _err(f"zip[{i}]", "is empty", spath)
         lengths = {k: len(v) for k, v in group.items()}

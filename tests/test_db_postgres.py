@@ -1,0 +1,79 @@
+"""The results database on a real PostgreSQL server (`.ci/setup_postgres.sh` prints the URL).
+
+    export CEMCTL_TEST_PG_URL=$(.ci/setup_postgres.sh); python3 -m pytest -q tests -m postgres
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import pytest
+from sqlalchemy import create_engine, func, select, text
+
+pytestmark = pytest.mark.postgres
+PG_URL = os.environ.get("CEMCTL_TEST_PG_URL", "")
+if not PG_URL:
+    pytest.skip("CEMCTL_TEST_PG_URL is not set (.ci/setup_postgres.sh starts a server)", allow_module_level=True)
+pytest.importorskip("psycopg")
+
+from cemctl.db import Metric, RunEvent, list_runs, open_db, read_session, record_plan, set_state, sync_runs  # noqa: E402
+from cemctl.grid import load_grid, write_run_configs  # noqa: E402
+from tests.test_db import GRID, V1_SCHEMA, _writer  # noqa: E402
+
+
+@pytest.fixture
+def pg_url():
+    """The server's database, emptied (every test starts from nothing)."""
+    raw = create_engine(PG_URL)
+    with raw.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    raw.dispose()
+    from cemctl.db import engine as engine_module
+
+    engine_module._ENGINES.clear()
+    return PG_URL
+
+
+def test_plan_state_ingest_and_concurrent_writers_on_postgres(tmp_path, pg_url, runs_root):
+    path = tmp_path / "g.toml"
+    path.write_text(GRID.replace('"train.lr" = [0.001, 0.002]', '"train.seed" = [0, 1]').replace("seeds = [0]\n", ""))
+    plan = load_grid(path)
+    engine = open_db(pg_url)
+    write_run_configs(plan, runs_root)
+    assert len(record_plan(engine, plan, runs_root).created) == 4
+    assert record_plan(engine, plan, runs_root).created == set()
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_writer, args=(pg_url, str(runs_root / p.run_id), 15, barrier)) for p in plan.runs]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * 4
+    with read_session(engine) as s:
+        assert s.scalar(select(func.count()).select_from(Metric)) == 4 * 15
+        assert s.scalar(select(func.count()).select_from(RunEvent).where(RunEvent.source == "file")) == 8
+    assert {r.state for r in list_runs(engine, experiment="g")} == {"done"}
+    assert sync_runs(engine, runs_root).metric_rows == 0  # idempotent
+    big = 3_000_000_000  # token counts beyond 32-bit integers
+    (runs_root / plan.runs[0].run_id / "heartbeat.json").write_text(json.dumps({"time": 0, "step": 1, "tokens": big}))
+    set_state(engine, plan.runs[0].run_id, "running", "again")
+    assert list_runs(engine, run_ids=[plan.runs[0].run_id])[0].tokens == big
+
+
+def test_v1_schema_is_migrated_on_postgres(tmp_path, pg_url, runs_root):
+    raw = create_engine(pg_url)
+    with raw.begin() as conn:
+        for stmt in V1_SCHEMA.replace("id INTEGER PRIMARY KEY,", "id SERIAL PRIMARY KEY,").split(";"):
+            if stmt.strip():
+                conn.execute(text(stmt))
+        conn.execute(text("SELECT setval(pg_get_serial_sequence('experiments', 'id'), 1)"))
+    raw.dispose()
+    engine = open_db(pg_url)
+    (run,) = list_runs(engine, experiment="old")
+    assert (run.state, run.last_val_loss, run.metrics_offset) == ("done", 3.25, 0)
+    path = tmp_path / "g.toml"
+    path.write_text(GRID)
+    assert len(record_plan(engine, load_grid(path), runs_root).created) == 4

@@ -1,0 +1,89 @@
+"""`cemctl plan`: records runs idempotently, writes config.json, shows paper-scale counts, never imports torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cem_core.config import RunConfig, run_id
+from cemctl.cli import app
+from cemctl.db import list_runs, open_db, set_state
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "experiments" / "demo.toml"
+
+
+def plan(tmp_path: Path, *args: str):
+    result = CliRunner().invoke(
+        app, ["plan", *args, "--db", str(tmp_path / "results.db"), "--runs-dir", str(tmp_path / "runs")]
+    )
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_plan_records_runs_and_writes_their_configs(tmp_path):
+    out = json.loads(plan(tmp_path, str(DEMO), "--json").stdout)
+    assert out["experiment"] == "demo" and out["new_runs"] == 4 and len(out["runs"]) == 4
+    for row in out["runs"]:
+        cfg_path = tmp_path / "runs" / row["run_id"] / "config.json"
+        cfg = RunConfig.from_dict(json.loads(cfg_path.read_text()))
+        assert run_id(cfg) == row["run_id"]  # the saved config is the resolved one the id hashes
+        assert row["params_total"] > row["params_non_embedding"] > 0 and row["train_flops"] > 0
+        assert row["tokens"] == cfg.train.max_steps * cfg.train.batch_seqs * cfg.model.context_len
+    engine = open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    runs = list_runs(engine, experiment="demo")
+    assert [r.id for r in runs] == [r["run_id"] for r in out["runs"]]
+    assert {r.state for r in runs} == {"planned"}
+
+
+def test_replanning_is_idempotent_and_keeps_states(tmp_path):
+    first = json.loads(plan(tmp_path, str(DEMO), "--json").stdout)
+    engine = open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    rid = first["runs"][0]["run_id"]
+    set_state(engine, rid, "failed", "out of memory", executor="local")
+    second = json.loads(plan(tmp_path, str(DEMO), "--json").stdout)
+    assert second["new_runs"] == 0 and [r["run_id"] for r in second["runs"]] == [r["run_id"] for r in first["runs"]]
+    assert {r["run_id"]: r["state"] for r in second["runs"]}[rid] == "failed"
+    assert len(list_runs(engine)) == 4
+    third = json.loads(plan(tmp_path, str(DEMO), "--json", "--set", "train.max_steps=60").stdout)
+    assert third["new_runs"] == 4 and third["overrides"] == {"train.max_steps": 60}
+    assert len(list_runs(engine)) == 8 and len(list_runs(engine, experiment="demo")) == 4
+
+
+def test_table_output_names_the_varied_axes(tmp_path):
+    out = plan(tmp_path, str(ROOT / "experiments" / "fig2c.toml")).stdout
+    assert "attn_steps" in out and "attn_precond" in out and "GPU-h" in out
+    assert out.count("new") >= 20
+
+
+def test_paper_scale_parameter_counts_match_table_1(tmp_path):
+    out = json.loads(plan(tmp_path, str(ROOT / "experiments" / "fig2a.toml"), "--scale", "paper", "--json", "--dry-run").stdout)
+    llama = {r["axes"]["model.size"]: r["params_total"] for r in out["runs"] if r["axes"]["model.attention"] == "llama"}
+    assert round(llama["86M"] / 1e6, 2) == 86.37 and round(llama["108M"] / 1e6, 2) == 108.05
+    assert round(llama["134M"] / 1e6, 1) == 134.1 and round(llama["162M"] / 1e6, 1) == 162.8
+    cem = {r["axes"]["model.size"]: r["params_total"] for r in out["runs"] if r["axes"]["model.attention"] == "cem"}
+    assert all(cem[s] < llama[s] for s in llama)  # CEM attention has about half the attention parameters
+    assert all(r["gpu_hours"] > 0.5 for r in out["runs"])  # Chinchilla budgets at paper sizes
+    assert not (tmp_path / "results.db").exists()  # --dry-run writes nothing
+
+
+def test_plan_never_imports_torch(tmp_path):
+    code = (
+        "import sys\n"
+        "from cemctl.cli import app\n"
+        f"sys.argv = ['cemctl', 'plan', {str(ROOT / 'experiments' / 'fig3a.toml')!r}, '--scale', 'paper',"
+        f" '--db', {str(tmp_path / 'r.db')!r}, '--runs-dir', {str(tmp_path / 'runs')!r}]\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "assert not bad, bad[:5]\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+    assert len(list((tmp_path / "runs").iterdir())) == 40
