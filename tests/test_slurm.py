@@ -142,3 +142,25 @@ def test_requeued_job_resumes_from_its_checkpoint_with_the_same_test_loss(tmp_pa
     subprocess.run([sys.executable, "-m", "cem_core.train", str(ref)], env=cli_env(tmp_path), check=True, capture_output=True, timeout=300)
     ref_loss = json.loads((ref / "result.json").read_text())["test_loss"]
     assert st["test_loss"] == pytest.approx(ref_loss, rel=1e-6, abs=1e-7)
+
+
+def test_cancel_and_vanished_pending_jobs(tmp_path):
+    """`cemctl cancel` scancels a pending job; a job scancelled behind cemctl's back shows stale with the reason."""
+    grid = write_grid(tmp_path, name="pending", steps=6, ckpt=3)
+    env = cli_env(tmp_path)
+    out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--sbatch", "begin=now+1hour", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    st = run_states(status_json(tmp_path, env), "pending")
+    assert [r["state"] for r in st.values()] == ["queued", "queued"]
+    (a, ja), (b, jb) = [(rid, r["job_id"]) for rid, r in st.items()]
+    assert set(squeue_states()) >= {ja, jb}
+    out = cemctl(tmp_path, "cancel", a, env=env)
+    assert out.returncode == 0 and f"scancel {ja}" in out.stdout, out.stdout + out.stderr
+    subprocess.run(["scancel", jb], check=True)  # behind cemctl's back
+    wait_queue_empty([ja, jb], 60)
+    st = run_states(status_json(tmp_path, env), "pending")
+    assert st[a]["state"] == "cancelled"
+    assert st[b]["state"] == "stale" and "no longer in the queue" in st[b]["error"]
+    # Both are relaunched by the next launch.
+    dry = cemctl(tmp_path, "launch", "pending", "--executor", "slurm", "--dry-run", env=env)
+    assert "would launch 2 of 2" in dry.stdout, dry.stdout + dry.stderr

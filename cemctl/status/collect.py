@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from cemctl.db import read_session, set_state, sync_runs
@@ -25,6 +25,8 @@ from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Result, Run
 from cemctl.executors import jobfile
 
 NO_EXPERIMENT = "(no experiment)"
+FINAL_STATES = ("done", "diverged")  # never re-read by `refresh`
+MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below SQLite's limit)
 
 
 @dataclass
@@ -165,14 +167,25 @@ def refresh(
 ) -> None:
     """Sync the run dirs into the database, then mark vanished queued jobs stale."""
     timeout_s = jobfile.heartbeat_timeout_s(heartbeat_timeout_s)
-    run_ids = None
-    if experiment is not None:
-        with read_session(engine) as s:
-            run_ids = list(
-                s.scalars(
-                    select(ExperimentRun.run_id).join(Experiment, Experiment.id == ExperimentRun.experiment_id).where(Experiment.name == experiment)
-                )
-            )
+    # done / diverged runs never change again (a launch never restarts them), so only the
+    # others are re-read: a finished experiment costs nothing to sync. `cemctl sync` reads all.
+    with read_session(engine) as s:
+        q = select(Run.id).where(Run.state.not_in(FINAL_STATES))
+        if experiment is not None:
+            q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).join(
+                Experiment, Experiment.id == ExperimentRun.experiment_id
+            ).where(Experiment.name == experiment)
+        run_ids: list[str] | None = list(s.scalars(q))
+        if experiment is None:
+            n_all = s.execute(select(func.count()).select_from(Run)).scalar_one()
+            if n_all == 0:
+                run_ids = None  # an empty database: take every run dir found (rebuild from files)
+    if run_ids is not None and len(run_ids) > MAX_SYNC_IDS:
+        run_ids = None
+    if run_ids == []:
+        if reconcile:
+            reconcile_queued(engine, [])
+        return
     sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=run_ids)
     if reconcile:
         reconcile_queued(engine, run_ids)

@@ -1,0 +1,104 @@
+"""`cemctl status` from run-directory files (no trainer): states, progress, ETA, errors, stale detection."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from cemctl.executors import jobfile
+from cemctl.status import collect_status, refresh, render_status, status_json
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_launch_local import cemctl, cli_env, write_grid  # noqa: E402
+
+
+def plan(tmp_path: Path, db_url: str, runs_root: Path) -> list[Path]:
+    from cemctl.grid import plan_experiment
+
+    grid = write_grid(tmp_path, name="st", steps=100, ckpt=10, attention='["llama", "cem", "reuse"]')
+    report = plan_experiment(grid, db_url=db_url, runs_root=runs_root)
+    return [runs_root / r.run_id for r in report.plan.runs]
+
+
+def write(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj))
+
+
+def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
+    running, failed, stale = plan(tmp_path, db_url, runs_root)
+    now = time.time()
+    # A running run: 40 of 100 steps, 1000 tokens/s, 64 tokens per step.
+    jobfile.append_event(running, "queued", "test", executor="slurm", job_id="77_1", attempt=0)
+    jobfile.append_event(running, "running", "attempt 1", attempt=1)
+    write(running / "heartbeat.json", {"time": now, "step": 40, "total_steps": 100, "tokens": 2560, "pid": 1, "host": "h", "attempt": 1})
+    with open(running / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"kind": "train", "step": 40, "tokens": 2560, "train_loss": 3.25, "tokens_per_s": 1000.0, "time_s": 3}) + "\n")
+        f.write(json.dumps({"kind": "val", "step": 40, "tokens": 2560, "val_loss": 3.5, "time_s": 3}) + "\n")
+        f.write('{"kind": "train", "step": 41, "tok')  # a truncated last line is ignored
+    # A failed run with a multi-line error.
+    jobfile.append_event(failed, "running", "attempt 1", attempt=1)
+    write(failed / "result.json", {"state": "failed", "error": "Traceback ...\n  File x\nRuntimeError: boom at step 7", "steps": 7})
+    # A run whose heartbeat stopped 10 s ago (timeout 3 s).
+    jobfile.append_event(stale, "running", "attempt 1", attempt=1)
+    write(stale / "heartbeat.json", {"time": now - 10, "step": 5, "total_steps": 100, "tokens": 320, "pid": 2, "host": "h", "attempt": 1})
+    old = now - 10
+    os.utime(stale / "heartbeat.json", (old, old))
+    os.utime(stale / "events.jsonl", (old, old))
+
+    refresh(engine, runs_root, heartbeat_timeout_s=3)
+    (exp,) = collect_status(engine)
+    assert exp.name == "st" and exp.counts == {"running": 1, "failed": 1, "stale": 1}
+    rows = {r.run_id: r for r in exp.runs}
+    r = rows[running.name]
+    assert (r.step, r.total_steps, r.train_loss, r.val_loss, r.tokens_per_s) == (40, 100, 3.25, 3.5, 1000.0)
+    assert r.progress == 0.4 and r.executor == "slurm" and r.job_id == "77_1" and r.attempts == 1
+    assert abs(r.eta_s() - 60 * 64 / 1000) < 1e-6  # 60 steps x 64 tokens at 1000 tokens/s
+    assert r.axes == {"model.attention": "llama"}
+    assert rows[failed.name].error_line == "RuntimeError: boom at step 7"
+    assert rows[stale.name].state == "stale" and "heartbeat" in rows[stale.name].error_line
+    # JSON and table carry the same.
+    data = status_json([exp])
+    assert data["experiments"][0]["counts"]["failed"] == 1
+    console = Console(width=250, record=True, file=open(os.devnull, "w"))
+    console.print(render_status([exp]))
+    text = console.export_text()
+    assert "40/100" in text and "RuntimeError: boom at step 7" in text and "slurm:77_1" in text and "3 runs:" in text
+    # A limit shows unfinished runs first and says how many are hidden.
+    console = Console(width=250, record=True, file=open(os.devnull, "w"))
+    console.print(render_status([exp], limit=1))
+    assert "2 more runs not shown" in console.export_text()
+
+
+def test_queued_run_whose_orchestrator_is_gone_becomes_stale(tmp_path, db_url, engine, runs_root):
+    a, _, _ = plan(tmp_path, db_url, runs_root)
+    jobfile.write_job(a, {"executor": "local", "state": "queued", "host": jobfile.hostname(), "orchestrator_pid": 2**22 + 12345, "job_id": "x", "attempt": 0})
+    jobfile.append_event(a, "queued", "local executor", executor="local", job_id="x", attempt=0)
+    refresh(engine, runs_root)
+    rows = {r.run_id: r for r in collect_status(engine, "st")[0].runs}
+    assert rows[a.name].state == "stale" and "orchestrator" in rows[a.name].error_line
+
+
+def test_status_cli_unknown_experiment_and_empty_db(tmp_path):
+    env = cli_env(tmp_path)
+    out = cemctl(tmp_path, "status", env=env)
+    assert out.returncode == 0 and "no experiments yet" in out.stdout
+    bad = cemctl(tmp_path, "status", "nope", env=env)
+    assert bad.returncode == 2 and "nope" in bad.stderr
+
+
+def test_status_does_not_import_torch(tmp_path):
+    import subprocess
+
+    code = (
+        "import sys; from cemctl.cli import app; from typer.testing import CliRunner; "
+        f"r = CliRunner().invoke(app, ['status', '--db', {str(tmp_path / 'x.db')!r}, '--runs-dir', {str(tmp_path)!r}]); "
+        "assert r.exit_code == 0, r.output; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=cli_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
