@@ -1,8 +1,8 @@
 """Shared CLI plumbing for every command: options, error handling, consoles.
 
-`cli_errors()` turns domain errors (`CemError`, `ConfigError`) into one clean
-line on stderr and exit code 2; nothing else should print tracebacks for bad
-input.
+`cli_errors()` turns domain errors (`CemError`, `ConfigError`) and OS errors
+(disk full, permission denied) into one clean line on stderr and exit code 2;
+nothing else should print tracebacks for bad input.
 """
 
 from __future__ import annotations
@@ -59,3 +59,6 @@ def cli_errors() -> Iterator[None]:
     except BrokenPipeError:  # `cemctl status | head`
         sys.stderr.close()
         raise typer.Exit(0)
+    except OSError as e:  # a full disk, a read-only folder, a missing permission: one line, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        fail(f"{where}{e.strerror or e}")
