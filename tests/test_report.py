@@ -297,3 +297,49 @@ def test_numbers_in_figures_come_from_the_data():
     diff = agg.loc["CEM MLP (T=1)", "mean"] - agg.loc["Llama", "mean"]
     assert table.loc["CEM MLP (T=1)", "ppl - Llama"] == pytest.approx(diff)
     assert np.isclose(table.loc["Llama", "ppl - Llama"], 0.0)
+
+
+# -- the experiment files -----------------------------------------------------------------------------------
+
+GRID_FIGURES = {
+    "demo": {"training_curves", "test_perplexity"},
+    "fig2a": {"components", "training_curves"},
+    "fig2b": {"components", "training_curves"},
+    "fig2c": {"recursion_attention", "training_curves"},
+    "fig2d": {"recursion_mlp", "training_curves"},
+    "fig3a": {"lr_sweep", "training_curves"},
+    "fig3b": {"kq_diagonal", "training_curves"},
+    "fig3c": {"reuse_vs_recursion_mlp", "training_curves"},
+    "fig4": {"reuse_vs_recursion_attention", "training_curves"},
+    "gp": {"gp_rmse", "training_curves"},
+}
+
+
+@pytest.mark.parametrize("scale", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
+def test_every_experiment_file_has_its_figures(scale):
+    from pathlib import Path
+
+    from cemctl.grid.expand import load_grid
+    from cemctl.report.build import render_parts
+    from cemctl.report.synthetic import synthetic_from_grid
+
+    grids = sorted(Path(__file__).resolve().parents[1].glob("experiments/*.toml"))
+    assert {g.stem for g in grids} >= set(GRID_FIGURES)
+    from cem_core.errors import ConfigError as _ConfigError
+
+    for grid in grids:
+        try:
+            plan = load_grid(grid, scale)
+        except _ConfigError as e:
+            if e.key == "--scale":  # a grid without this scale (the demo has no paper scale)
+                continue
+            raise
+        runs, curves = synthetic_from_grid(str(grid), scale, failures=False)
+        parts = render_parts(ExperimentInfo(plan.name, plan.figure), runs, curves)
+        names = {f.name for f in parts.figures}
+        if grid.stem in GRID_FIGURES:
+            assert names == GRID_FIGURES[grid.stem], (grid.stem, scale)
+        assert parts.tables and all(not t.frame.empty for t in parts.tables), grid.stem
+        assert not [n for n in parts.notes if "no Llama baseline" in n], (grid.stem, parts.notes)
+        for f in parts.figures:
+            f.figure.clear()

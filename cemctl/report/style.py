@@ -153,7 +153,9 @@ def new_figure(ncols: int = 1, nrows: int = 1, *, panel_w: float = 4.4, panel_h:
 
 
 def grid_shape(n_panels: int, max_cols: int = 3) -> tuple[int, int]:
-    ncols = max(1, min(max_cols, n_panels))
+    """(ncols, nrows): one row up to `max_cols` panels, else a near-square grid (4 -> 2 x 2)."""
+    ncols = n_panels if n_panels <= max_cols else min(max_cols, math.ceil(math.sqrt(n_panels)))
+    ncols = max(1, ncols)
     nrows = max(1, math.ceil(n_panels / ncols))
     return ncols, nrows
 
@@ -182,9 +184,12 @@ def plot_seed_points(ax: "Axes", x: Sequence[float], stats: "pd.DataFrame", *, c
     if (~multi).any():
         ax.plot(xs[~multi], means[~multi], marker, markerfacecolor="white", markeredgecolor=color,
                 markeredgewidth=1.6, markersize=markersize, linestyle="none", zorder=zorder)
-    if label is not None:  # one legend entry per series, whatever the seed mix
-        ax.plot([], [], marker, color=color, linestyle=line if (line and len(xs) > 1) else "none",
-                markersize=markersize, label=f"{label}, {n_note(ns if label_ns is None else label_ns)}")
+    if label is not None:  # one legend entry per series (hollow when every point is a single seed)
+        label_n = list(ns if label_ns is None else label_ns)
+        hollow = bool(label_n) and max(int(n) for n in label_n) < 2
+        ax.plot([], [], marker, color=color, linestyle=line or "none", markersize=markersize,
+                markerfacecolor="white" if hollow else color, markeredgecolor=color,
+                label=f"{label}, {n_note(label_n)}")
 
 
 def baseline_line(ax: "Axes", stats: Mapping[str, Any], *, label: str | None = "Llama",

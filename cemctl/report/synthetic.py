@@ -132,3 +132,50 @@ def synthetic_gp_frame(*, kernels: Sequence[str] = ("rbf", "gibbs"), steps: Sequ
                              "flops": 40_000 * t})
     return pd.DataFrame(rows)
 
+
+
+def synthetic_from_grid(path: str, scale: str = "tiny", *, steps: int = 8, failures: bool = True,
+                        rng_seed: int = 0) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+    """(runs, curves) with made-up results for every run of a grid file (`cemctl.grid.load_grid`):
+    what `cemctl report` would see once the experiment has run. The first run fails when
+    `failures` is set. GP runs (task 'gp') get `test_rmse` and `bayes_rmse` instead of perplexities.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from cemctl.grid.expand import load_grid
+    from cemctl.report.frame import CURVE_COLUMNS, runs_frame
+
+    plan = load_grid(path, scale)
+    rng = np.random.default_rng(rng_seed)
+    records, curves = [], []
+    for i, pr in enumerate(plan.runs):
+        cfg = pr.config
+        rec: dict[str, Any] = {"run_id": pr.run_id, "state": "done", "config": cfg.to_dict()}
+        if cfg.task == "gp":
+            from cem_core.gp.counts import gp_flops_per_example, gp_param_counts
+
+            best = 4 if cfg.gp.kernel == "rbf" else 8
+            rmse = 0.3 + 0.02 * abs(math.log2(cfg.model.mlp_steps) - math.log2(best)) + 0.004 * rng.standard_normal()
+            rec.update(params_total=gp_param_counts(cfg.model, cfg.gp)["total"],
+                       flops=3 * gp_flops_per_example(cfg.model, cfg.gp) * cfg.gp.n_train,
+                       extra={"test_rmse": rmse, "bayes_rmse": 0.25})
+            final = math.log(rmse)
+        else:
+            counts = param_counts(cfg.model)
+            ppl = _ppl(cfg, counts["total"], cfg.train.seed, rng)
+            tokens = steps * cfg.train.batch_seqs * cfg.model.context_len
+            rec.update(params_total=counts["total"], params_non_embedding=counts["non_embedding"], tokens=tokens,
+                       flops_per_token=flops_per_token(cfg.model), flops=3 * flops_per_token(cfg.model) * tokens,
+                       test_ppl=ppl, test_loss=math.log(ppl), val_ppl=ppl, val_loss=math.log(ppl))
+            final = math.log(ppl)
+        if failures and i == 0:
+            rec = {"run_id": pr.run_id, "state": "failed", "config": cfg.to_dict(),
+                   "error": "RuntimeError: synthetic failure"}
+        records.append(rec)
+        for step in range(1, steps + 1):
+            loss = final + 2.0 * math.exp(-step / max(1.0, steps / 4))
+            curves.append({"run_id": pr.run_id, "step": step, "tokens": step * 1000,
+                           "train_loss": loss + 0.03 * rng.standard_normal(),
+                           "val_loss": loss if step == steps else float("nan")})
+    return runs_frame(records), pd.DataFrame(curves, columns=list(CURVE_COLUMNS))

@@ -41,7 +41,14 @@ def training_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name
     if sel.empty:
         return None
     labels = _run_labels(sel)
-    sizes = style.size_order(sel["model.size"]) if "model.size" in sel.columns else [None]
+    is_gp = "task" in sel.columns and sel["task"].eq("gp").all()
+    panel_col = "gp.kernel" if is_gp and "gp.kernel" in sel.columns else "model.size"
+    if panel_col not in sel.columns:
+        sizes: list = [None]
+    elif panel_col == "model.size":
+        sizes = style.size_order(sel[panel_col])
+    else:
+        sizes = sorted(sel[panel_col].unique())
     ncols, nrows = style.grid_shape(len(sizes))
     fig, axes = style.new_figure(ncols, nrows, panel_w=4.6, panel_h=3.4)
     variants = list(dict.fromkeys(labels))
@@ -51,7 +58,7 @@ def training_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name
     counts = labels.value_counts()
     by_run = dict(tuple(curves.groupby("run_id", sort=False)))
     for ax, size in zip(axes, sizes):
-        panel = sel if size is None else sel[sel["model.size"].eq(size)]
+        panel = sel if size is None else sel[sel[panel_col].eq(size)]
         for idx, r in panel.iterrows():
             c = by_run[r["run_id"]]
             train = c[c["train_loss"].notna()]
@@ -69,9 +76,9 @@ def training_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name
         from matplotlib.ticker import EngFormatter
 
         ax.xaxis.set_major_formatter(EngFormatter())
-        ax.set_xlabel("training tokens")
-        ax.set_ylabel("loss (nats/token)")
-        ax.set_title(f"{size}" if size is not None else "", fontsize=10)
+        ax.set_xlabel("training examples" if is_gp else "training tokens")
+        ax.set_ylabel("loss (mean squared error)" if is_gp else "loss (nats/token)")
+        ax.set_title("" if size is None else (f"{size} kernel" if is_gp else f"{size}"), fontsize=10)
     for ax in axes[len(sizes):]:
         ax.set_visible(False)
     from matplotlib.lines import Line2D
@@ -83,7 +90,7 @@ def training_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name
         extra.append(Line2D([], [], color="red", marker="x", linestyle="none", label="diverged"))
     style.figure_legend(fig, [], [], extra=extra, max_cols=3)
     caption = ("Training loss (lines, rolling mean over ~5% of the steps) and validation loss (dots) against "
-               "training tokens, one line per run; seeds of a variant share a colour.")
+               f"training {'examples' if is_gp else 'tokens'}, one line per run; seeds of a variant share a colour.")
     return FigurePart(name, fig, caption)
 
 
