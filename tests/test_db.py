@@ -200,3 +200,39 @@ def test_concurrent_writers_lose_nothing(tmp_path, db_url, runs_root):
     assert file_events == 2 * n_workers
     assert states == {"done"}
     assert time.time() - t0 < 120
+
+
+def test_relative_sqlite_path_is_pinned_to_the_directory_it_was_opened_in(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    engine = open_db("sqlite:///rel.db")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert open_db("sqlite:///rel.db") is not engine  # a different file now
+    list_runs(engine)
+    assert (tmp_path / "rel.db").exists() and (tmp_path / "elsewhere" / "rel.db").exists()
+
+
+def test_experiment_frame_joins_configs_axes_and_results(tmp_path, engine, runs_root):
+    from cemctl.db import sync_runs
+    from cemctl.db.frames import experiment_frame, metrics_frame
+    from cemctl.db.rundir import atomic_write_json
+
+    plan = make_plan(tmp_path)
+    write_run_configs(plan, runs_root)
+    record_plan(engine, plan, runs_root)
+    done = plan.runs[1].run_id
+    atomic_write_json(runs_root / done / "result.json", {"state": "done", "test_loss": 3.0, "test_ppl": 20.1, "steps": 5})
+    (runs_root / done / "metrics.jsonl").write_text(
+        "".join(json.dumps({"kind": "val", "step": s, "tokens": s * 64, "val_loss": 4.0 - s / 10}) + "\n" for s in (1, 5))
+    )
+    sync_runs(engine, runs_root)
+    df = experiment_frame(engine, "g")
+    assert list(df["run_id"]) == [r.run_id for r in plan.runs]
+    assert {"axis:model.attention", "axis:train.lr", "model.d_model", "result.test_ppl", "state"} <= set(df.columns)
+    row = df.set_index("run_id").loc[done]
+    assert row["state"] == "done" and row["result.test_ppl"] == 20.1 and row["axis:model.attention"] == plan.runs[1].axes["model.attention"]
+    assert df["result.test_ppl"].isna().sum() == 3
+    curves = metrics_frame(engine, [done], kind="val")
+    assert list(curves["step"]) == [1, 5] and list(curves["val_loss"]) == [3.9, 3.5]
+    with pytest.raises(Exception, match="unknown experiment 'nope'.*known: g"):
+        experiment_frame(engine, "nope")

@@ -114,13 +114,17 @@ def check_sqlite_file(path: Path) -> None:
 
 def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
     """An engine on `url` with the schema at the current version (cached per process)."""
-    key = (url, os.getpid())
-    if key in _ENGINES:
-        return _ENGINES[key]
     try:
         u = make_url(url)
     except Exception as e:
         raise DatabaseError(f"--db: not a database URL or path: {url!r} ({e})") from None
+    path = sqlite_path(url)
+    if path is not None and not path.is_absolute():  # pin the file: later chdir()s must not move it
+        u = u.set(database=str(path.resolve()))
+        url = u.render_as_string(hide_password=False)
+    key = (url, os.getpid())
+    if key in _ENGINES:
+        return _ENGINES[key]
     kwargs: dict[str, Any] = {}
     if u.get_backend_name() == "sqlite":
         path = sqlite_path(url)
