@@ -128,3 +128,41 @@ def test_missing_database_and_bad_format_exit_2(tmp_path):
     assert not (tmp_path / "none.db").exists()
     result = _cli("report", "x", "--db", str(tmp_path / "none.db"), "--format", "png,gif")
     assert result.exit_code == 2 and "gif" in result.output and "svg" in result.output
+
+
+def test_gp_report_reads_rmse_from_result_json(tmp_path):
+    from pathlib import Path as _P
+
+    from cemctl.grid.planner import plan_experiment
+    from cemctl.report.tables import read_table_csv
+
+    grid = _P(__file__).resolve().parents[1] / "experiments" / "gp.toml"
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    runs_root = tmp_path / "runs"
+    plan = plan_experiment(grid, db_url=db, runs_root=runs_root).plan
+    expected: dict[tuple[str, int], list[float]] = {}
+    for i, pr in enumerate(plan.runs):
+        cfg = pr.config
+        rmse = 0.1 * cfg.model.mlp_steps + 0.01 * cfg.train.seed + (0.5 if cfg.gp.kernel == "gibbs" else 0.0)
+        expected.setdefault((cfg.gp.kernel, cfg.model.mlp_steps), []).append(rmse)
+        _write_json(runs_root / pr.run_id / "result.json", {
+            "state": "done", "test_loss": rmse ** 2, "test_ppl": None, "val_loss": rmse ** 2, "val_ppl": None,
+            "params_total": 500, "params_non_embedding": 400, "flops_per_token": 10, "train_flops": 1e5,
+            "tokens": 100, "steps": 2, "wall_time_s": 1.0, "error": None, "diverged_step": None,
+            "test_rmse": rmse, "val_rmse": rmse, "bayes_rmse": 0.05})
+    out = tmp_path / "rep"
+    result = _cli("report", plan.name, "--db", db, "--runs-dir", str(runs_root), "--out", str(out),
+                  "--format", "png", "--no-curves")
+    assert result.exit_code == 0, result.output
+    table = read_table_csv(out / "tables" / "gp_rmse.csv")
+    assert len(table) == len(expected)
+    for row in table.to_dict("records"):
+        vals = expected[(row["kernel"], row["T"])]
+        mean = sum(vals) / len(vals)
+        std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+        assert row["test RMSE (mean)"] == pytest.approx(mean)
+        assert row["test RMSE (s.d.)"] == pytest.approx(std)
+        assert row["n seeds"] == len(vals) and row["exact GP RMSE"] == pytest.approx(0.05)
+    best = table[table["best T"]]
+    assert sorted(best["T"]) == [1, 1]  # lowest RMSE at T=1 for both kernels in this made-up data
+    assert (out / "figures" / "gp_rmse.png").exists() and not (out / "figures" / "training_curves.png").exists()

@@ -15,8 +15,8 @@ from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console,
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
-        experiment: str = typer.Argument(..., help="Experiment name (the [experiment] name of its grid file)."),
-        out: str = typer.Option(None, "--out", "-o", help="Output folder [default: reports/EXPERIMENT]."),
+        experiment: str = typer.Argument(..., help="Experiment name (the \\[experiment] name of its grid file)."),
+        out: str = typer.Option(None, "--out", "-o", help="Output folder \\[default: reports/EXPERIMENT]."),
         formats: str = typer.Option("png,pdf", "--format", help="Figure formats, comma-separated (png, pdf, svg)."),
         curves: bool = typer.Option(True, "--curves/--no-curves", help="Include training-loss curves."),
         db: str = DbOption,
