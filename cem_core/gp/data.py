@@ -151,7 +151,7 @@ class GPData:
     kernel: str
     jitter: float  # added to K's diagonal for the Cholesky factor
     bayes_rmse: float  # test RMSE of the exact GP posterior mean (known kernel and noise)
-    generation_s: float  # seconds the generation took (0 never; the cached value on a hit)
+    generation_s: float  # seconds the generation took (on a cache hit: the original generation's)
 
     @property
     def input_dim(self) -> int:
