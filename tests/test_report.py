@@ -343,3 +343,19 @@ def test_every_experiment_file_has_its_figures(scale):
         assert not [n for n in parts.notes if "no Llama baseline" in n], (grid.stem, parts.notes)
         for f in parts.figures:
             f.figure.clear()
+
+
+def test_select_runs_by_config_values():
+    from cemctl.report.build import select_runs
+
+    runs, _ = synthetic_frames("lr_sweep", sizes=("nano", "micro"), seeds=(0,), failures=False,
+                               single_seed_variant=False)
+    sel = select_runs(runs, ["model.size=nano", "train.lr=0.002"])
+    assert len(sel) == 2 and set(sel["model.attention"]) == {"llama", "cem"}
+    assert set(select_runs(runs, ["model.attention=cem"])["model.mlp"]) == {"cem"}
+    assert select_runs(runs, ["train.lr=0.003"]).empty
+    with pytest.raises(ConfigError) as info:
+        select_runs(runs, ["model.sise=nano"])
+    assert info.value.key == "model.sise" and "model.size" in info.value.allowed
+    with pytest.raises(ConfigError):
+        select_runs(runs, ["model.size"])

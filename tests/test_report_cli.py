@@ -166,3 +166,18 @@ def test_gp_report_reads_rmse_from_result_json(tmp_path):
     best = table[table["best T"]]
     assert sorted(best["T"]) == [1, 1]  # lowest RMSE at T=1 for both kernels in this made-up data
     assert (out / "figures" / "gp_rmse.png").exists() and not (out / "figures" / "training_curves.png").exists()
+
+
+def test_where_selects_runs(planned):
+    plan, runs_root = planned["plan"], planned["runs"]
+    for i, pr in enumerate(plan.runs):
+        (runs_root / pr.run_id).mkdir(parents=True, exist_ok=True)
+        _finish(runs_root / pr.run_id, 30.0 + i)
+    out = planned["tmp"] / "rep"
+    result = _cli("report", "mini_components", "--db", str(planned["db"]), "--runs-dir", str(runs_root),
+                  "--out", str(out), "--format", "png", "--where", "model.attention=llama", "--where", "train.seed=0")
+    assert result.exit_code == 0, result.output
+    runs_csv = (out / "runs.csv").read_text().splitlines()
+    assert len(runs_csv) == 2  # header + the one Llama run with seed 0
+    bad = _cli("report", "mini_components", "--db", str(planned["db"]), "--where", "model.atention=llama")
+    assert bad.exit_code == 2 and "model.atention" in bad.output and "model.attention" in bad.output

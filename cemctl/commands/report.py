@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         out: str = typer.Option(None, "--out", "-o", help="Output folder \\[default: reports/EXPERIMENT]."),
         formats: str = typer.Option("png,pdf", "--format", help="Figure formats, comma-separated (png, pdf, svg)."),
         curves: bool = typer.Option(True, "--curves/--no-curves", help="Include training-loss curves."),
+        where: list[str] = typer.Option(None, "--where", help="Only runs with KEY=VALUE (repeatable), e.g. model.size=nano."),
         db: str = DbOption,
         runs: str = RunsDirOption,
         no_sync: bool = typer.Option(False, "--no-sync", help="Report the database as it is, without reading run dirs."),
@@ -29,7 +30,7 @@ def register(app: typer.Typer) -> None:
 
             result = report_experiment(
                 experiment, db_url=db_url(db), out_dir=out, runs_root=runs_dir(runs), formats=formats,
-                include_curves=curves, sync=not no_sync,
+                include_curves=curves, sync=not no_sync, where=where or (),
             )
         counts = ", ".join(f"{n} {k}" for k, n in result.counts.items() if n and k != "runs")
         console.print(f"report written to {result.index_md} (and index.html): "

@@ -119,6 +119,33 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
     return pd.DataFrame(rows, columns=["run_id", "variant", "size", "lr", "seed", "state", "reason"])
 
 
+def select_runs(runs: "pd.DataFrame", where: Sequence[str] = ()) -> "pd.DataFrame":
+    """Keep the runs matching every `key=value` (e.g. `model.size=nano`, `train.lr=0.002`, `state=done`).
+
+    Values are read as TOML values (strings may go unquoted); an unknown key raises ConfigError
+    naming the columns that can be selected on.
+    """
+    from cemctl.grid.overrides import parse_value
+
+    out = runs
+    for item in where:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(item, "must look like key=value (e.g. model.size=nano)", source="--where")
+        if key not in runs.columns:
+            allowed = [c for c in runs.columns if "." in c or c in ("state", "run_id", "task")]
+            raise ConfigError(key, "unknown column", allowed=allowed, source="--where")
+        value = parse_value(text.strip())
+        column = out[key]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and column.dtype.kind in "iuf":
+            mask = (column.astype(float) - float(value)).abs() <= 1e-12 * max(1.0, abs(float(value)))
+        else:
+            mask = column.astype(str).eq(str(value))
+        out = out[mask]
+    return out
+
+
 def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
     counts = {"runs": int(len(runs)) + int(problems["state"].eq("missing").sum())}
     if "state" in runs.columns:
@@ -149,7 +176,6 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     formats = parse_formats(formats)
     get_figure_kind(info.figure)  # unknown kinds fail before any work
     from cemctl.report.aggregate import finished
-    from cemctl.report.tables import write_table
 
     value = "test_rmse" if info.figure == "gp_table" else "test_ppl"
     if finished(runs, value).empty:
@@ -163,7 +189,7 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     tmp.chmod(0o755)
     try:
-        result = _write(info, runs, parts, problems, tmp, formats, dpi, write_table)
+        result = _write(info, runs, parts, problems, tmp, formats, dpi)
         _swap_in(tmp, out_dir)
     finally:
         for fp in parts.figures:  # free the figures' memory
@@ -177,7 +203,9 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
 
 
 def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, problems: "pd.DataFrame", out: Path,
-           formats: tuple[str, ...], dpi: int, write_table) -> ReportResult:  # type: ignore[no-untyped-def]
+           formats: tuple[str, ...], dpi: int) -> ReportResult:
+    from cemctl.report.tables import write_table
+
     (out / "figures").mkdir()
     (out / "tables").mkdir()
     result = ReportResult(out, out / "index.md", out / "index.html")
@@ -243,9 +271,11 @@ def _swap_in(tmp: Path, out_dir: Path) -> None:
 
 def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | None = None,
                       runs_root: Path | str | None = None, formats: str | Sequence[str] = ("png", "pdf"),
-                      include_curves: bool = True, sync: bool = True, dpi: int = DPI) -> ReportResult:
+                      include_curves: bool = True, sync: bool = True, where: Sequence[str] = (),
+                      dpi: int = DPI) -> ReportResult:
     """`cemctl report EXPERIMENT`: sync the experiment's run dirs (unless `sync=False`), load its runs and
-    curves from the database and build the report into `out_dir` (default `reports/EXPERIMENT`).
+    curves from the database, keep the runs matching `where` (`key=value` items) and build the report
+    into `out_dir` (default `reports/EXPERIMENT`).
 
     Raises CemError (one line) for a missing database, an unknown experiment or no finished runs.
     """
@@ -266,7 +296,7 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
         from cemctl.db.ingest import sync_runs
 
         sync_runs(engine, runs_root, run_ids=[r.id for r in list_runs(engine, experiment=experiment)])
-    runs = load_runs(engine, experiment)
+    runs = select_runs(load_runs(engine, experiment), where)
     curves = load_curves(engine, runs["run_id"]) if include_curves else None
     if include_curves and (curves is None or curves.empty) and runs_root is not None:
         curves = curves_from_run_dirs(runs_root, runs["run_id"])
