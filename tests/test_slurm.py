@@ -44,6 +44,17 @@ def wait_queue_empty(job_ids: list[str], timeout_s: float = 120) -> None:
     wait_for(lambda: not (set(job_ids) & set(squeue_states())), timeout_s, f"jobs {job_ids} to leave the queue")
 
 
+def release_requeued(job_id: str) -> None:
+    """Wait until a requeued job is pending, then skip SLURM's two-minute requeue delay.
+
+    A few seconds pass first: a requeued job started again at once can be refused by
+    slurmctld ("Job credential revoked") while the previous start is still being cleaned up.
+    """
+    wait_for(lambda: squeue_states().get(job_id, ("",))[0] == "PENDING", 60, f"job {job_id} to be pending again")
+    time.sleep(5)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+
+
 def test_arrays_are_split_below_max_array_size_with_a_concurrency_limit(tmp_path, monkeypatch):
     import cemctl.executors.slurm as slurm
 
@@ -116,8 +127,7 @@ def test_requeued_job_resumes_from_its_checkpoint_with_the_same_test_loss(tmp_pa
     wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 6, 180, "a checkpoint and step 6")
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     # Skip SLURM's two-minute delay before a requeued job may start again.
-    wait_for(lambda: squeue_states().get(job_id, ("",))[0] == "PENDING", 60, "the job to be pending again")
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+    release_requeued(job_id)
 
     def finished():
         st = run_states(status_json(tmp_path, env), "requeue")[run_dir.name]
@@ -164,3 +174,24 @@ def test_cancel_and_vanished_pending_jobs(tmp_path):
     # Both are relaunched by the next launch.
     dry = cemctl(tmp_path, "launch", "pending", "--executor", "slurm", "--dry-run", env=env)
     assert "would launch 2 of 2" in dry.stdout, dry.stdout + dry.stderr
+
+
+def test_preemption_requeues_through_checkpoint_with_bounded_attempts(tmp_path):
+    """SIGUSR2 (what SLURM sends before a timeout / preemption): checkpoint() stops the job's command and
+    requeues it; past max_attempts the run is recorded failed instead of starting again."""
+    d = tmp_path / "r0"
+    d.mkdir()
+    code = "import os, time; print('attempt', os.environ['CEMCTL_ATTEMPT'], flush=True); time.sleep(300)"
+    ex = SlurmExecutor(SlurmOptions(timeout_min=30, max_attempts=2), folder=tmp_path / ".slurm")
+    (sub,) = ex.submit([Job(run_id="r0", run_dir=d, argv=[sys.executable, "-c", code])])
+    job_id = sub.job_id
+    for attempt in (1, 2):
+        wait_for(lambda: (jobfile.read_job(d) or {}).get("state") == "running" and jobfile.read_job(d)["attempt"] == attempt, 90, f"attempt {attempt}")
+        time.sleep(1)  # let submitit install its signal handler
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+        release_requeued(job_id)
+    wait_queue_empty([job_id], 90)
+    states = [(e["state"], e.get("reason", "")) for e in jobfile.read_events(d)]
+    assert [s for s, _ in states] == ["queued", "queued", "queued", "failed"]
+    assert "gave up after 2 attempts" in states[-1][1]
+    assert jobfile.read_job(d)["attempt"] == 2 and jobfile.read_job(d)["state"] == "exited"  # two real starts

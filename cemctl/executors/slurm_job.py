@@ -84,9 +84,13 @@ class TrainJob(Checkpointable):
         return {"state": state, "reason": reason, "exit_code": returncode}
 
     def checkpoint(self, run_dir: str, argv: list[str], env: dict[str, str], max_attempts: int = 4) -> DelayedSubmission:
-        """Timeout / preemption: stop the trainer (it resumes from its checkpoint) and requeue the same job."""
-        if self._proc is not None and self._proc.poll() is None:
-            _stop(self._proc, timeout_s=30)
+        """Timeout / preemption: stop the trainer (it resumes from its checkpoint) and requeue the same job.
+
+        Runs inside submitit's signal handler, which interrupts `Popen.wait()` in `__call__`:
+        the child must not be reaped here (Popen's wait lock is held), only signalled.
+        """
+        if self._proc is not None:
+            _stop_unreaped(self._proc.pid, timeout_s=30)
         rd = Path(run_dir)
         jobfile.update_job(rd, state="queued", reason="requeued after timeout or preemption")
         jobfile.append_event(rd, "queued", "requeued after timeout or preemption", executor="slurm", job_id=slurm_job_id())
@@ -109,3 +113,19 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
         proc.wait()
     except ProcessLookupError:
         pass
+
+
+def _stop_unreaped(pid: int, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`, waiting for the process to exit without reaping it."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + timeout_s
+    while jobfile.pid_alive(pid) and time.time() < deadline:
+        time.sleep(0.2)
+    if jobfile.pid_alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
