@@ -1,0 +1,95 @@
+"""The benchmarks execute and write their tables (`python -m bench --quick`); no speed is asserted here."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_quick_training_benchmarks_write_markdown_and_json(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from bench.__main__ import main
+
+    assert main(["--quick", "--only", "train,mfu,gpu", "--no-memory", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "latest.json").read_text())
+    sections = {s["key"]: s for s in data["sections"]}
+    assert set(sections) == {"train_vs_hf", "mfu_cpu", "gpu"}
+    assert data["meta"]["versions"]["torch"] and data["meta"]["date_utc"].endswith("UTC")
+    (row,) = sections["train_vs_hf"]["rows"]
+    assert row["size"] == "nano" and row["ours tokens/s"] > 0 and row["HF tokens/s"] > 0
+    assert row["speed-up (HF/ours)"] == pytest.approx(row["HF ms/step"] / row["ours ms/step"], rel=1e-6)
+    assert [t["verdict"] for t in sections["train_vs_hf"]["targets"]][0] in ("met", "MISSED")
+    mfu = sections["mfu_cpu"]["rows"]
+    assert {r["impl"] for r in mfu} == {"ours", "HF"} and all(r["matmul peak GFLOP/s"] > 0 for r in mfu)
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "no CUDA device" in sections["gpu"]["skipped"]
+    md = (tmp_path / "latest.md").read_text()
+    assert "## Targets" in md and "| nano |" in md and "ours vs HF training tokens/s" in md
+
+
+def test_probe_measures_peak_memory_in_a_fresh_process() -> None:
+    from bench.memory import peak_memory
+    from bench.models import model_config
+
+    small = peak_memory("ours", model_config("nano"), 2, threads=1)
+    assert "error" not in small, small
+    big = peak_memory("ours", model_config("nano", d_model=256, d_mlp=1024, n_layers=4), 8, threads=1)
+    assert small["peak_delta_mib"] > 0 and big["peak_delta_mib"] > small["peak_delta_mib"]
+    assert small["rss_peak_mib"] >= small["rss_base_mib"]
+
+
+def test_probe_failure_is_reported_not_raised() -> None:
+    from bench.memory import peak_memory
+    from bench.models import model_config
+
+    out = peak_memory("no-such-impl", model_config("nano"), 1, threads=1)
+    assert "error" in out and "no-such-impl" in out["error"]
+
+
+def test_generated_database_has_the_requested_runs_and_points_and_is_cached(tmp_path: Path) -> None:
+    from bench import dbgen
+
+    big = dbgen.build(tmp_path, 0.001, log=lambda m: None)
+    assert big.runs == 10 and big.metric_points == 10 * dbgen.POINTS_PER_RUN
+    with sqlite3.connect(big.db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM runs WHERE state = 'done'").fetchone()[0] == 10
+        assert conn.execute("SELECT count(*) FROM metrics").fetchone()[0] == big.metric_points
+        assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 10
+        names = {r[0] for r in conn.execute("SELECT name FROM experiments")}
+    assert dbgen.REPORT_EXPERIMENT in names
+    assert all((big.runs_root / d / "result.json").exists() for d in [p.name for p in big.runs_root.iterdir()])
+    again = dbgen.build(tmp_path, 0.001, log=lambda m: pytest.fail("regenerated a cached database"))
+    assert again.db_path == big.db_path and again.generate_s == big.generate_s
+
+
+def test_unknown_benchmark_name_is_rejected_with_the_known_names(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--only", "train,nope"])
+    assert e.value.code == 2
+    assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_mode_runs_every_benchmark(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "latest.json").read_text())
+    keys = [s["key"] for s in data["sections"]]
+    assert keys == ["train_vs_hf", "cem_variants", "mfu_cpu", "gpu", "cli", "ingest"]
+    for s in data["sections"]:
+        assert not (s["skipped"] or "").startswith("failed"), (s["key"], s["skipped"])
+    ingest = next(s for s in data["sections"] if s["key"] == "ingest")
+    assert all(r["stored"] == r["points"] and r["failed workers"] == 0 for r in ingest["rows"])
