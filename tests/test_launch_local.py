@@ -233,3 +233,22 @@ def test_cancel_stops_a_running_local_job(tmp_path):
     st = run_states(status_json(tmp_path, env), "cancelme")[run_dir.name]
     assert st["state"] == "cancelled"
     assert json.loads((run_dir / "job.json").read_text())["state"] == "cancelled"
+
+
+@pytest.mark.slow
+def test_detach_runs_the_orchestrator_in_the_background(tmp_path):
+    grid = write_grid(tmp_path, name="detached", steps=4, ckpt=2, attention='["llama"]')
+    env = cli_env(tmp_path)
+    t0 = time.time()
+    out = cemctl(tmp_path, "launch", str(grid), "--detach", env=env)
+    assert out.returncode == 0, out.stderr
+    assert time.time() - t0 < 60 and "background" in out.stdout
+    log = Path(out.stdout.split("log ")[-1].strip())
+    assert log.parent == tmp_path / "runs" / ".launch"
+
+    def done():
+        st = run_states(status_json(tmp_path, env), "detached") if (tmp_path / "results.db").exists() else {}
+        return st and all(r["state"] == "done" for r in st.values())
+
+    wait_for(done, 300, "the detached launch to finish")
+    wait_for(lambda: "launched 1 of 1" in log.read_text(), 60, "the orchestrator's summary in its log")

@@ -73,9 +73,16 @@ def register(app: typer.Typer) -> None:
                     from cem_core.errors import ConfigError
 
                     raise ConfigError("--detach", f"is for the local executor (the {executor} executor returns at once)")
+                # Plan and validate here first: bad input fails in the foreground, not in a log file.
+                import dataclasses
+
+                check = launch(dataclasses.replace(req, dry_run=True), db_url(db), runs_dir(runs))
+                if not check.launched:
+                    console.print(check.summary(), markup=False, soft_wrap=True)
+                    return
                 argv = [a for a in sys.argv[1:] if a != "--detach"]
                 pid, log = run_detached(argv, runs_dir(runs))
-                console.print(f"launch orchestrator running in the background: pid {pid}, log {log}", markup=False)
+                console.print(f"launch orchestrator running in the background: pid {pid}, log {log}", markup=False, soft_wrap=True)
                 return
             _run(req, db, runs, as_json)
 

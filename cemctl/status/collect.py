@@ -11,6 +11,7 @@ with the reason. `collect_status` reads everything with two column queries
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -169,13 +170,18 @@ def refresh(
     timeout_s = jobfile.heartbeat_timeout_s(heartbeat_timeout_s)
     # done / diverged runs never change again (a launch never restarts them), so only the
     # others are re-read: a finished experiment costs nothing to sync. `cemctl sync` reads all.
+    # A planned run with no events.jsonl has never been touched by an executor or the
+    # trainer (both append an event first), so it is skipped too: one stat instead of an ingest.
     with read_session(engine) as s:
-        q = select(Run.id).where(Run.state.not_in(FINAL_STATES))
+        q = select(Run.id, Run.state, Run.run_dir).where(Run.state.not_in(FINAL_STATES))
         if experiment is not None:
             q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).join(
                 Experiment, Experiment.id == ExperimentRun.experiment_id
             ).where(Experiment.name == experiment)
-        run_ids: list[str] | None = list(s.scalars(q))
+        run_ids: list[str] | None = [
+            rid for rid, state, rdir in s.execute(q)
+            if state != "planned" or not rdir or os.path.exists(os.path.join(rdir, jobfile.EVENTS_FILE))
+        ]
         if experiment is None:
             n_all = s.execute(select(func.count()).select_from(Run)).scalar_one()
             if n_all == 0:

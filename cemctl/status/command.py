@@ -21,7 +21,7 @@ def show_status(
     watch: bool = False,
     as_json: bool = False,
     interval_s: float = 2.0,
-    limit: int = 200,
+    limit: int = 100,
     sync: bool = True,
     heartbeat_timeout_s: float | None = None,
     console: Console | None = None,
