@@ -387,7 +387,9 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
         candidates.append((res_mtime, 2, res["state"], str(res.get("error") or f"result.json: {res['state']}")))
     if last_event is not None:
         candidates.append((events_mtime or last_event.time, 1, last_event.state, last_event.reason or ""))
-    if hb is not None and hb_mtime is not None and not (last_event is not None and last_event.state == "cancelled"):
+    # A result.json ends an attempt (a retry deletes it first), so a heartbeat written after it
+    # (the trainer's last beat) does not make the run "running" again.
+    if hb is not None and hb_mtime is not None and res is None and not (last_event is not None and last_event.state == "cancelled"):
         candidates.append((hb_mtime, 0, "running", "heartbeat"))
     state, reason = run.state, run.state_reason or ""
     if res is not None and res["state"] == "done":
