@@ -252,3 +252,21 @@ def test_detach_runs_the_orchestrator_in_the_background(tmp_path):
 
     wait_for(done, 300, "the detached launch to finish")
     wait_for(lambda: "launched 1 of 1" in log.read_text(), 60, "the orchestrator's summary in its log")
+
+
+def test_failed_run_is_recorded_and_rerun_only_with_retry_failed(tmp_path):
+    grid = write_grid(tmp_path, name="crashy", steps=6, ckpt=2, attention='["llama"]')
+    env = cli_env(tmp_path, CEMCTL_TEST_CRASH_AT_STEP="4")
+    out = cemctl(tmp_path, "launch", str(grid), env=env)
+    assert out.returncode == 1, out.stdout + out.stderr  # a failed run: non-zero exit, the orchestrator still ends cleanly
+    (run_id, st), = run_states(status_json(tmp_path, env), "crashy").items()
+    assert st["state"] == "failed" and "test crash at step 4" in st["error"]
+    again = cemctl(tmp_path, "launch", "crashy", env=env)
+    assert again.returncode == 0 and "launched 0 of 1" in again.stdout
+    dry = cemctl(tmp_path, "launch", "crashy", "--retry-failed", "--dry-run", env=env)
+    assert "retry" in dry.stdout and "checkpoint step 2" in dry.stdout, dry.stdout
+    retry = cemctl(tmp_path, "launch", "crashy", "--retry-failed", env=env)  # the crash hook only fires on attempt 1
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    st = run_states(status_json(tmp_path, env), "crashy")[run_id]
+    assert st["state"] == "done" and st["attempts"] == 2 and st["error"] is None
+    assert "resumed from checkpoint step 2" in (tmp_path / "runs" / run_id / "train.log").read_text()
