@@ -73,3 +73,45 @@ def test_tiny_gp_run_learns_and_keeps_the_run_directory_contract(tmp_path: Path)
 
     # a finished run is not trained again
     assert run_training(run_dir, device="cpu") == result
+
+
+def _gp_run(root: Path, name: str, **overrides) -> tuple[Path, RunConfig]:
+    base = {
+        "task": "gp", "model.size": "nano", "model.mlp": "cem", "model.mlp_steps": 2, "gp.kernel": "gibbs",
+        "gp.n_train": 64, "gp.n_test": 16, "data.cache_dir": str(root / "cache"), "train.max_steps": 30,
+        "train.batch_seqs": 16, "train.micro_batch_seqs": 8, "train.eval_every_steps": 10,
+        "train.ckpt_every_steps": 10, "train.seed": 3,
+    }
+    base.update(overrides)
+    cfg = resolve(RunConfig.from_dict(base))
+    run_dir = root / name
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
+    return run_dir, cfg
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [{k: v for k, v in m.items() if k not in ("time_s", "tokens_per_s")}
+            for m in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def test_gp_run_resumes_exactly_after_a_crash(tmp_path: Path, monkeypatch):
+    straight, _ = _gp_run(tmp_path, "straight")
+    reference = run_training(straight, device="cpu")
+    crashed, _ = _gp_run(tmp_path, "crashed")
+    monkeypatch.setenv("CEMCTL_TEST_CRASH_AT_STEP", "25")
+    first = run_training(crashed, device="cpu")
+    assert first["state"] == "failed" and first["test_rmse"] is None and first["steps"] == 24
+    assert first["params_total"] == reference["params_total"]  # GP counts even for a failed run
+    second = run_training(crashed, device="cpu")  # attempt 2: resumes from the step-20 checkpoint
+    assert second["state"] == "done" and second["attempt"] == 2
+    assert _metrics(crashed) == _metrics(straight)
+    assert second["test_loss"] == reference["test_loss"] and second["test_rmse"] == reference["test_rmse"]
+
+
+def test_gp_run_with_a_nan_loss_is_recorded_diverged(tmp_path: Path, monkeypatch):
+    run_dir, _ = _gp_run(tmp_path, "nan")
+    monkeypatch.setenv("CEMCTL_TEST_NAN_AT_STEP", "5")
+    result = run_training(run_dir, device="cpu")
+    assert result["state"] == "diverged" and result["diverged_step"] == 5
+    assert result["test_rmse"] is None and result["test_ppl"] is None
