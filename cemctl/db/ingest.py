@@ -326,6 +326,15 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
             run.attempts = max(run.attempts or 0, ev_rows[-1]["attempt"])
         if obj["state"] == "running" and run.started_at is None:
             run.started_at = ev_rows[-1]["time"]
+    # A derived event is a placeholder for a line the writer had not appended yet (e.g. result.json
+    # was read before the trainer's "done" line): the line replaces it, so a state is recorded once.
+    prev_time = None if ev_lines.restarted else session.scalars(
+        select(RunEvent.time).where(RunEvent.run_id == rid, RunEvent.source == "file").order_by(RunEvent.line.desc()).limit(1)
+    ).first()
+    for row in ev_rows:
+        placeholder = delete(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "derived", RunEvent.state == row["state"])
+        session.execute(placeholder if prev_time is None else placeholder.where(RunEvent.time >= prev_time))
+        prev_time = row["time"]
     _upsert(session, RunEvent, ev_rows, ["run_id", "line"], None)
     out.event_rows += len(ev_rows)
     run.events_offset, run.events_fingerprint = ev_lines.new_offset, ev_lines.fingerprint
@@ -403,8 +412,7 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
         if age > timeout_s:
             state, reason = "stale", f"no heartbeat for {int(age)} s"
     if state != run.state:
-        from_file_event = last_event is not None and last_event.state == state and candidates and max(candidates)[1] == 1
-        if not from_file_event:
+        if last_event is None or last_event.state != state:  # else events.jsonl records it already
             session.add(RunEvent(run_id=rid, time=now, state=state, reason=reason, attempt=run.attempts, source="derived"))
             out.event_rows += 1
         run.state, run.state_reason, run.state_at = state, reason, now
