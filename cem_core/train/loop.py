@@ -8,6 +8,11 @@ norm, exit 3), `failed` (an exception, exit 1); each is written once,
 atomically, to result.json and appended to events.jsonl. Bad configuration
 raises `ConfigError` before anything is written (exit 2).
 
+task = "gp" (the synthetic GP study) swaps in cem_core/gp/task.py for the data,
+the model, the batches (examples instead of token sequences) and the evaluation
+(MSE over the whole val / test split); result.json then carries `test_rmse`,
+`val_rmse` and the GP counts, with null perplexities.
+
 Data parallelism: under `torchrun` (WORLD_SIZE > 1) each process joins the
 process group (NCCL on CUDA, gloo on CPU), takes its slice of each global
 batch, and gradients are averaged by DDP. Only rank 0 writes files.
