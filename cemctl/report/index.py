@@ -107,7 +107,7 @@ def render_html(c: IndexContent) -> str:
     if c.figures:
         out.append("<h2>Figures</h2>")
         for f in c.figures:
-            out.append(f"<h3 id=\"{e(f.name)}\">{e(f.name)}</h3><figure>")
+            out.append(f"<h3 id=\"fig-{e(f.name)}\">{e(f.name)}</h3><figure>")
             if "png" in f.files:
                 out.append(f"<img src=\"{e(f.files['png'])}\" alt=\"{e(f.name)}\">")
             links = " ".join(f"<a href=\"{e(p)}\">{e(fmt.upper())}</a>" for fmt, p in _links(f.files, "png"))
@@ -116,7 +116,7 @@ def render_html(c: IndexContent) -> str:
         out.append("<h2>Tables</h2>")
         for t in c.tables:
             links = " ".join(f"<a href=\"{e(p)}\">{e(fmt.upper())}</a>" for fmt, p in _links(t.files, "md"))
-            out += [f"<h3 id=\"{e(t.name)}\">{e(t.name)}</h3>", f"<p>{e(t.caption)} {links}</p>",
+            out += [f"<h3 id=\"tab-{e(t.name)}\">{e(t.name)}</h3>", f"<p>{e(t.caption)} {links}</p>",
                     _html_table(t.frame)]
     out.append("<h2>Missing and failed runs</h2>")
     if c.problems is None or c.problems.empty:

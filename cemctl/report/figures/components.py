@@ -47,7 +47,7 @@ def comparison_table(agg: "pd.DataFrame", base_idx: "pd.Series") -> "pd.DataFram
             "params (M)": style.params_m(r["params_total"]),
             "non-emb. params (M)": style.params_m(r["params_non_embedding"]),
             "params / Llama": (float(r["params_total"]) / float(base["params_total"])) if base is not None else None,
-            "tokens (M)": float(r["tokens"]) / 1e6 if "tokens" in r else None,
+            "tokens": int(round(float(r["tokens"]))) if "tokens" in r and r["tokens"] == r["tokens"] else None,
             "test ppl (mean)": r["mean"],
             "test ppl (s.d.)": r["std"],
             "n seeds": int(r["n"]),
