@@ -113,6 +113,11 @@ def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
 
         with ProgressView(console) as view:
             report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view)
+    elif req.executor == "local" and not req.dry_run and not as_json:
+        from cemctl.launch.progress import LinePrinter
+
+        printer = LinePrinter(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=printer)
     else:
         report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection)
     if as_json:

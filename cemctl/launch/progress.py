@@ -78,3 +78,24 @@ class ProgressView:
         if len(statuses) > len(shown):
             return Group(head, table, Text(f"... {len(statuses) - len(shown)} more", style="dim"))
         return Group(head, table)
+
+
+class LinePrinter:
+    """The non-interactive view (pipes, --detach logs): one line per job state change."""
+
+    def __init__(self, write: Any = print) -> None:
+        self.write = write
+        self._seen: dict[str, str] = {}
+
+    def __call__(self, statuses: list[Any]) -> None:
+        for st in statuses:
+            if self._seen.get(st.job.run_id) == st.state:
+                continue
+            if st.job.run_id not in self._seen and st.state == "queued":
+                self._seen[st.job.run_id] = st.state
+                continue
+            self._seen[st.job.run_id] = st.state
+            note = (st.reason or "").strip().splitlines()[-1][:120] if st.reason else ""
+            where = f" on {st.slot}" if st.slot else ""
+            stamp = time.strftime("%H:%M:%S")
+            self.write(f"{stamp} {st.job.run_id} {st.state}{where}" + (f": {note}" if note else ""))

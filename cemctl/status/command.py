@@ -38,16 +38,25 @@ def show_status(
             refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
         return collect_status(engine, experiment)
 
-    if as_json:
-        while True:
-            print(json.dumps(status_json(snapshot()), default=str), flush=True)
-            if not watch:
-                return
-            time.sleep(interval_s)
-    if not watch:
-        console.print(render_status(snapshot(), limit=limit))
-        return
-    with Live(render_status(snapshot(), limit=limit), console=console, refresh_per_second=4, screen=False) as live:
-        while True:
-            time.sleep(interval_s)
-            live.update(render_status(snapshot(), limit=limit))
+    try:
+        if as_json:
+            while True:
+                print(json.dumps(status_json(snapshot()), default=str), flush=True)
+                if not watch:
+                    return
+                time.sleep(interval_s)
+        if not watch:
+            console.print(render_status(snapshot(), limit=limit))
+            return
+        if not console.is_terminal:  # a pipe or a file: one table per refresh
+            while True:
+                console.print(render_status(snapshot(), limit=limit))
+                console.file.flush()
+                time.sleep(interval_s)
+        with Live(render_status(snapshot(), limit=limit), console=console, refresh_per_second=4, screen=False) as live:
+            while True:
+                time.sleep(interval_s)
+                live.update(render_status(snapshot(), limit=limit))
+    except KeyboardInterrupt:  # the way to leave --watch
+        if not watch:
+            raise

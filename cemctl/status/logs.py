@@ -9,6 +9,7 @@ keeps printing new lines as they are written (Ctrl-C to stop).
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -17,8 +18,13 @@ from cem_core.errors import CemError
 from cemctl.executors import jobfile
 
 
+_RUN_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def find_run_dir(run: str, runs_root: Path, url: str | None = None) -> Path:
-    """The run directory of a run id (or a unique prefix of one)."""
+    """The run directory of a run id (or a unique prefix of one); never a folder outside `runs_root` by name."""
+    if not _RUN_ARG.fullmatch(run or ""):  # "../x", "/etc", "a/b": a run id is a plain name
+        raise CemError(f"run: {run!r} is not a run id (letters, digits, '.', '_', '-'; see `cemctl status` for run ids)")
     direct = Path(runs_root) / run
     if (direct / "config.json").exists() or (direct / jobfile.JOB_FILE).exists():
         return direct
