@@ -100,6 +100,9 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
     The experiment's links are replaced by the plan's runs (runs dropped from
     the grid stay in `runs` with their results, unlinked).
     """
+    from cemctl.grid.spec import check_experiment_name
+
+    check_experiment_name(plan.name, plan.path or None)  # it names folders (reports/<name>): never a path
     root = Path(runs_root).resolve()
 
     def write() -> RecordedPlan:

@@ -305,5 +305,9 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     if info.figure not in FIGURE_KINDS:
         raise ConfigError("experiment.figure", f"unknown figure kind {info.figure!r} in experiment {exp.name!r}",
                           value=info.figure, allowed=list(FIGURE_KINDS), source=exp.grid_path or None)
+    if out_dir is None:
+        from cemctl.grid.spec import check_experiment_name
+
+        check_experiment_name(experiment, "--out")  # a name recorded by an older cemctl must not escape reports/
     out = Path(out_dir) if out_dir is not None else Path("reports") / experiment
     return build_report(info, runs, curves, out, formats=formats, include_curves=include_curves, dpi=dpi)
