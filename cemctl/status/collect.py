@@ -33,7 +33,7 @@ MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below
 @dataclass
 class RunRow:
     run_id: str
-    axes: dict[str, Any]
+    axes_raw: dict[str, Any] | str  # the varied axes, or their JSON (parsed on first use: cheap on 10,000 runs)
     state: str
     reason: str = ""
     step: int | None = None
@@ -51,6 +51,12 @@ class RunRow:
     attempts: int = 0
     error: str | None = None
     run_dir: str | None = None
+
+    @property
+    def axes(self) -> dict[str, Any]:
+        if isinstance(self.axes_raw, str):
+            self.axes_raw = json.loads(self.axes_raw or "{}")
+        return self.axes_raw
 
     @property
     def progress(self) -> float | None:
@@ -112,9 +118,9 @@ _RUN_COLUMNS = (
 )
 
 
-def _row(r: Any, axes: dict[str, Any]) -> RunRow:
+def _row(r: Any, axes: dict[str, Any] | str) -> RunRow:
     return RunRow(
-        run_id=r[0], axes=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
+        run_id=r[0], axes_raw=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
         train_loss=r[6], val_loss=r[7], tokens_per_s=r[8], started_at=r[9], finished_at=r[10], heartbeat_at=r[11],
         executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17],
     )
@@ -145,7 +151,7 @@ def collect_status(engine: Engine, experiment: str | None = None) -> list[Experi
         if experiment is not None:
             q = q.where(ExperimentRun.experiment_id.in_(list(by_id)))
         for rec in s.execute(q):
-            by_id[rec[0]].runs.append(_row(rec[2:], json.loads(rec[1] or "{}")))
+            by_id[rec[0]].runs.append(_row(rec[2:], rec[1] or "{}"))
         out = list(by_id.values())
         if experiment is None:
             linked = select(ExperimentRun.run_id)

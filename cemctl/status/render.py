@@ -78,17 +78,17 @@ def counts_line(exp: ExperimentStatus) -> Text:
 
 def experiment_table(exp: ExperimentStatus, *, limit: int = 200, now: float | None = None) -> RenderableType:
     now = time.time() if now is None else now
-    axes: list[str] = []
-    for r in exp.runs:
-        for k in r.axes:
-            if k not in axes:
-                axes.append(k)
     rows = exp.runs
     hidden = 0
     if limit and len(rows) > limit:
         order = sorted(range(len(rows)), key=lambda i: (_PRIORITY.get(rows[i].state, 9), i))[:limit]
         rows = [rows[i] for i in sorted(order)]
         hidden = len(exp.runs) - limit
+    axes: list[str] = []
+    for r in rows:
+        for k in r.axes:
+            if k not in axes:
+                axes.append(k)
     table = Table(title=f"[bold]{exp.name}[/]", caption=counts_line(exp), caption_justify="left", expand=False, pad_edge=False)
     table.add_column("run", style="dim", no_wrap=True)
     for a in axes:
