@@ -24,8 +24,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 DEFAULT_DB_URL = "sqlite:///results.db"
 DEFAULT_RUNS_DIR = "runs"
 
-DbOption = typer.Option(None, "--db", help="SQLAlchemy URL or SQLite path of the results database [env: CEMCTL_DB; default: results.db].")
-RunsDirOption = typer.Option(None, "--runs-dir", help="Folder holding one directory per run [env: CEMCTL_RUNS; default: ./runs].")
+DbOption = typer.Option(None, "--db", help="SQLAlchemy URL or SQLite path of the results database \\[env: CEMCTL_DB; default: results.db].")
+RunsDirOption = typer.Option(None, "--runs-dir", help="Folder holding one directory per run \\[env: CEMCTL_RUNS; default: ./runs].")
 
 
 def db_url(value: str | None) -> str:
