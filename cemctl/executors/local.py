@@ -216,6 +216,7 @@ class LocalExecutor(Executor):
         queue = deque(self.statuses)
         pool = SlotPool(self.slots)
         previous = signal.getsignal(signal.SIGTERM)
+        previous_int = signal.getsignal(signal.SIGINT)
 
         def _on_sigterm(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
@@ -243,7 +244,14 @@ class LocalExecutor(Executor):
             if self.on_tick:
                 self.on_tick(self.statuses)
         except KeyboardInterrupt:
-            self._terminate_all("interrupted (Ctrl-C / SIGTERM to the orchestrator); resumable from its last checkpoint")
+            if in_main:  # a second Ctrl-C must not leave children behind: they get SIGKILL after term_timeout_s
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                self._terminate_all("interrupted (Ctrl-C / SIGTERM to the orchestrator); resumable from its last checkpoint")
+            finally:
+                if in_main:
+                    signal.signal(signal.SIGINT, previous_int)
             if self.on_tick:
                 self.on_tick(self.statuses)
             raise
