@@ -128,7 +128,8 @@ class LocalExecutor(Executor):
                 "logs": [str(Path(st.job.run_dir).resolve() / jobfile.EXECUTOR_LOG)],
             },
         )
-        jobfile.append_event(st.job.run_dir, "queued", "local executor", attempt=st.attempt, executor=self.name, job_id=self._job_id())
+        reason = "local executor" + (f", code snapshot {st.job.snapshot}" if st.job.snapshot else "")
+        jobfile.append_event(st.job.run_dir, "queued", reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(), snapshot=st.job.snapshot)
 
     # -- process control ------------------------------------------------------
     def _start(self, st: JobStatus, slot: Slot) -> None:

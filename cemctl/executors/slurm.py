@@ -248,7 +248,9 @@ class SlurmExecutor(Executor):
                 job_id = str(handle.job_id)
                 logs = [str(handle.paths.stdout), str(handle.paths.stderr)]
                 jobfile.update_job(job.run_dir, job_id=job_id, logs=logs)  # keeps the job's own state if it already started
-                jobfile.append_event(job.run_dir, "queued", f"submitted to SLURM as {job_id}", executor=self.name, job_id=job_id, attempt=int((jobfile.read_job(job.run_dir) or {}).get("attempt") or 0))
+                reason = f"submitted to SLURM as {job_id}" + (f", code snapshot {job.snapshot}" if job.snapshot else "")
+                jobfile.append_event(job.run_dir, "queued", reason, executor=self.name, job_id=job_id, snapshot=job.snapshot,
+                                     attempt=int((jobfile.read_job(job.run_dir) or {}).get("attempt") or 0))
                 out.append(Submitted(job.run_id, job_id, "queued"))
         return out
 
