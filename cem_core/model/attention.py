@@ -36,6 +36,42 @@ from cem_core.registry import Registry
 ATTENTION: Registry[type[nn.Module]] = Registry("attention", "model.attention")
 
 
+class _AlibiAttentionCPU(torch.autograd.Function):
+    """SDPA with a fixed additive bias on the CPU flash kernel; the bias diagonal's gradient on the side.
+
+    `F.scaled_dot_product_attention` with a bias that requires grad falls back to
+    the math kernel (the whole [B, K, L, L] probability matrix kept for backward).
+    The ALiBi bias  -m_k (i - j) + other_k + (self_k - other_k) [i == j]  only
+    learns per-head scalars, and `other_k` is a per-row constant that softmax
+    ignores, so the only gradient it needs is  sum_{b,i} dS_bkii  for
+    delta_k = self_k - other_k (autograd then gives other_k minus that). With
+    D_i = dO_i . o_i:  dS_ii = P_ii (dO_i . v_i - D_i),  P_ii = exp(s_ii - lse_i),
+    both from tensors the flash kernel returns. `delta` only carries that
+    gradient: its value is already in `bias`. (Benchmark: bench/variants.py.)
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, delta, scale):  # noqa: ANN001, ANN205
+        mask = bias.to(q.dtype)[None]  # [1, K, L, L]
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask, scale=scale)
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):  # noqa: ANN001, ANN205
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        d_out = d_out.contiguous()
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            d_out, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
+        d_delta = None
+        if ctx.needs_input_grad[4]:
+            s_ii = ctx.scale * (q.float() * k.float()).sum(-1) + mask[0].diagonal(dim1=-2, dim2=-1).float()
+            p_ii = torch.exp(s_ii - lse.float())  # [B, K, L]
+            d_delta = (p_ii * (d_out.float() * (v.float() - out.float())).sum(-1)).sum(dim=(0, 2))
+        return dq, dk, dv, None, d_delta, None
+
+
 @ATTENTION.register("llama")
 class LlamaAttention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
@@ -138,9 +174,17 @@ class CEMAttention(nn.Module):
             kk = torch.cat([k, n[:, None].expand(B, K, L, d)], dim=-1)
         if mask is None:
             o = F.scaled_dot_product_attention(qk, kk, k, is_causal=True, scale=self.scale)
+        elif self._alibi_fast_path(qk):
+            o = _AlibiAttentionCPU.apply(qk, kk, k, mask.detach(), self.self_bias - self.other_bias, self.scale)
         else:
             o = F.scaled_dot_product_attention(qk, kk, k, attn_mask=mask.to(qk.dtype), scale=self.scale)
         return o.transpose(1, 2)  # [B, L, K, Dh]
+
+    def _alibi_fast_path(self, qk: torch.Tensor) -> bool:
+        """ALiBi bias, no KQ diagonal, CPU, eager, flash SDPA allowed: `_AlibiAttentionCPU` (first-order gradients)."""
+        return (self.position == "alibi" and self.kq_diagonal == "none" and qk.device.type == "cpu"
+                and qk.dtype in (torch.float32, torch.bfloat16) and torch.backends.cuda.flash_sdp_enabled()
+                and not torch.compiler.is_compiling())
 
     def iterate(self, h: torch.Tensor) -> Iterator[torch.Tensor]:
         """Yields x_0 = h, x_1, ..., x_T (keys, values and biases fixed; only x moves)."""
