@@ -13,13 +13,13 @@ class Settings:
     threads: int = 1  # torch intra-op threads (see README: why 1 on a shared 2-core machine)
     batch_seqs: int = 8  # sequences per training step (train.micro_batch_seqs default)
     warmup: int = 2  # untimed calls per model before timing
-    repeats: int = 7  # timed rounds (median over rounds)
-    calls_per_repeat: int = 2  # training steps per model per round
+    repeats: int = 5  # timed rounds (median over rounds)
+    calls_per_repeat: int = 1  # training steps per model per round
     sizes: list[str] = field(default_factory=lambda: ["micro", "mini", "small", "medium"])
     variant_size: str = "mini"
     memory: bool = True  # peak-RSS probes in fresh subprocesses
     scale: float = 1.0  # orchestration DB size: 10,000 runs x 1,000 points at scale 1
-    cli_repeats: int = 7
+    cli_repeats: int = 5
     ingest_workers: int = 4
     cache_dir: Path = Path("/tmp/cemctl-bench")
 

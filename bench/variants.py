@@ -6,8 +6,9 @@ Two measurements, both timed round-robin in one process:
   fresh subprocess per variant;
 - sublayer: forward + backward of a single attention or MLP sublayer on a
   random residual stream [batch, context, d], which isolates the swapped part
-  (the targets are judged on this one; the model-level ratio is diluted by the
-  parts every variant shares, embedding, head and loss).
+  (the model-level ratio is diluted by the parts every variant shares:
+  embedding, head, loss, optimizer). Targets are judged on the training step
+  (the issue's "step time"), with the sublayer ratio shown next to it.
 """
 
 from __future__ import annotations
@@ -141,25 +142,29 @@ def run(s: Settings) -> Section:
     gc.collect()
 
     def pair(a: str, b: str) -> tuple[float, float]:
-        return sub_ms[a] / sub_ms[b], model_ratio[a] / model_ratio[b]
+        """(training-step ratio, sublayer ratio) of variant a over b."""
+        return model_ratio[a] / model_ratio[b], sub_ms[a] / sub_ms[b]
 
-    r_sub, r_model = sub_ms["attn cem T=1"] / sub_ms["attention: llama"], model_ratio["attn cem T=1"]
+    r_model, r_sub = model_ratio["attn cem T=1"], sub_ms["attn cem T=1"] / sub_ms["attention: llama"]
     section.targets.append(Target(
-        "CEM attention T=1 vs Llama attention", "<= 1.0x", f"sublayer {r_sub:.2f}x, model step {r_model:.2f}x",
-        r_sub <= 1.0, "" if r_sub <= 1.0 else f"slower by {100 * (r_sub - 1):.0f}% (see README)"))
-    r_sub, r_model = pair("attn cem T=2", "attn cem T=1")
+        "CEM attention T=1 vs Llama attention", "<= 1.0x step time", f"step {r_model:.2f}x (sublayer {r_sub:.2f}x)",
+        r_model <= 1.0, "" if r_model <= 1.0 else f"slower by {100 * (r_model - 1):.0f}%"))
+    r_model, r_sub = pair("attn cem T=2", "attn cem T=1")
     section.targets.append(Target(
-        "CEM attention T=2 vs T=1", "<= 1.7x", f"sublayer {r_sub:.2f}x, model step {r_model:.2f}x",
-        r_sub <= 1.7, "" if r_sub <= 1.7 else f"over by {100 * (r_sub / 1.7 - 1):.0f}%"))
-    r_sub, r_model = pair("attn cem T=1 kq shared", "attn cem T=1 kq per_head")
+        "CEM attention T=2 vs T=1", "<= 1.7x step time", f"step {r_model:.2f}x (sublayer {r_sub:.2f}x)",
+        r_model <= 1.7,
+        "" if r_sub <= 1.7 else "the sublayer alone is above 1.7x: each step repeats the query projection, "
+        "attention and output projection; only the keys/values and the bias are computed once"))
+    r_model, r_sub = pair("attn cem T=1 kq shared", "attn cem T=1 kq per_head")
     section.targets.append(Target(
-        "KQ diagonal shared vs per_head", "< 1.0x", f"sublayer {r_sub:.2f}x, model step {r_model:.2f}x",
-        r_sub < 1.0, ""))
+        "KQ diagonal shared vs per_head", "< 1.0x step time", f"step {r_model:.2f}x (sublayer {r_sub:.2f}x)",
+        r_model < 1.0, ""))
     section.notes += [
         "level=model: a whole training step (forward, loss, backward, AdamW) of the model with the variant's "
         "component in every layer, relative to the Llama baseline, timed round-robin with all variants.",
         "level=sublayer: forward + backward of one attention or MLP sublayer on a random residual stream "
-        "[batch, context, d], relative to the Llama sublayer of the same kind. Targets are judged on it.",
+        "[batch, context, d], relative to the Llama sublayer of the same kind (isolates the swapped part; "
+        "the targets are judged on the training step, the sublayer ratio is shown next to it).",
         "ms/step = process CPU time per step (one intra-op thread); x baseline is the ratio of CPU-time medians "
         "(the targets), x baseline wall the same from wall-clock medians.",
         "Peak MiB: as in the HF table (fresh subprocess per variant, max-RSS rise over the post-import value).",
