@@ -72,6 +72,13 @@ def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
     console = Console(width=250, record=True, file=open(os.devnull, "w"))
     console.print(render_status([exp], limit=1))
     assert "2 more runs not shown" in console.export_text()
+    # The same selection read with SQL LIMIT: counts still cover every run.
+    (lim,) = collect_status(engine, limit=2)
+    assert [r.state for r in lim.runs] == ["running", "stale"] and lim.total == 3 and lim.counts == exp.counts
+    console = Console(width=250, record=True, file=open(os.devnull, "w"))
+    console.print(render_status([lim], limit=2))
+    text = console.export_text()
+    assert "3 runs:" in text and "1 more runs not shown" in text
 
 
 def test_queued_run_whose_orchestrator_is_gone_becomes_stale(tmp_path, db_url, engine, runs_root):

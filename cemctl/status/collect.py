@@ -104,11 +104,19 @@ class RunRow:
 class ExperimentStatus:
     name: str
     runs: list[RunRow] = field(default_factory=list)
+    state_counts: dict[str, int] | None = None  # set when `runs` is a limited selection
+    total_runs: int | None = None
 
     @property
     def counts(self) -> dict[str, int]:
+        if self.state_counts is not None:
+            return {s: self.state_counts[s] for s in RUN_STATES if self.state_counts.get(s)}
         c = Counter(r.state for r in self.runs)
         return {s: c[s] for s in RUN_STATES if c[s]}
+
+    @property
+    def total(self) -> int:
+        return self.total_runs if self.total_runs is not None else len(self.runs)
 
 
 _RUN_COLUMNS = (
@@ -116,6 +124,8 @@ _RUN_COLUMNS = (
     Run.last_val_loss, Run.tokens_per_s, Run.started_at, Run.finished_at, Run.heartbeat_at, Run.executor,
     Run.job_id, Run.attempts, Run.error, Run.run_dir, Result.test_loss,
 )
+# With a limit, these states are shown first (then grid order).
+STATE_PRIORITY = {"running": 0, "stale": 1, "failed": 2, "diverged": 3, "queued": 4, "planned": 5, "cancelled": 6, "done": 7}
 
 
 def _row(r: Any, axes: dict[str, Any] | str) -> RunRow:
@@ -126,14 +136,20 @@ def _row(r: Any, axes: dict[str, Any] | str) -> RunRow:
     )
 
 
-def collect_status(engine: Engine, experiment: str | None = None) -> list[ExperimentStatus]:
+def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
+    With `limit` > 0 each experiment holds at most `limit` runs (running, stale,
+    failed, ... first; `counts` and `total` still cover every run), read with
+    SQL LIMIT so a 10,000-run experiment costs no more than a small one.
     Runs linked to no experiment are listed under "(no experiment)" when no experiment is named.
     Raises CemError for an unknown experiment name (listing the known ones).
     """
+    from sqlalchemy import case
+
     from cem_core.errors import CemError
 
+    priority = case(STATE_PRIORITY, value=Run.state, else_=9)
     with read_session(engine) as s:
         exps = list(s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
         if experiment is not None:
@@ -142,25 +158,49 @@ def collect_status(engine: Engine, experiment: str | None = None) -> list[Experi
                 known = ", ".join(n for _, n in s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known or 'none yet; run cemctl plan'})")
         by_id = {eid: ExperimentStatus(name) for eid, name in exps}
-        q = (
-            select(ExperimentRun.experiment_id, ExperimentRun.axes_json, *_RUN_COLUMNS)
+        base = (
+            select(ExperimentRun.experiment_id, ExperimentRun.axes_json, ExperimentRun.position, *_RUN_COLUMNS)
             .join(Run, Run.id == ExperimentRun.run_id)
             .outerjoin(Result, Result.run_id == Run.id)
-            .order_by(ExperimentRun.experiment_id, ExperimentRun.position)
         )
-        if experiment is not None:
-            q = q.where(ExperimentRun.experiment_id.in_(list(by_id)))
-        for rec in s.execute(q):
-            by_id[rec[0]].runs.append(_row(rec[2:], rec[1] or "{}"))
+        if limit > 0:
+            counts = (
+                select(ExperimentRun.experiment_id, Run.state, func.count())
+                .join(Run, Run.id == ExperimentRun.run_id)
+                .group_by(ExperimentRun.experiment_id, Run.state)
+            )
+            for eid, state, n in s.execute(counts):
+                if eid in by_id:
+                    exp = by_id[eid]
+                    exp.state_counts = exp.state_counts or {}
+                    exp.state_counts[state] = n
+                    exp.total_runs = (exp.total_runs or 0) + n
+            for eid, exp in by_id.items():
+                picked = list(s.execute(base.where(ExperimentRun.experiment_id == eid).order_by(priority, ExperimentRun.position).limit(limit)))
+                picked.sort(key=lambda rec: rec[2])  # back to grid order
+                exp.runs = [_row(rec[3:], rec[1] or "{}") for rec in picked]
+                if exp.state_counts is None:
+                    exp.state_counts, exp.total_runs = {}, 0
+        else:
+            q = base.order_by(ExperimentRun.experiment_id, ExperimentRun.position)
+            if experiment is not None:
+                q = q.where(ExperimentRun.experiment_id.in_(list(by_id)))
+            for rec in s.execute(q):
+                by_id[rec[0]].runs.append(_row(rec[3:], rec[1] or "{}"))
         out = list(by_id.values())
         if experiment is None:
             linked = select(ExperimentRun.run_id)
-            orphans = [
-                _row(rec, {})
-                for rec in s.execute(select(*_RUN_COLUMNS).outerjoin(Result, Result.run_id == Run.id).where(Run.id.not_in(linked)).order_by(Run.created_at))
-            ]
-            if orphans:
-                out.append(ExperimentStatus(NO_EXPERIMENT, orphans))
+            oq = select(*_RUN_COLUMNS).outerjoin(Result, Result.run_id == Run.id).where(Run.id.not_in(linked))
+            if limit > 0:
+                n_orphans = s.execute(select(func.count()).select_from(Run).where(Run.id.not_in(linked))).scalar_one()
+                if n_orphans:
+                    o_counts = dict(s.execute(select(Run.state, func.count()).where(Run.id.not_in(linked)).group_by(Run.state)).all())
+                    rows = [_row(rec, {}) for rec in s.execute(oq.order_by(priority, Run.created_at).limit(limit))]
+                    out.append(ExperimentStatus(NO_EXPERIMENT, rows, state_counts=o_counts, total_runs=n_orphans))
+            else:
+                orphans = [_row(rec, {}) for rec in s.execute(oq.order_by(Run.created_at))]
+                if orphans:
+                    out.append(ExperimentStatus(NO_EXPERIMENT, orphans))
     return out
 
 

@@ -36,7 +36,8 @@ def show_status(
     def snapshot() -> list:
         if sync:
             refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
-        return collect_status(engine, experiment)
+        # The table shows at most `limit` runs per experiment: read only those. JSON has every run.
+        return collect_status(engine, experiment, limit=0 if as_json else limit)
 
     try:
         if as_json:

@@ -15,14 +15,13 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cemctl.status.collect import ExperimentStatus, RunRow
+from cemctl.status.collect import STATE_PRIORITY, ExperimentStatus, RunRow
 
 STATE_STYLES = {
     "planned": "dim", "queued": "cyan", "running": "bold blue", "done": "green", "diverged": "magenta",
     "failed": "bold red", "stale": "yellow", "cancelled": "dim",
 }
-# Shown first when a table is cut at `limit`.
-_PRIORITY = {"running": 0, "stale": 1, "failed": 2, "diverged": 3, "queued": 4, "planned": 5, "cancelled": 6, "done": 7}
+_PRIORITY = STATE_PRIORITY  # shown first when a table is cut at `limit`
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -68,7 +67,7 @@ def _progress(r: RunRow) -> str:
 
 
 def counts_line(exp: ExperimentStatus) -> Text:
-    text = Text(f"{len(exp.runs)} runs: ")
+    text = Text(f"{exp.total} runs: ")
     for i, (state, n) in enumerate(exp.counts.items()):
         if i:
             text.append(", ")
@@ -79,11 +78,10 @@ def counts_line(exp: ExperimentStatus) -> Text:
 def experiment_table(exp: ExperimentStatus, *, limit: int = 200, now: float | None = None) -> RenderableType:
     now = time.time() if now is None else now
     rows = exp.runs
-    hidden = 0
     if limit and len(rows) > limit:
         order = sorted(range(len(rows)), key=lambda i: (_PRIORITY.get(rows[i].state, 9), i))[:limit]
         rows = [rows[i] for i in sorted(order)]
-        hidden = len(exp.runs) - limit
+    hidden = exp.total - len(rows)
     axes: list[str] = []
     for r in rows:
         for k in r.axes:
@@ -132,6 +130,7 @@ def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> d
     return {
         "time": now,
         "experiments": [
-            {"name": e.name, "counts": e.counts, "runs": [r.to_dict(now) for r in e.runs]} for e in statuses
+            {"name": e.name, "counts": e.counts, "total_runs": e.total, "runs": [r.to_dict(now) for r in e.runs]}
+            for e in statuses
         ],
     }
