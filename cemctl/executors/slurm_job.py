@@ -60,6 +60,9 @@ class TrainJob(Checkpointable):
         full_env = dict(os.environ)
         full_env.update(env)
         full_env.update({"CEMCTL_EXECUTOR": "slurm", "CEMCTL_ATTEMPT": str(attempt), "CEMCTL_JOB_ID": job_id})
+        cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+        if cpus and "OMP_NUM_THREADS" not in env and "CEMCTL_NUM_THREADS" not in env:
+            full_env["OMP_NUM_THREADS"] = full_env["CEMCTL_NUM_THREADS"] = cpus  # the cores SLURM gave the job
         sys.stdout.write(f"=== attempt {attempt} (restart {restarts}) of job {job_id} on {jobfile.hostname()}: {' '.join(argv)}\n")
         sys.stdout.flush()
         # Same process group as this wrapper: SLURM's signals (requeue, scancel) reach the trainer too.
