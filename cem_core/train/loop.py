@@ -268,7 +268,8 @@ def run_training(run_dir: str | os.PathLike[str], device: str | None = None) -> 
     threads_before = torch.get_num_threads()
     set_threads()
     try:
-        return _run(rd, cfg, world, dev)
+        with rd.exclusive(enabled=world.rank == 0):  # a second trainer of this run waits, then resumes or stops
+            return _run(rd, cfg, world, dev)
     finally:
         torch.set_num_threads(threads_before)  # the library form must not change its caller's process
 

@@ -17,6 +17,8 @@ line by line; readers ignore a truncated last line.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -36,6 +38,7 @@ METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
 LOG_FILE = "train.log"
 CHECKPOINT_DIR = "checkpoints"
+LOCK_FILE = ".lock"
 
 TERMINAL_STATES = ("done", "diverged", "failed")
 
@@ -165,6 +168,28 @@ class RunDir:
             if isinstance(e, ConfigError):
                 raise
             raise ConfigError(CONFIG_FILE, f"is not valid JSON ({e})", source=str(self.config)) from None
+
+    @contextlib.contextmanager
+    def exclusive(self, *, enabled: bool = True) -> Iterator[None]:
+        """Hold an exclusive lock on RUN_DIR/.lock while training: one trainer per run.
+
+        A second trainer of the same run (two `cemctl launch` of one grid at the same
+        moment, a requeue racing a manual launch) waits here for the first, then finds
+        its result (done: nothing to do) or resumes from its checkpoint. A file system
+        without `flock` gives no protection, as before.
+        """
+        if not enabled:
+            yield
+            return
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                pass
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def previous_attempts(self) -> int:
         return sum(1 for e in iter_jsonl(self.events) if e.get("state") == "running")
