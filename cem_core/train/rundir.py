@@ -187,9 +187,16 @@ class RunDir:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except OSError:
                 pass
+            self.remove_stale_temp_files()
             yield
         finally:
             os.close(fd)  # releases the lock
+
+    def remove_stale_temp_files(self) -> None:
+        """Delete the temp files of atomic writes a killed trainer left (`.heartbeat.json.*.tmp`, ...)."""
+        for name in (HEARTBEAT_FILE, RESULT_FILE, METRICS_FILE):
+            for p in self.path.glob(f".{name}.*.tmp"):
+                call_quietly(p.unlink)
 
     def previous_attempts(self) -> int:
         return sum(1 for e in iter_jsonl(self.events) if e.get("state") == "running")
