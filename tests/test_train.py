@@ -168,6 +168,37 @@ def test_checkpoints_rotate_and_a_truncated_newest_falls_back(tmp_path):
     assert load_latest(ckpt_dir) is None
 
 
+def test_heartbeat_thread_keeps_the_file_fresh_between_steps(tmp_path):
+    import time
+
+    from cem_core.train.rundir import Heartbeat
+
+    hb = Heartbeat(tmp_path / "heartbeat.json", total_steps=10, attempt=3, interval_s=0.05).start()
+    try:
+        first = json.loads((tmp_path / "heartbeat.json").read_text())
+        hb.update(step=4, tokens=400)
+        time.sleep(0.5)
+        later = json.loads((tmp_path / "heartbeat.json").read_text())
+    finally:
+        hb.stop()
+    assert first["step"] == 0 and first["attempt"] == 3 and first["pid"] == os.getpid()
+    assert later["step"] == 4 and later["tokens"] == 400 and later["time"] > first["time"]
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_console_logs_to_train_log_with_or_without_a_progress_bar(tmp_path, tty, capsys):
+    import logging
+
+    from cem_core.train.console import LOGGER_NAME, RunConsole
+
+    with RunConsole(tmp_path / "train.log", rank=0, total_steps=5, tty=tty) as ui:
+        logging.getLogger(LOGGER_NAME).info("step 2/5 hello")
+        ui.progress(2, "loss 1.0")
+    assert "step 2/5 hello" in (tmp_path / "train.log").read_text()
+    assert "step 2/5 hello" in capsys.readouterr().out
+    assert not logging.getLogger(LOGGER_NAME).handlers  # removed again: runs in one process do not pile up
+
+
 # ---------------------------------------------------------------------------
 # Whole runs
 
@@ -198,6 +229,7 @@ def test_resume_after_crash_repeats_the_uninterrupted_run_exactly(tmp_path, data
     assert states == ["running", "failed", "running", "done"]
     hb = json.loads((crashed / "heartbeat.json").read_text())
     assert hb["step"] == 8 and hb["total_steps"] == 8 and hb["attempt"] == 2
+    assert hb["time"] <= (crashed / "result.json").stat().st_mtime  # no heartbeat after the result
     assert no_temp_files(crashed)
     # A finished run is not trained again.
     assert run_training(crashed, device="cpu") == second

@@ -307,16 +307,22 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
                 result = make_result(cfg, st, "failed", error=error_tail(e), attempt=attempt,
                                      world=world, device=dev)
             if world.rank == 0:
+                _final_heartbeat(heartbeat, st)  # the last heartbeat is older than result.json
+                heartbeat = None
                 rd.write_result(result)
                 reason = (result["error"] or "").strip().splitlines()[-1:] or [""]
                 rd.append_event(result["state"], reason[0][:500], attempt=attempt)
     finally:
-        if heartbeat is not None:
-            heartbeat.stop()
-            heartbeat.update(step=st.step, tokens=st.tokens)
-            heartbeat.beat()
+        _final_heartbeat(heartbeat, st)
         world.close()
     return result
+
+
+def _final_heartbeat(heartbeat: Heartbeat | None, st: RunState) -> None:
+    if heartbeat is not None:
+        heartbeat.stop()
+        heartbeat.update(step=st.step, tokens=st.tokens)
+        heartbeat.beat()
 
 
 def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt: int, st: RunState,

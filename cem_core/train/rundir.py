@@ -57,8 +57,11 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write `data` to `path` so that readers see either the old or the new file, never half."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see either the old or the new file, never half.
+
+    `durable=False` skips the fsyncs (the heartbeat: rewritten every step, only liveness).
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -66,7 +69,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -74,11 +78,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         except OSError:
             pass
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode())
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, durable: bool = True) -> None:
+    data = (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+    atomic_write_bytes(path, data, durable=durable)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any | None:
@@ -248,7 +254,7 @@ class Heartbeat:
             self._state["time"] = time.time()
             state = dict(self._state)
             try:
-                atomic_write_json(self.path, state)
+                atomic_write_json(self.path, state, durable=False)
             except OSError:
                 pass  # a missed heartbeat is not worth failing the run
 
