@@ -286,6 +286,8 @@ def test_sigkill_in_every_phase_then_resume_matches_an_uninterrupted_run(tmp_pat
 
     if not (read_json(run_dir / "result.json") or {}).get("state") == "done":
         assert Trainer(run_dir, sleep_s=0.0).finish() == 0
+        # the last trainer removed the temp files of the writes the kills interrupted
+        assert [n for n in _names(run_dir) if n.endswith(".tmp")] == []
     result = read_json(run_dir / "result.json")
     assert result["state"] == "done" and result["steps"] == STEPS
 
