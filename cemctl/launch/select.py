@@ -75,6 +75,11 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False) -> 
                     except SlurmError:  # no squeue here: is_active falls back to the heartbeat
                         squeue = {"<unavailable>": ("", "")}
                 if "<unavailable>" in squeue:
+                    # No squeue: a job that never reported may still be pending; do not start it twice.
+                    # A job that ran is judged by its heartbeat.
+                    if job["state"] == "queued" and jobfile.heartbeat_age_s(run_dir) is None:
+                        out.append(Selection(run_id, run_dir, SKIP, f"SLURM job {job.get('job_id')} may still be queued (squeue failed); cancel it first"))
+                        continue
                     active = SlurmExecutor.is_active(run_dir, job, queue=None)
                 else:
                     active = SlurmExecutor.is_active(run_dir, job, queue=squeue)
