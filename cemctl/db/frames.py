@@ -2,6 +2,8 @@
 
     experiment_frame(engine, "fig2a")   # one row per run of the experiment, grid order
     metrics_frame(engine, run_ids, kind="val")
+    evals_frame(engine, run_ids)        # test-time recursion evaluations (`cemctl eval`)
+    energy_frame(engine, run_ids)       # energy lines (`train.energy_layers`), one row per (run, step, layer, sublayer, t)
 
 `experiment_frame` columns: run_id, position, state, state_reason, the run
 summary columns, every resolved config key flattened with dots
@@ -21,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from cem_core.config import flatten
 from cemctl.db.engine import read_session
-from cemctl.db.models import Experiment, ExperimentRun, Metric, Result, Run
+from cemctl.db.models import Eval, Experiment, ExperimentRun, Metric, Result, Run
 
 _RUN_COLUMNS = (
     "state", "state_reason", "attempts", "executor", "job_id", "host", "run_dir", "created_at", "started_at",
@@ -74,3 +76,44 @@ def metrics_frame(engine: Engine, run_ids: Iterable[str], kind: str | None = Non
         q = q.order_by(Metric.run_id, Metric.kind, Metric.step)
         result = s.execute(q)
         return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+
+
+def evals_frame(engine: Engine, run_ids: Iterable[str] | None = None) -> Any:
+    """Rows of the `evals` table (all runs when `run_ids` is None), ordered by run, attn_steps, mlp_steps."""
+    import pandas as pd
+
+    with read_session(engine) as s:
+        q = select(Eval.__table__)
+        if run_ids is not None:
+            q = q.where(Eval.run_id.in_(list(run_ids)))
+        q = q.order_by(Eval.run_id, Eval.attn_steps, Eval.mlp_steps)
+        result = s.execute(q)
+        return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+
+
+ENERGY_COLUMNS = ("run_id", "step", "tokens", "layer", "sublayer", "t", "energy", "descent_frac")
+
+
+def energy_frame(engine: Engine, run_ids: Iterable[str]) -> Any:
+    """The energy metrics lines of the runs (kind "energy"), with layer, sublayer, t, energy and
+    descent_frac read from `extra_json`; ordered by run, step, layer, sublayer, t."""
+    import pandas as pd
+
+    ids = list(run_ids)
+    records = []
+    with read_session(engine) as s:
+        for i in range(0, len(ids), 500):
+            q = (select(Metric.run_id, Metric.step, Metric.tokens, Metric.extra_json)
+                 .where(Metric.run_id.in_(ids[i:i + 500]), Metric.kind == "energy"))
+            for rid, step, tokens, extra in s.execute(q):
+                d = json.loads(extra or "{}")
+                records.append({"run_id": rid, "step": step, "tokens": tokens, "layer": d.get("layer"),
+                                "sublayer": d.get("sublayer"), "t": d.get("t"), "energy": d.get("energy"),
+                                "descent_frac": d.get("descent_frac")})
+    frame = pd.DataFrame.from_records(records, columns=list(ENERGY_COLUMNS))
+    for col in ("energy", "descent_frac"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    for col in ("layer", "t"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
+    frame = frame.dropna(subset=["layer", "t"])
+    return frame.sort_values(["run_id", "step", "layer", "sublayer", "t"], kind="stable").reset_index(drop=True)

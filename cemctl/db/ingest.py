@@ -4,7 +4,10 @@
     sync_runs(engine, runs_root)                 # every run dir under runs_root (+ known run dirs)
 
 Both can run any number of times, from any number of processes: metrics are
-upserted on (run_id, kind, step, series), events on (run_id, line), results on run_id.
+upserted on (run_id, kind, step, series), events on (run_id, line), results on run_id,
+test-time recursion evaluations (evals.json, `cemctl eval`) on (run_id, attn_steps,
+mlp_steps); evals.json is re-read whenever its mtime changes and is mirrored
+exactly (rows gone from the file are deleted).
 metrics.jsonl and events.jsonl are read incrementally from a stored byte
 offset; a truncated last line is left for the next call; a file that was
 rewritten (shorter, or different bytes before the offset, e.g. after a resume
@@ -41,7 +44,7 @@ from sqlalchemy.orm import Session
 from cem_core.config import RunConfig, canonical_json, resolve
 from cem_core.errors import ConfigError
 from cemctl.db.engine import read_session, retry_locked, write_session
-from cemctl.db.models import RUN_STATES, Metric, Result, Run, RunEvent
+from cemctl.db.models import RUN_STATES, Eval, Metric, Result, Run, RunEvent
 from cemctl.db.rundir import CONFIG_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, read_json
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
@@ -50,6 +53,9 @@ _METRIC_COLUMNS = ("tokens", "time_s", "train_loss", "val_loss", "lr", "grad_nor
 _INT_METRIC_COLUMNS = ("tokens",)
 _RESULT_FLOATS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "train_flops", "wall_time_s")
 _RESULT_INTS = ("params_total", "params_non_embedding", "flops_per_token", "tokens", "steps", "diverged_step")
+EVALS_FILE = "evals.json"  # written by cem_core.train.recursion_eval (`cemctl eval`)
+_EVAL_FLOATS = ("test_loss", "test_ppl")
+_EVAL_INTS = ("eval_steps", "test_tokens", "flops_per_token", "trained_attn_steps", "trained_mlp_steps")
 
 
 @dataclass
@@ -62,6 +68,7 @@ class IngestStats:
     metric_rows: int = 0
     event_rows: int = 0
     results: int = 0
+    eval_rows: int = 0
     bad_lines: int = 0
     errors: list[str] = field(default_factory=list)
     states: Counter = field(default_factory=Counter)
@@ -72,6 +79,8 @@ class IngestStats:
             f"synced {self.runs_seen} run dirs ({self.runs_created} new, {self.runs_changed} changed): "
             f"{self.metric_rows} metric rows, {self.event_rows} events, {self.results} results; states: {states}"
         )
+        if self.eval_rows:
+            text += f"; {self.eval_rows} eval rows"
         if self.bad_lines:
             text += f"; {self.bad_lines} unreadable lines skipped"
         if self.errors:
@@ -202,12 +211,14 @@ class _Snapshot:
     metrics_fingerprint: str
     events_offset: int
     events_fingerprint: str
+    evals_mtime: float | None = None
 
     @classmethod
     def of(cls, run: Run) -> "_Snapshot":
         return cls(
             run.state, run.state_at, run.heartbeat_at, run.result_mtime,
             run.metrics_offset or 0, run.metrics_fingerprint or "", run.events_offset or 0, run.events_fingerprint or "",
+            run.evals_mtime,
         )
 
 
@@ -222,6 +233,8 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
         if size != offset:  # new bytes (maybe a partial line: cheap to look again) or rewritten
             return True
     if _mtime(run_dir / RESULT_FILE) != snap.result_mtime:
+        return True
+    if _mtime(run_dir / EVALS_FILE) != snap.evals_mtime:
         return True
     if _mtime(run_dir / HEARTBEAT_FILE) != snap.heartbeat_at:
         return True
@@ -263,6 +276,7 @@ class _Outcome:
     metric_rows: int = 0
     event_rows: int = 0
     result: bool = False
+    eval_rows: int = 0
     bad_lines: int = 0
     state: str = ""
 
@@ -390,6 +404,9 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
     else:
         res = None
 
+    # --- evals.json (`cemctl eval`)
+    _ingest_evals(session, run, run_dir, now, out)
+
     # --- the state, newest evidence first
     candidates: list[tuple[float, int, str, str]] = []
     if res is not None and res_mtime is not None:
@@ -419,10 +436,44 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
         out.changed = True
     if run.run_dir is None:
         run.run_dir = str(run_dir.resolve())
-    if out.metric_rows or out.event_rows or out.result or lines.restarted or ev_lines.restarted:
+    if out.metric_rows or out.event_rows or out.result or out.eval_rows or lines.restarted or ev_lines.restarted:
         out.changed = True
     run.updated_at = now
     out.state = run.state
+
+
+def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
+    """Mirror RUN_DIR/evals.json into `evals` when its mtime changed (upsert; rows gone from the file deleted)."""
+    mtime = _mtime(run_dir / EVALS_FILE)
+    if mtime == run.evals_mtime:
+        return
+    data = read_json(run_dir / EVALS_FILE) if mtime is not None else {"evals": []}
+    if data is None:  # unreadable (being replaced): try again next time
+        return
+    items = data.get("evals") if isinstance(data.get("evals"), list) else []
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    for obj in items:
+        attn, mlp = (_num(obj.get(k), int) if isinstance(obj, dict) else None for k in ("attn_steps", "mlp_steps"))
+        if attn is None or mlp is None:
+            out.bad_lines += 1
+            continue
+        row: dict[str, Any] = {"run_id": run.id, "attn_steps": attn, "mlp_steps": mlp,
+                               "sublayer": str(obj.get("sublayer") or "both")[:16],
+                               "evaluated_at": _num(obj.get("time"), float), "recorded_at": now}
+        for key in _EVAL_FLOATS:
+            row[key] = _num(obj.get(key), float)
+        for key in _EVAL_INTS:
+            row[key] = _num(obj.get(key), int)
+        rows[(attn, mlp)] = row
+    stale = select(Eval.id, Eval.attn_steps, Eval.mlp_steps).where(Eval.run_id == run.id)
+    gone = [i for i, a, m in session.execute(stale).all() if (a, m) not in rows]
+    if gone:
+        session.execute(delete(Eval).where(Eval.id.in_(gone)))
+    ordered = [rows[k] for k in sorted(rows)]
+    _upsert(session, Eval, ordered, ["run_id", "attn_steps", "mlp_steps"],
+            [k for k in (ordered[0] if ordered else {}) if k not in ("run_id", "attn_steps", "mlp_steps")])
+    out.eval_rows += len(ordered) + len(gone)
+    run.evals_mtime = mtime
 
 
 def _ingest_one(engine: Engine, run_dir: Path, snap: _Snapshot | None, known: bool, now: float, timeout_s: float) -> _Outcome:
@@ -504,6 +555,7 @@ def sync_runs(
         stats.metric_rows += out.metric_rows
         stats.event_rows += out.event_rows
         stats.results += out.result
+        stats.eval_rows += out.eval_rows
         stats.bad_lines += out.bad_lines
         stats.states[out.state] += 1
     return stats

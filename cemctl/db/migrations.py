@@ -16,6 +16,8 @@ Versions:
   3  metrics gets a `series` column and the unique key (run_id, kind, step, series),
      so the several energy lines of one step are kept apart (the table is rebuilt:
      SQLite cannot change a constraint in place).
+  4  table `evals` (test-time recursion results of `cemctl eval`, unique
+     (run_id, attn_steps, mlp_steps)); runs.evals_mtime (evals.json last ingested).
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -32,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 3
+CURRENT_VERSION = 4
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -102,7 +104,20 @@ def _to_v3(conn: Connection) -> None:
     conn.execute(text("DROP TABLE metrics_v1"))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3}
+def _to_v4(conn: Connection) -> None:
+    """The `evals` table (`cemctl eval`) and runs.evals_mtime."""
+    pk = "SERIAL PRIMARY KEY" if conn.dialect.name == "postgresql" else "INTEGER PRIMARY KEY AUTOINCREMENT"
+    _add_columns(conn, "runs", [("evals_mtime", "FLOAT")])
+    conn.execute(text(
+        f"CREATE TABLE IF NOT EXISTS evals (id {pk}, run_id VARCHAR(64) NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+        "attn_steps INTEGER NOT NULL, mlp_steps INTEGER NOT NULL, eval_steps INTEGER, "
+        "sublayer VARCHAR(16) NOT NULL DEFAULT 'both', test_loss FLOAT, test_ppl FLOAT, test_tokens BIGINT, "
+        "flops_per_token BIGINT, trained_attn_steps INTEGER, trained_mlp_steps INTEGER, evaluated_at FLOAT, "
+        "recorded_at FLOAT NOT NULL, CONSTRAINT uq_evals_run_attn_mlp UNIQUE (run_id, attn_steps, mlp_steps))"
+    ))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4}
 
 
 def schema_version(conn: Connection) -> int:

@@ -16,6 +16,9 @@ helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
   series "" except for energy lines: "<layer>/<sublayer>/<t>");
   wide columns for the known keys, anything else in `extra_json`.
 - `results`: the terminal `result.json` of a run, one row per run.
+- `evals`: test-time recursion evaluations (`cemctl eval`, the run's evals.json):
+  one row per (run_id, attn_steps, mlp_steps) with the test loss/perplexity and
+  FLOPs per token at those recursion depths.
 - `schema_version`: the version the file was migrated to (`cemctl.db.migrations`).
 """
 
@@ -104,6 +107,7 @@ class Run(Base):
     events_fingerprint: Mapped[str] = mapped_column(String(64), default="")
     events_lines: Mapped[int] = mapped_column(Integer, default=0)
     result_mtime: Mapped[Optional[float]] = mapped_column(Float)  # result.json last ingested
+    evals_mtime: Mapped[Optional[float]] = mapped_column(Float)  # evals.json last ingested
     __table_args__ = (Index("ix_runs_state", "state"),)
 
 
@@ -166,3 +170,24 @@ class Result(Base):
     diverged_step: Mapped[Optional[int]] = mapped_column(Integer)
     result_json: Mapped[str] = mapped_column(Text, default="{}")
     recorded_at: Mapped[float] = mapped_column(Float)
+
+
+class Eval(Base):
+    """One test-time recursion evaluation of a finished run (`cemctl eval`; RUN_DIR/evals.json)."""
+
+    __tablename__ = "evals"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    attn_steps: Mapped[int] = mapped_column(Integer)  # recursion steps evaluated (attention)
+    mlp_steps: Mapped[int] = mapped_column(Integer)  # recursion steps evaluated (MLP)
+    eval_steps: Mapped[Optional[int]] = mapped_column(Integer)  # the T asked for (`--steps`)
+    sublayer: Mapped[str] = mapped_column(String(16), default="both")  # what was varied: attention | mlp | both
+    test_loss: Mapped[Optional[float]] = mapped_column(Float)
+    test_ppl: Mapped[Optional[float]] = mapped_column(Float)
+    test_tokens: Mapped[Optional[int]] = mapped_column(BigInteger)
+    flops_per_token: Mapped[Optional[int]] = mapped_column(BigInteger)  # forward FLOPs/token at these depths
+    trained_attn_steps: Mapped[Optional[int]] = mapped_column(Integer)
+    trained_mlp_steps: Mapped[Optional[int]] = mapped_column(Integer)
+    evaluated_at: Mapped[Optional[float]] = mapped_column(Float)  # when the evaluation ran
+    recorded_at: Mapped[float] = mapped_column(Float)  # when it was ingested
+    __table_args__ = (UniqueConstraint("run_id", "attn_steps", "mlp_steps", name="uq_evals_run_attn_mlp"),)

@@ -171,8 +171,11 @@ def render_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
 
 def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", out_dir: Path | str, *,
                  formats: str | Sequence[str] = ("png", "pdf"), include_curves: bool = True,
-                 dpi: int = DPI) -> ReportResult:
-    """Render and write the report of one experiment into `out_dir` (replaced as a whole)."""
+                 dpi: int = DPI, extras: ReportParts | None = None) -> ReportResult:
+    """Render and write the report of one experiment into `out_dir` (replaced as a whole).
+
+    `extras`: parts drawn for any experiment with their data (`figures.extra_parts`: test-time recursion, energy).
+    """
     formats = parse_formats(formats)
     get_figure_kind(info.figure)  # unknown kinds fail before any work
     from cemctl.report.aggregate import finished
@@ -183,6 +186,8 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
         summary = ", ".join(f"{n} {s}" for s, n in states.items()) or "no runs"
         raise NoResults(f"experiment {info.name!r} has no finished runs yet ({summary})")
     parts = render_parts(info, runs, curves, include_curves=include_curves)
+    if extras is not None:
+        parts.extend(extras)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -310,4 +315,7 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
 
         check_experiment_name(experiment, "--out")  # a name recorded by an older cemctl must not escape reports/
     out = Path(out_dir) if out_dir is not None else Path("reports") / experiment
-    return build_report(info, runs, curves, out, formats=formats, include_curves=include_curves, dpi=dpi)
+    from cemctl.report.figures import extra_parts
+
+    return build_report(info, runs, curves, out, formats=formats, include_curves=include_curves, dpi=dpi,
+                        extras=extra_parts(engine, runs))
