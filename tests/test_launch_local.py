@@ -82,6 +82,11 @@ def test_dry_run_starts_nothing_and_bad_names_are_one_line_errors(tmp_path):
     assert "would launch 2 of 2" in out.stdout and out.stdout.count(" start ") == 2
     runs = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     assert len(runs) == 2 and not any((p / "job.json").exists() for p in runs)
+    first = runs[0].name
+    one = cemctl(tmp_path, "launch", "tiny", "--run", first, "--dry-run")
+    assert one.returncode == 0 and "would launch 1 of 1" in one.stdout and first in one.stdout, one.stdout + one.stderr
+    notarun = cemctl(tmp_path, "launch", "tiny", "--run", "0123456789ab", "--dry-run")
+    assert notarun.returncode == 2 and "0123456789ab" in notarun.stderr
     bad = cemctl(tmp_path, "launch", str(grid), "--executor", "kubernetes")
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "kubernetes" in bad.stderr and "local, slurm" in bad.stderr
