@@ -177,7 +177,7 @@ def test_cli_eval_experiment_evaluates_its_cem_runs_and_skips_the_others_with_a_
     assert res.exit_code == 0, res.output
     assert f"skipped {d['llama'].name}: run {d['llama'].name} has no CEM sublayer" in res.stderr
     assert f"skipped {d['planned'].name}: run {d['planned'].name} is not done" in res.stderr
-    assert "2 run(s) skipped" in res.output
+    assert "2 run(s) skipped or failed" in res.output
     assert (3, 3) in {(r["attn_steps"], r["mlp_steps"]) for r in _db_rows(exp, d["full"].name)}
     assert (3, 3) in {(r["attn_steps"], r["mlp_steps"]) for r in _db_rows(exp, d["pm"].name)}  # both CEM sublayers
     assert _db_rows(exp, d["llama"].name) == [] and not (d["llama"] / "evals.json").exists()
@@ -257,3 +257,22 @@ def test_test_time_figure_aggregates_seeds_and_marks_the_trained_depth():
     assert agg.loc[agg["trained"], "eval_steps"].tolist() == [2]
     assert test_time.render(runs, pd.DataFrame(columns=list(test_time.EVAL_COLUMNS))).is_empty()
     parts.figures[0].figure.clear()
+
+
+@pytest.mark.parametrize("damage, message", [("truncate", "final checkpoint unusable"), ("delete", "is missing")])
+def test_cli_eval_refuses_a_run_whose_final_checkpoint_is_damaged_or_gone(exp, damage, message):
+    import shutil
+
+    copy = exp["runs"] / f"copy-{damage}"
+    shutil.copytree(exp["dirs"]["pm"], copy)
+    (copy / "evals.json").unlink(missing_ok=True)
+    final = max((copy / "checkpoints").glob("step_*.pt"))
+    if damage == "truncate":
+        final.write_bytes(final.read_bytes()[:100])
+    else:
+        final.unlink()
+    res = _cli(exp, copy.name, "--steps", "1,2")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: run {copy.name}") and res.stderr.count("\n") == 1
+    assert message in res.stderr
+    assert not (copy / "evals.json").exists()

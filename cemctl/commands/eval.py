@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, err_console, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, err_console, fail, runs_dir
 
 
 @dataclass
@@ -117,14 +117,25 @@ def eval_command(
         from cemctl.db.rundir import read_json
 
         shown: list[dict[str, Any]] = []
+        done_runs = 0
         for rd in todo:
-            rows = evaluate_steps(rd, step_list, sublayer=sublayer, device=device)
+            try:
+                rows = evaluate_steps(rd, step_list, sublayer=sublayer, device=device)
+            except EvalRefused as e:  # e.g. an unreadable final checkpoint: the other runs still count
+                if tgt.kind == "run":
+                    raise
+                notes.append(f"failed {rd.name}: {e}")
+                err_console.print(notes[-1], markup=False)
+                continue
             ingest_run(engine, rd)
+            done_runs += 1
             trained_ppl = (read_json(rd / "result.json") or {}).get("test_ppl")
             shown += [{**r, "_run": rd.name, "_trained_ppl": trained_ppl} for r in rows]
+    if not shown:
+        fail(f"experiment {tgt.name!r}: no run could be evaluated ({len(notes)} skipped or failed)")
     console.print(_table(shown, f"test-time recursion: {tgt.kind} {tgt.name}"))
-    console.print(f"{len(shown)} evaluations of {len(todo)} run(s) stored in evals.json and the results database"
-                  + (f"; {len(notes)} run(s) skipped" if notes else ""), markup=False, highlight=False,
+    console.print(f"{len(shown)} evaluations of {done_runs} run(s) stored in evals.json and the results database"
+                  + (f"; {len(notes)} run(s) skipped or failed" if notes else ""), markup=False, highlight=False,
                   soft_wrap=True)
 
 

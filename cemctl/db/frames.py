@@ -82,13 +82,17 @@ def evals_frame(engine: Engine, run_ids: Iterable[str] | None = None) -> Any:
     """Rows of the `evals` table (all runs when `run_ids` is None), ordered by run, attn_steps, mlp_steps."""
     import pandas as pd
 
+    ids = None if run_ids is None else list(run_ids)
+    chunks = [None] if ids is None else [ids[i:i + 500] for i in range(0, len(ids), 500)] or [[]]
+    rows, columns = [], [c.name for c in Eval.__table__.columns]
     with read_session(engine) as s:
-        q = select(Eval.__table__)
-        if run_ids is not None:
-            q = q.where(Eval.run_id.in_(list(run_ids)))
-        q = q.order_by(Eval.run_id, Eval.attn_steps, Eval.mlp_steps)
-        result = s.execute(q)
-        return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+        for chunk in chunks:  # keep the IN list short
+            q = select(Eval.__table__)
+            if chunk is not None:
+                q = q.where(Eval.run_id.in_(chunk))
+            rows += s.execute(q).fetchall()
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values(["run_id", "attn_steps", "mlp_steps"], kind="stable").reset_index(drop=True)
 
 
 ENERGY_COLUMNS = ("run_id", "step", "tokens", "layer", "sublayer", "t", "energy", "descent_frac")
