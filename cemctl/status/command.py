@@ -21,7 +21,7 @@ def show_status(
     watch: bool = False,
     as_json: bool = False,
     interval_s: float = 2.0,
-    limit: int = 100,
+    limit: int = 50,
     sync: bool = True,
     heartbeat_timeout_s: float | None = None,
     console: Console | None = None,
@@ -37,7 +37,17 @@ def show_status(
         if sync:
             refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
         # The table shows at most `limit` runs per experiment: read only those. JSON has every run.
-        return collect_status(engine, experiment, limit=0 if as_json else limit)
+        return collect_status(engine, experiment, limit=0 if as_json else table_limit())
+
+    def table_limit() -> int:
+        """`limit` for one experiment; with all experiments shown, a budget of `limit` rows shared
+        between them (at least 10 each, unfinished runs first): the tables stay quick to draw."""
+        if limit <= 0 or experiment is not None:
+            return limit
+        from cemctl.db import list_experiments
+
+        n = max(1, len(list_experiments(engine)))
+        return max(min(10, limit), limit // n)
 
     try:
         if as_json:
@@ -47,17 +57,17 @@ def show_status(
                     return
                 time.sleep(interval_s)
         if not watch:
-            console.print(render_status(snapshot(), limit=limit))
+            console.print(render_status(snapshot(), limit=table_limit()))
             return
         if not console.is_terminal:  # a pipe or a file: one table per refresh
             while True:
-                console.print(render_status(snapshot(), limit=limit))
+                console.print(render_status(snapshot(), limit=table_limit()))
                 console.file.flush()
                 time.sleep(interval_s)
-        with Live(render_status(snapshot(), limit=limit), console=console, refresh_per_second=4, screen=False) as live:
+        with Live(render_status(snapshot(), limit=table_limit()), console=console, refresh_per_second=4, screen=False) as live:
             while True:
                 time.sleep(interval_s)
-                live.update(render_status(snapshot(), limit=limit))
+                live.update(render_status(snapshot(), limit=table_limit()))
     except KeyboardInterrupt:  # the way to leave --watch
         if not watch:
             raise
