@@ -167,6 +167,6 @@ def run(s: Settings) -> Section:
         "the targets are judged on the training step, the sublayer ratio is shown next to it).",
         "ms/step = process CPU time per step (one intra-op thread); x baseline is the ratio of CPU-time medians "
         "(the targets), x baseline wall the same from wall-clock medians.",
-        "Peak MiB: as in the HF table (fresh subprocess per variant, max-RSS rise over the post-import value).",
+        "Peak MiB: as in the HF table (fresh subprocess per variant, rise of the resident-set high-water mark).",
     ]
     return section
