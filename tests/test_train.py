@@ -189,13 +189,17 @@ def test_heartbeat_thread_keeps_the_file_fresh_between_steps(tmp_path):
 def test_console_logs_to_train_log_with_or_without_a_progress_bar(tmp_path, tty, capsys):
     import logging
 
-    from cem_core.train.console import LOGGER_NAME, RunConsole
+    from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 
+    log = logging.getLogger(LOGGER_NAME)
     with RunConsole(tmp_path / "train.log", rank=0, total_steps=5, tty=tty) as ui:
-        logging.getLogger(LOGGER_NAME).info("step 2/5 hello")
+        log.info("step 2/5 loss 1.0", extra={PROGRESS_LINE: True})
         ui.progress(2, "loss 1.0")
-    assert "step 2/5 hello" in (tmp_path / "train.log").read_text()
-    assert "step 2/5 hello" in capsys.readouterr().out
+        log.info("val loss 2.0")
+    text, out = (tmp_path / "train.log").read_text(), capsys.readouterr().out
+    assert "step 2/5 loss 1.0" in text and "val loss 2.0" in text  # the file always has every line
+    assert "val loss 2.0" in out
+    assert ("step 2/5 loss 1.0" in out) is (not tty)  # on a terminal the bar replaces per-step lines
     assert not logging.getLogger(LOGGER_NAME).handlers  # removed again: runs in one process do not pile up
 
 

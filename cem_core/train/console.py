@@ -1,8 +1,9 @@
 """Log lines and the progress bar of a training run (`python -m cem_core.train RUN_DIR`).
 
-Rank 0 always appends plain lines to RUN_DIR/train.log. On a terminal it also
-shows a rich progress bar (log lines printed above it); otherwise (executors,
-pipes) it prints the same plain lines to stdout. Other ranks only print
+Rank 0 always appends plain lines (every logged step included) to
+RUN_DIR/train.log. On a terminal it also shows a rich progress bar, with the
+other log lines (evaluations, checkpoints) printed above it; otherwise
+(executors, pipes) it prints the same plain lines as the file to stdout. Other ranks only print
 warnings and errors to stderr, prefixed with their rank.
 """
 
@@ -14,6 +15,11 @@ from pathlib import Path
 from typing import Any
 
 LOGGER_NAME = "cem_core.train"
+PROGRESS_LINE = "cemctl_progress_line"  # `extra` flag: a per-step line the progress bar replaces on a terminal
+
+
+def _not_progress_line(record: logging.LogRecord) -> bool:
+    return not getattr(record, PROGRESS_LINE, False)
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
@@ -51,7 +57,9 @@ class RunConsole:
                                           TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console)
                 self._progress.start()
                 self._task = self._progress.add_task("train", total=self.total_steps, info="")
-                self._add(RichHandler(console=console, show_path=False, markup=False))
+                rich_handler = RichHandler(console=console, show_path=False, markup=False)
+                rich_handler.addFilter(_not_progress_line)  # per-step lines: file only, the bar shows them
+                self._add(rich_handler)
             else:
                 sh = logging.StreamHandler(sys.stdout)
                 sh.setFormatter(logging.Formatter(FORMAT))

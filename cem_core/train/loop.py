@@ -45,7 +45,7 @@ from cem_core.config import RunConfig, energy_layers, resolve, run_id, tokens_pe
 from cem_core.counts import flops_per_token, param_counts
 from cem_core.errors import ConfigError, RunDiverged
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
-from cem_core.train.console import LOGGER_NAME, RunConsole
+from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.evaluate import evaluate
 from cem_core.train.hooks import TestHooks
 from cem_core.train.optim import build_optimizer, build_scheduler
@@ -455,10 +455,8 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
                 if heartbeat is not None:
                     heartbeat.beat()
                 info = f"loss {train_loss:.4f} lr {lr:.2e} gnorm {grad_norm:.3f} {tokens_per_s:,.0f} tok/s"
-                if ui.tty:
-                    ui.progress(step, info)
-                else:
-                    log.info("step %d/%d %s", step, total, info)
+                ui.progress(step, info)
+                log.info("step %d/%d %s", step, total, info, extra={PROGRESS_LINE: True})
         if step % eval_every == 0 or step == total:
             val = run_eval("val", t.val_tokens)
             st.val_loss, st.val_tokens = val.loss, val.tokens
