@@ -35,6 +35,12 @@ from cem_core.registry import Registry
 
 ATTENTION: Registry[type[nn.Module]] = Registry("attention", "model.attention")
 
+# The CPU fast path below calls private ATen kernels; other torch builds may lack them.
+_HAS_CPU_FLASH = all(
+    hasattr(torch.ops.aten, name)
+    for name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
+)
+
 
 class _AlibiAttentionCPU(torch.autograd.Function):
     """SDPA with a fixed additive bias on the CPU flash kernel; the bias diagonal's gradient on the side.
@@ -182,7 +188,7 @@ class CEMAttention(nn.Module):
 
     def _alibi_fast_path(self, qk: torch.Tensor) -> bool:
         """ALiBi bias, no KQ diagonal, CPU, eager, flash SDPA allowed: `_AlibiAttentionCPU` (first-order gradients)."""
-        return (self.position == "alibi" and self.kq_diagonal == "none" and qk.device.type == "cpu"
+        return (_HAS_CPU_FLASH and self.position == "alibi" and self.kq_diagonal == "none" and qk.device.type == "cpu"
                 and qk.dtype in (torch.float32, torch.bfloat16) and torch.backends.cuda.flash_sdp_enabled()
                 and not torch.compiler.is_compiling())
 
