@@ -22,7 +22,6 @@ import fcntl
 import json
 import os
 import socket
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,109 +29,27 @@ from typing import Any, Callable, Iterator
 
 from cem_core.config import RunConfig, load_run_config
 from cem_core.errors import ConfigError
-
-CONFIG_FILE = "config.json"
-EVENTS_FILE = "events.jsonl"
-HEARTBEAT_FILE = "heartbeat.json"
-METRICS_FILE = "metrics.jsonl"
-RESULT_FILE = "result.json"
-LOG_FILE = "train.log"
-CHECKPOINT_DIR = "checkpoints"
-LOCK_FILE = ".lock"
+from cem_core.runfiles import (  # noqa: F401 - re-exported for the trainer's modules
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    EVENTS_FILE,
+    HEARTBEAT_FILE,
+    LOCK_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    append_event,
+    append_jsonl,
+    atomic_write_bytes,
+    atomic_write_json,
+    finite_json as _finite,
+    fsync_dir,
+    iter_jsonl,
+    read_json,
+    read_jsonl,
+)
 
 TERMINAL_STATES = ("done", "diverged", "failed")
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Make a rename inside `path` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path` so that readers see either the old or the new file, never half.
-
-    `durable=False` skips the fsyncs (the heartbeat: rewritten every step, only liveness).
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are read by other users' tools
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if durable:
-        fsync_dir(path.parent)
-
-
-def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, durable: bool = True) -> None:
-    data = (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
-    atomic_write_bytes(path, data, durable=durable)
-
-
-def read_json(path: str | os.PathLike[str]) -> Any | None:
-    """The parsed file, or None when it is missing or unreadable."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/inf: write them as strings ("nan", "inf")."""
-    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    return obj
-
-
-def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
-    """Append one line and flush it (the logs are append-only)."""
-    line = json.dumps(_finite(obj), sort_keys=False, allow_nan=False) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-
-
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every complete, parseable line; a truncated or garbled line is skipped."""
-    return list(iter_jsonl(path))
-
-
-def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return
-    for line in raw.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            yield obj
 
 
 def truncate_metrics(path: str | os.PathLike[str], max_step: int) -> int:
@@ -208,10 +125,7 @@ class RunDir:
         return sum(1 for e in iter_jsonl(self.events) if e.get("state") == "running")
 
     def append_event(self, state: str, reason: str = "", *, attempt: int) -> None:
-        append_jsonl(self.events, {
-            "time": time.time(), "state": state, "reason": reason, "attempt": attempt,
-            "host": socket.gethostname(), "pid": os.getpid(),
-        })
+        append_event(self.path, state, reason, attempt=attempt)
 
     def append_metrics(self, obj: dict[str, Any]) -> None:
         append_jsonl(self.metrics, obj)

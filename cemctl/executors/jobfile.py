@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cem_core import runfiles
+from cem_core.runfiles import EVENTS_FILE, HEARTBEAT_FILE, RESULT_FILE
+
 JOB_FILE = "job.json"
-EVENTS_FILE = "events.jsonl"
-HEARTBEAT_FILE = "heartbeat.json"
-RESULT_FILE = "result.json"
 CANCEL_FILE = "cancel"
 EXECUTOR_LOG = "executor.log"
 
@@ -55,20 +55,10 @@ def hostname() -> str:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    runfiles.atomic_write_json(path, data, durable=False, indent=1)
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+read_json = runfiles.read_json_object
 
 
 def read_job(run_dir: Path) -> dict[str, Any] | None:
@@ -96,30 +86,11 @@ def read_result(run_dir: Path) -> dict[str, Any] | None:
 
 def append_event(run_dir: Path, state: str, reason: str = "", **extra: Any) -> None:
     """One line in events.jsonl (append-only, one write call so lines never interleave)."""
-    event = {"time": time.time(), "state": state, "reason": reason, "host": hostname(), "pid": os.getpid()}
-    event.update(extra)
-    line = json.dumps(event, sort_keys=True) + "\n"
-    fd = os.open(Path(run_dir) / EVENTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    runfiles.append_event(run_dir, state, reason, host=hostname(), **extra)
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    try:
-        with open(Path(run_dir) / EVENTS_FILE) as f:
-            for line in f:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # truncated last line
-                if isinstance(event, dict):
-                    out.append(event)
-    except OSError:
-        pass
-    return out
+    return runfiles.read_jsonl(Path(run_dir) / EVENTS_FILE)
 
 
 def last_metrics(run_dir: Path, kinds: tuple[str, ...] = ("train", "val"), tail_bytes: int = 16384) -> dict[str, dict[str, Any]]:
