@@ -243,7 +243,10 @@ def test_sigkill_in_every_phase_then_resume_matches_an_uninterrupted_run(tmp_pat
     kills: list[dict] = []
 
     def attempt(phase: str, pred_factory: Callable[[], Callable[[], bool]] | None, damage: Callable[[], object] | None = None,
-                delay_s: float | None = None) -> None:
+                delay_frac: float | None = None) -> None:
+        if (read_json(run_dir / "result.json") or {}).get("state") == "done":
+            kills.append({"phase": phase, "hit": False, "skipped": "the run had already finished"})
+            return
         before = running_events(run_dir)
         start_step = resume_step(run_dir)
         t = Trainer(run_dir)
@@ -253,8 +256,9 @@ def test_sigkill_in_every_phase_then_resume_matches_an_uninterrupted_run(tmp_pat
             assert t.wait_for(started(run_dir, before)), "the trainer did not start"
             if phase not in ("final test evaluation", "result write"):  # wait until it trains past its checkpoint
                 t.wait_for(in_loop(run_dir, before + 1, start_step))
-            if delay_s is not None:
-                time.sleep(delay_s)
+            if delay_frac is not None:
+                # a random moment within the steps left, so the kill lands before the run can finish
+                time.sleep(delay_frac * max(STEPS - start_step - 1, 0) * SLEEP_S)
                 hit = True
             elif phase == "metrics line":
                 hit = t.wait_for(metrics_line_after(run_dir, start_step))
@@ -277,8 +281,8 @@ def test_sigkill_in_every_phase_then_resume_matches_an_uninterrupted_run(tmp_pat
     attempt("checkpoint write", lambda: tmp_in(ckpts, ".step_"))
     attempt("metrics line", None, damage=lambda: truncate_last_metrics_line(run_dir))
     attempt("heartbeat write", lambda: tmp_in(run_dir, ".heartbeat.json."))
-    for seed_delay in (rng.uniform(0.0, 1.2) for _ in range(3)):
-        attempt("random", None, delay_s=seed_delay)
+    for frac in (rng.uniform(0.0, 0.7) for _ in range(3)):
+        attempt("random", None, delay_frac=frac)
     attempt("checkpoint write", lambda: tmp_in(ckpts, ".step_"), damage=lambda: half_write_newest_checkpoint(run_dir))
     attempt("metrics line", None, damage=lambda: garbage_checkpoint(run_dir))
     attempt("final test evaluation", lambda: final_eval(run_dir))
