@@ -29,6 +29,9 @@ LOG_FILE = "train.log"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = ".lock"
 
+# A run whose heartbeat.json is older than this (and has no result) is shown `stale`, not running.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
+
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a rename inside `path` durable (no-op where directories cannot be opened)."""

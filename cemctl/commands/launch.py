@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="slurm: at most N array tasks at once (%N)."),
         max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="slurm: starts per run, requeues included."),
         sbatch: Optional[List[str]] = typer.Option(None, "--sbatch", help="slurm: extra sbatch flag key=value or key (repeatable)."),
-        heartbeat_timeout_s: Optional[float] = typer.Option(None, "--heartbeat-timeout-s", help="A running run with an older heartbeat is stale [env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120]."),
+        heartbeat_timeout_s: Optional[float] = typer.Option(None, "--heartbeat-timeout-s", help="A running run with an older heartbeat is stale \\[env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120]."),
         as_json: bool = typer.Option(False, "--json", help="Print the launch report as JSON."),
         db: str = DbOption,
         runs: str = RunsDirOption,

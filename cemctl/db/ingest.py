@@ -45,9 +45,9 @@ from cem_core.config import RunConfig, canonical_json, resolve
 from cem_core.errors import ConfigError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Eval, Metric, Result, Run, RunEvent
+from cem_core.runfiles import DEFAULT_HEARTBEAT_TIMEOUT_S
 from cemctl.db.rundir import CONFIG_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, read_json
 
-DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
 _FINGERPRINT_BYTES = 256
 _METRIC_COLUMNS = ("tokens", "time_s", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
 _INT_METRIC_COLUMNS = ("tokens",)

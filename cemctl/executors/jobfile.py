@@ -26,13 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from cem_core import runfiles
-from cem_core.runfiles import EVENTS_FILE, HEARTBEAT_FILE, RESULT_FILE
+from cem_core.runfiles import DEFAULT_HEARTBEAT_TIMEOUT_S, EVENTS_FILE, HEARTBEAT_FILE, RESULT_FILE
 
 JOB_FILE = "job.json"
 CANCEL_FILE = "cancel"
 EXECUTOR_LOG = "executor.log"
-
-DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
 
 
 def heartbeat_timeout_s(value: float | None = None) -> float:
