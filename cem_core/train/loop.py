@@ -27,6 +27,7 @@ exactly (same thread count).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import math
 import os
@@ -94,6 +95,16 @@ class World:
 
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
+            # Meet before tearing down: a rank that destroys its gloo group while a peer is
+            # still writing results can abort the peer ("terminate called without an active
+            # exception"). Bounded, so a rank that died cannot hang the others here.
+            try:
+                if dist.get_backend() == "gloo":
+                    dist.monitored_barrier(timeout=datetime.timedelta(seconds=120))
+                else:
+                    dist.barrier()
+            except Exception:  # noqa: BLE001 - a peer is gone; tear down anyway
+                pass
             dist.destroy_process_group()
             self.owns_group = False
 
