@@ -92,7 +92,8 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     adam_eps: float = 1e-9
-    weight_decay: float = 0.1
+    weight_decay: float = 0.1  # on projection matrices and the output head (cem_core/model/roles.py)
+    decay_cem_extras: bool = False  # also decay KQ diagonals, preconditioners, position biases (paper: silent)
     grad_clip: float = 1.0
     warmup_frac: float = 0.05
     final_lr_frac: float = 0.1

@@ -108,7 +108,55 @@ def test_cem_attention_update_is_minus_energy_gradient(position):
     u = n.detach().clone().requires_grad_(True)
     energy = attention_energy(layer, u, n.detach()).sum()
     (grad,) = torch.autograd.grad(energy, u)
-    assert torch.allclose(update, -grad, atol=1e-10, rtol=1e-9), (update + grad).abs().max()
+    assert torch.allclose(update, -grad, atol=1e-12, rtol=0), (update + grad).abs().max()
+
+
+def _rmsnorm64(x, weight, eps):
+    """RMSNorm written out in float64, independent of the model's module."""
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * weight
+
+
+def test_rmsnorm_keeps_float64_and_upcasts_half_precision():
+    from cem_core.model.norm import RMSNorm
+
+    norm = RMSNorm(16).double()
+    with torch.no_grad():
+        norm.weight.normal_(1, 0.3)
+    x = torch.randn(3, 16, dtype=torch.float64) * 5
+    assert norm(x).dtype == torch.float64
+    assert (norm(x) - _rmsnorm64(x, norm.weight, norm.eps)).abs().max() <= 1e-15
+    xb = (torch.randn(3, 16) * 100).to(torch.bfloat16)  # bf16 sums would lose the norm: it is taken in float32
+    ref = _rmsnorm64(xb.double(), 1.0, 1e-6)
+    assert (RMSNorm(16)(xb).double() - ref).abs().max() <= 1e-2
+
+
+@pytest.mark.parametrize("kind,diag", [("attention", "none"), ("attention", "shared"), ("mlp", "none")])
+def test_update_is_minus_energy_gradient_to_1e12_through_the_model_norm(kind, diag):
+    """float64 end to end: the layer's own RMSNorm must not round to float32 (it capped this at ~1e-7)."""
+    if kind == "attention":
+        layer = _attn_layer(cem_position="alibi", kq_diagonal=diag)
+    else:
+        torch.manual_seed(5)
+        layer = CEMMLP(model_cfg(mlp="cem")).double()
+        with torch.no_grad():
+            layer.norm.weight.normal_(1, 0.3)
+    h = torch.randn(2, 7, layer.norm.weight.numel(), dtype=torch.float64) * 3
+    u = _rmsnorm64(h, layer.norm.weight.detach(), layer.norm.eps).detach().requires_grad_(True)
+    if kind == "attention":
+        energy = attention_energy(layer, u, u.detach()).sum()
+    else:
+        energy = mlp_energy(layer, u, u.detach()).sum()
+    (grad,) = torch.autograd.grad(energy, u)
+    update = layer(h) - h
+    if kind == "attention" and diag != "none":  # the diagonal enters the scores only (Alg. 1)
+        B, L, d = h.shape
+        K = layer.n_heads
+        n = u.detach()
+        q = layer.w_q(n).view(B, L, K, -1).transpose(1, 2)
+        scores = layer.scale * (q @ layer.keys(n).transpose(-1, -2) + ((n * layer.diag) @ n.transpose(1, 2))[:, None])
+        attn = (scores + layer.position_bias(L)).softmax(-1)
+        update = update + ((attn @ n[:, None]) * layer.diag).sum(1)
+    assert (update + grad).abs().max() <= 1e-12
 
 
 @pytest.mark.parametrize("diag", ["shared", "per_head"])
@@ -129,7 +177,7 @@ def test_kq_diagonal_enters_scores_only(diag):
     scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
     attn = scores.softmax(-1)  # [B, K, L, L]
     omitted = ((attn @ n[:, None]) * D[None, :, None]).sum(1)  # sum_k D_k sum_j a n_j: [B, L, d]
-    assert torch.allclose(layer(h) - h + omitted, -grad, atol=1e-10)
+    assert torch.allclose(layer(h) - h + omitted, -grad, atol=1e-12, rtol=0)
 
 
 def test_phi_is_the_integral_of_silu():
@@ -148,7 +196,7 @@ def test_cem_mlp_update_is_minus_energy_gradient():
     n = layer.norm(h)
     u = n.detach().clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(mlp_energy(layer, u, n.detach()).sum(), u)
-    assert torch.allclose(layer(h) - h, -grad, atol=1e-10, rtol=1e-9)
+    assert torch.allclose(layer(h) - h, -grad, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("kind", ["attention", "mlp"])

@@ -21,7 +21,7 @@ from cem_core.config import DataConfig, RunConfig, resolve, total_steps
 from cem_core.model import build_model
 from cem_core.train import run_training
 from cem_core.train.checkpoint import list_checkpoints, load_latest, save_checkpoint
-from cem_core.train.optim import decay_split, lr_multiplier, warmup_steps
+from cem_core.train.optim import lr_multiplier, warmup_steps
 from cem_core.train.rundir import read_jsonl, truncate_metrics
 from cem_core.train.sampler import BatchSampler
 
@@ -83,24 +83,6 @@ def run_cli(run_dir: Path, env_extra: dict[str, str] | None = None, *, torchrun:
 
 # ---------------------------------------------------------------------------
 # Recipe and data order
-
-
-def test_weight_decay_only_on_weight_matrices_not_embedding_norms_or_cem_vectors():
-    cfg = resolve(RunConfig.from_dict({
-        "model.size": "nano", "data.tokenizer": "byte", "model.attention": "cem", "model.mlp": "cem",
-        "model.attn_precond": "diag_lowrank", "model.mlp_precond": "diag", "model.kq_diagonal": "shared",
-    }))
-    model = build_model(cfg.model)
-    decay, no_decay = decay_split(model)
-    params = dict(model.named_parameters())
-    assert set(decay) | set(no_decay) == set(params) and not set(decay) & set(no_decay)
-    assert "embed.weight" in no_decay and "head.weight" in decay
-    assert all(params[n].ndim >= 2 for n in decay)
-    assert all(params[n].ndim < 2 for n in no_decay if n != "embed.weight")
-    norms = [n for n, mod in model.named_modules() if type(mod).__name__ == "RMSNorm"]
-    assert norms and all(f"{n}.weight" in no_decay for n in norms)
-    small = [n for n, p in params.items() if p.ndim == 1 and "norm" not in n]
-    assert small, "the CEM model should have preconditioner / KQ diagonal / bias vectors"
 
 
 @pytest.mark.parametrize("total", [1, 7, 20, 1000])

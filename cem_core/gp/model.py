@@ -23,6 +23,8 @@ from cem_core.model.norm import RMSNorm
 
 
 class GPRegressor(nn.Module):
+    param_roles = {"head.weight": "output_head"}  # cem_core/model/roles.py; `inp` is a projection
+
     def __init__(self, model_cfg: ModelConfig, gp_cfg: GPConfig) -> None:
         super().__init__()
         d = model_cfg.d_model

@@ -132,6 +132,9 @@ class ReuseAttention(LlamaAttention):
 
 @ATTENTION.register("cem")
 class CEMAttention(nn.Module):
+    # Weight-decay roles of the CEM extras (cem_core/model/roles.py); w_q, w_k are projections.
+    param_roles = {"self_bias": "position_bias", "other_bias": "position_bias", "diag": "kq_diagonal"}
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d, K = cfg.d_model, cfg.n_heads

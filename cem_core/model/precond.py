@@ -32,6 +32,8 @@ PRECONDITIONERS: Registry[type["Preconditioner"]] = Registry("preconditioner", "
 class Preconditioner(nn.Module):
     """Identity; the base class of every preconditioner."""
 
+    param_roles = {"p": "preconditioner", "U": "preconditioner", "V": "preconditioner"}  # cem_core/model/roles.py
+
     def __init__(self, n: int, width: int, rank: int = 0) -> None:
         super().__init__()
         self.n, self.width, self.rank = n, width, rank

@@ -29,6 +29,8 @@ class Block(nn.Module):
 
 
 class CEMTransformer(nn.Module):
+    param_roles = {"head.weight": "output_head"}  # cem_core/model/roles.py (every other role is its owner's)
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg

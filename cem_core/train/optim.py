@@ -1,13 +1,14 @@
 """The paper's training recipe (Table 2) from a TrainConfig (`python -m cem_core.train RUN_DIR`).
 
 - AdamW with `train.beta1`, `train.beta2`, `train.adam_eps` (1e-9) and `train.lr`.
-- Weight decay `train.weight_decay` (0.1) on weight MATRICES only. The rule:
-  a parameter is decayed iff it has >= 2 dimensions and does not belong to an
-  `nn.Embedding`. So no decay on norm gains, biases, the input embedding, and
-  the CEM small vectors (preconditioner diagonals, KQ diagonals, position
-  biases, which are all 1-D); the output head IS decayed (an ordinary untied
-  projection, as in Llama-style recipes), and so are the CEM low-rank
-  preconditioner factors U, V (matrices). `decay_split(model)` lists both sets.
+- Weight decay `train.weight_decay` (0.1) chosen by what a parameter IS
+  (`cem_core.model.roles`), not by its shape: projection matrices and the
+  output head are decayed; the embedding, norm gains and biases never are; the
+  CEM extras (KQ diagonals, shared or per head alike, preconditioner p, U, V and
+  the learned position biases) are not, unless `train.decay_cem_extras = true`.
+  So no CEM extra is pulled toward zero (a decayed preconditioner would drift
+  to softplus(0)), and a parameter without a role stops the run before it trains.
+  `decay_split(model, decay_cem_extras=...)` lists both sets.
 - Cosine schedule: linear warmup over the first `round(warmup_frac * steps)`
   optimizer steps up to the peak lr (step w of W has lr = peak * w / W), then a
   cosine from the peak down to `final_lr_frac * peak`, reached exactly at the
@@ -23,29 +24,19 @@ import torch
 from torch import nn
 
 from cem_core.config import TrainConfig
+from cem_core.model.roles import is_decayed, param_roles
 
 
-def decay_split(model: nn.Module) -> tuple[list[str], list[str]]:
-    """(names decayed, names not decayed) by the rule in the module docstring."""
-    embedding_params = set()
-    for module in model.modules():
-        if isinstance(module, nn.Embedding):
-            embedding_params.update(id(p) for p in module.parameters(recurse=False))
+def decay_split(model: nn.Module, *, decay_cem_extras: bool = False) -> tuple[list[str], list[str]]:
+    """(names decayed, names not decayed) by role (`cem_core.model.roles`); an unknown role raises."""
     decay, no_decay = [], []
-    seen: set[int] = set()
-    for name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        if p.ndim >= 2 and id(p) not in embedding_params:
-            decay.append(name)
-        else:
-            no_decay.append(name)
+    for name, role in param_roles(model).items():
+        (decay if is_decayed(role, decay_cem_extras=decay_cem_extras) else no_decay).append(name)
     return decay, no_decay
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    decay, no_decay = decay_split(model)
+def param_groups(model: nn.Module, weight_decay: float, *, decay_cem_extras: bool = False) -> list[dict]:
+    decay, no_decay = decay_split(model, decay_cem_extras=decay_cem_extras)
     params = dict(model.named_parameters())
     groups = [{"params": [params[n] for n in decay], "weight_decay": weight_decay, "name": "decay"},
               {"params": [params[n] for n in no_decay], "weight_decay": 0.0, "name": "no_decay"}]
@@ -56,7 +47,7 @@ def build_optimizer(model: nn.Module, t: TrainConfig, device: torch.device) -> t
     kwargs = {}
     if device.type == "cuda":
         kwargs["fused"] = True
-    return torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2),
+    return torch.optim.AdamW(param_groups(model, t.weight_decay, decay_cem_extras=t.decay_cem_extras), lr=t.lr, betas=(t.beta1, t.beta2),
                              eps=t.adam_eps, **kwargs)
 
 
