@@ -38,6 +38,7 @@ GP_KERNELS = ("rbf", "gibbs")
 CORPORA = ("builtin", "jsonl", "slimpajama")
 TOKENIZERS = ("byte", "bpe", "hf")
 PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE_MODES = ("auto", "on", "off")
 
 BYTE_VOCAB_SIZE = 257  # 256 bytes + end-of-document
 LLAMA_VOCAB_SIZE = 32000
@@ -83,6 +84,7 @@ class DataConfig:
     tokenizer: str = "bpe"
     bpe_vocab_size: int = 4096
     hf_tokenizer: str = "hf-internal-testing/llama-tokenizer"
+    tokenizer_path: str = ""  # a local tokenizer file (HF tokenizer.json or SentencePiece .model) for tokenizer="hf"
     cache_dir: str = ""  # "" means the default cache (~/.cache/cemctl or $CEMCTL_CACHE)
 
 
@@ -109,7 +111,8 @@ class TrainConfig:
     ckpt_keep: int = 2
     log_every_steps: int = 1
     seed: int = 0
-    compile: bool = False
+    compile: str = "auto"  # auto: torch.compile on CUDA (eager fallback with a logged reason), eager on CPU; on | off
+    activation_checkpointing: bool = False  # recompute each block's activations in backward (memory for time)
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
     energy_layers: str = ""  # energy diagnostics at each evaluation: "" off, "all", or "0,3" (layer indices)
 
@@ -252,6 +255,8 @@ def _build(klass: type, d: Any, prefix: str) -> Any:
             allowed = [n for n in known] if not prefix else [f"{prefix}.{n}" for n in known]
             raise ConfigError(dotted, "unknown key", allowed=allowed)
         tp = hints[key]
+        if dotted == "train.compile" and isinstance(value, bool):  # `train.compile = true` reads as "on"
+            value = "on" if value else "off"
         if dataclasses.is_dataclass(tp):
             kwargs[key] = _build(tp, value, dotted)
         else:
@@ -318,6 +323,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     # Data
     _choice("data.corpus", dt.corpus, CORPORA)
     _choice("data.tokenizer", dt.tokenizer, TOKENIZERS)
+    if dt.tokenizer_path and dt.tokenizer != "hf":
+        raise ConfigError("data.tokenizer_path", f"needs data.tokenizer='hf' (got {dt.tokenizer!r})", allowed=("hf",))
     if dt.corpus == "jsonl" and not dt.path:
         raise ConfigError("data.path", "is required when data.corpus='jsonl'")
     if not 256 < dt.bpe_vocab_size <= 1_000_000:
@@ -326,6 +333,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError("data.cache_dir", "must not contain '..'", value=dt.cache_dir)
     # Train
     _choice("train.precision", t.precision, PRECISIONS)
+    _choice("train.compile", t.compile, COMPILE_MODES)
     for key in ("lr", "adam_eps", "tokens_per_param"):
         _positive(f"train.{key}", getattr(t, key))
     for key in ("beta1", "beta2"):

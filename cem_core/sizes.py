@@ -6,8 +6,10 @@ The paper's Table 1 sizes train at context 2048 with the 32k Llama tokenizer. Th
 follows), which gives 255.3M parameters for the Llama baseline with vocab 32,000.
 
 The small sizes (`nano`, `micro`, `mini`) train in minutes on a 2-core CPU with
-the built-in corpus and a 4k BPE tokenizer (context 128); they are what the demo
-grid, the `tiny` scale of every experiment and the tests use.
+the built-in corpus (context 128); they are what the demo grid, the `tiny` and
+`cpu` scales of every experiment and the tests use. `20M` and `40M` (context
+1024, d_head 64, m about 8/3 d) are the `gpu` scale's: a figure in about two
+H100-hours at Chinchilla budgets.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ SIZES: dict[str, SizePreset] = {
     "micro": SizePreset(d_model=96, n_layers=3, n_heads=4, d_mlp=256, context_len=128, note="CPU demo"),
     "mini": SizePreset(d_model=128, n_layers=4, n_heads=4, d_mlp=352, context_len=128, note="CPU"),
     "small": SizePreset(d_model=192, n_layers=4, n_heads=6, d_mlp=512, context_len=256, note="CPU, slow"),
+    # The `gpu` scale: one GPU in an afternoon (context 1024; with the 32k Llama tokenizer
+    # 21.2M and 38.7M parameters, embedding and head included)
+    "20M": SizePreset(d_model=256, n_layers=6, n_heads=4, d_mlp=704, context_len=1024, note="gpu scale"),
+    "40M": SizePreset(d_model=384, n_layers=8, n_heads=6, d_mlp=1024, context_len=1024, note="gpu scale"),
     # The paper's Table 1
     "86M": SizePreset(d_model=672, n_layers=8, n_heads=8, d_mlp=1792, context_len=2048, note="Table 1"),
     "108M": SizePreset(d_model=672, n_layers=12, n_heads=12, d_mlp=1792, context_len=2048, note="Table 1"),
@@ -41,3 +47,4 @@ SIZES: dict[str, SizePreset] = {
 }
 
 PAPER_SIZES = ("86M", "108M", "134M", "162M")
+GPU_SCALE_SIZES = ("20M", "40M")

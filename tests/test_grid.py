@@ -115,7 +115,7 @@ MALFORMED = [
     ('[base]\n"train.lr" = nan\n', [], ["train.lr", "finite"]),
     ('[base]\n"train.max_steps" = -5\n', [], ["train.max_steps", ">= 0"]),
     ('[experiment]\nfigure = "fig9"\n', [], ["experiment.figure", "components, recursion"]),
-    ("", ["--scale", "huge"], ["--scale", "tiny, paper"]),
+    ("", ["--scale", "huge"], ["--scale", "tiny, cpu, gpu, paper"]),
     ('seeds = [0, "a"]\n', [], ["seeds", "integers"]),
     ('[axes]\n"train.lr" = 0.1\n', [], ["train.lr", "list of values"]),
     ('[experiment]\ntitle = "x"\n', [], ["experiment.title", "name, description, figure"]),
@@ -127,7 +127,7 @@ MALFORMED = [
     ("", ["--set", "model.size=huge"], ["--set", "model.size", "86M"]),
     ("", ["--set", "train.lrr=1"], ["--set", "train.lrr", "train.lr"]),
     ('[[exclude]]\n"model.size" = "micro"\n', [], ["exclude", "drops every run"]),
-    ('[scale.big]\n', [], ["scale.big", "tiny, paper"]),
+    ("[scale.big]\n", [], ["scale.big", "tiny, cpu, gpu, paper"]),
     ('[[extra]]\n', [], ["extra[0]", "empty"]),
     ('[base]\nmodel = "cem"\n', [], ["model", "unknown config key"]),
 ]

@@ -351,3 +351,32 @@ def test_energy_diagnostics_report_each_step_of_cem_sublayers_only():
 def test_phi_chunks_agree_with_one_pass():
     z = torch.randn(1000, dtype=torch.float64) * 3
     assert torch.allclose(phi(z, chunk=7), phi(z), atol=1e-14)
+
+
+def test_activation_checkpointing_gives_the_same_loss_and_gradients():
+    cfg = model_cfg(attention="cem", mlp="cem", attn_steps=2, mlp_steps=2, kq_diagonal="shared",
+                    attn_precond="diag_lowrank", mlp_precond="diag")
+    torch.manual_seed(6)
+    a = build_model(cfg).double()
+    b = build_model(cfg).double()
+    b.load_state_dict(a.state_dict())
+    b.checkpoint_blocks = True
+    idx = torch.randint(0, 257, (2, 16))
+    grads = []
+    for model in (a, b):
+        _, loss = model(idx, idx)
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.allclose(grads[0][n], grads[1][n], atol=1e-12) for n in grads[0])
+
+
+def test_compile_modes(monkeypatch):
+    from cem_core.train.loop import maybe_compile
+
+    model = torch.nn.Linear(2, 2)
+    assert maybe_compile(model, "auto", torch.device("cpu")) is model  # auto compiles on CUDA only
+    assert maybe_compile(model, "off", torch.device("cuda")) is model
+    with pytest.raises(ConfigError, match="train.compile"):
+        resolve(RunConfig.from_dict({"train.compile": "sometimes"}))
+    assert resolve(RunConfig.from_dict({"train.compile": True})).train.compile == "on"

@@ -11,6 +11,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from cem_core.config import ModelConfig, resolve, RunConfig
 from cem_core.model.attention import ATTENTION
@@ -38,6 +39,7 @@ class CEMTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.checkpoint_blocks = False  # `train.activation_checkpointing`: recompute blocks in backward
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -54,7 +56,10 @@ class CEMTransformer(nn.Module):
             raise ValueError(f"sequence length {L} exceeds model.context_len={self.cfg.context_len}")
         h = self.embed(idx)  # [B, L, d]
         for block in self.blocks:
-            h = block(h)
+            if self.checkpoint_blocks and self.training and torch.is_grad_enabled():
+                h = checkpoint(block, h, use_reentrant=False)
+            else:
+                h = block(h)
         logits = self.head(self.norm(h))  # [B, L, V]
         loss = None
         if targets is not None:

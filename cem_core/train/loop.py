@@ -161,6 +161,19 @@ def grad_accum_steps(cfg: RunConfig, world_size: int) -> int:
     return t.batch_seqs // per_round
 
 
+def maybe_compile(model: torch.nn.Module, mode: str, dev: torch.device) -> torch.nn.Module:
+    """`train.compile`: on, off, or auto (on for CUDA). A model that fails to compile trains eagerly, with the reason logged."""
+    if mode == "off" or (mode == "auto" and dev.type != "cuda"):
+        return model
+    try:
+        compiled = torch.compile(model)
+    except Exception as e:  # noqa: BLE001 - eager is always correct, only slower
+        log.warning("torch.compile failed (%s: %s); training eagerly", type(e).__name__, str(e).splitlines()[0][:200])
+        return model
+    log.info("torch.compile: on (train.compile=%s, %s)", mode, dev.type)
+    return compiled
+
+
 def schedule_every(value: int, total: int, per_run: int = 10) -> int:
     """`value` steps, or (0) about `per_run` times per run."""
     return value if value > 0 else max(1, round(total / per_run))
@@ -369,6 +382,8 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
     # Model, optimizer, schedule; then the newest valid checkpoint.
     torch.manual_seed(t.seed)
     model = (gp.build_model() if gp is not None else build_model(m)).to(dev)
+    if t.activation_checkpointing and hasattr(model, "checkpoint_blocks"):
+        model.checkpoint_blocks = True
     optimizer = build_optimizer(model, t, dev)
     scheduler = build_scheduler(optimizer, t, total)
     ckpt = load_latest(rd.checkpoints)
@@ -395,7 +410,7 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
         heartbeat.update(step=st.step, tokens=st.tokens)
         heartbeat.beat()
 
-    fwd_model: torch.nn.Module = torch.compile(model) if t.compile else model
+    fwd_model = maybe_compile(model, t.compile, dev)
     if world.size > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -31,6 +31,7 @@ class PlannedRun:
     run_id: str
     config: RunConfig  # resolved
     axes: dict[str, Any]  # the keys that vary across the experiment, with this run's values
+    marks: list[str] = field(default_factory=list)  # labels of the grid's [[mark]] rules it matches
 
 
 @dataclass
@@ -87,8 +88,12 @@ def _blocks(spec: GridSpec) -> list[_Block]:
     return blocks
 
 
+def _matches(flat: dict[str, Any], rule: dict[str, list[Scalar]]) -> bool:
+    return all(k in flat and flat[k] in vals for k, vals in rule.items())
+
+
 def _excluded(flat: dict[str, Any], rules: list[dict[str, list[Scalar]]]) -> bool:
-    return any(all(k in flat and flat[k] in vals for k, vals in rule.items()) for rule in rules)
+    return any(_matches(flat, rule) for rule in rules)
 
 
 def _describe(assignment: dict[str, Any]) -> str:
@@ -142,6 +147,7 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
     varied = [k for k in order if len({repr(v.get(k)) for v in values.values()}) > 1]
     for rid, pr in runs.items():
         pr.axes = {k: values[rid].get(k) for k in varied}
+        pr.marks = [m.label for m in spec.marks if _matches(values[rid], m.rule)]
     if not runs:
         raise ConfigError("exclude", "drops every run of the grid", source=spec.path)
     return Plan(

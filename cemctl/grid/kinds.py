@@ -16,6 +16,6 @@ REPORT_KINDS: dict[str, str] = {
     "curves": "loss curves and a final-loss table (demo)",
 }
 
-SCALES = ("tiny", "paper")
+SCALES = ("tiny", "cpu", "gpu", "paper")  # docs: SPEC section 7; README "Experiments"
 DEFAULT_SCALE = "tiny"
 MAX_RUNS = 100_000  # a grid expanding to more runs is refused before it is materialised

@@ -9,6 +9,8 @@ A grid file is TOML a researcher writes by hand:
     [[extra]]                    # extra runs: overrides on base (+ optional `axes` table); they
                                  # also span the main axes they do not set (e.g. model.size)
     [[exclude]]                  # partial assignment (key = value or [values]) of runs to drop
+    [[mark]]                     # label = "...", plus a partial assignment: runs it matches carry the
+                                 # label in plan and report (e.g. "beyond the paper")
     seeds = [0, 1]               # -> axis train.seed
     [scale.tiny] / [scale.paper] # base / axes / seeds / exclude overrides, chosen with --scale
     [slurm]                      # job resources for `cemctl launch --executor slurm` (checked by
@@ -34,7 +36,7 @@ from cem_core.config import field_names, flatten
 from cem_core.errors import ConfigError
 from cemctl.grid.kinds import DEFAULT_SCALE, REPORT_KINDS, SCALES
 
-TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "seeds", "scale", "slurm")
+TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "seeds", "scale", "slurm")
 EXPERIMENT_KEYS = ("name", "description", "figure")
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
 EXTRA_KEYS = ("axes",)  # besides config keys
@@ -49,6 +51,12 @@ Scalar = str | int | float | bool
 class ExtraSpec:
     overrides: dict[str, Scalar]
     axes: dict[str, list[Scalar]]
+
+
+@dataclass
+class MarkSpec:
+    label: str
+    rule: dict[str, list[Scalar]]
 
 
 @dataclass
@@ -69,6 +77,7 @@ class GridSpec:
     excludes: list[dict[str, list[Scalar]]]
     seeds: list[int] | None
     scales_defined: list[str] = field(default_factory=list)
+    marks: list[MarkSpec] = field(default_factory=list)
 
 
 def _err(key: str, message: str, path: str, **kw: Any) -> ConfigError:
@@ -149,6 +158,16 @@ def _seeds(value: Any, path: str, where: str) -> list[int]:
     return list(value)
 
 
+def _rule(flat: dict[str, Any], path: str, where: str) -> dict[str, list[Scalar]]:
+    """A partial assignment (key = value or [values]) that matches runs."""
+    rule: dict[str, list[Scalar]] = {}
+    for k, v in flat.items():
+        check_field(k, path, where)
+        vals = v if isinstance(v, list) else [v]
+        rule[k] = [_check_scalar(k, x, path, where) for x in vals]
+    return rule
+
+
 def _excludes(value: Any, path: str, where: str) -> list[dict[str, list[Scalar]]]:
     if not isinstance(value, list):
         raise _err(where, "must be an array of tables ([[exclude]])", path)
@@ -157,12 +176,23 @@ def _excludes(value: Any, path: str, where: str) -> list[dict[str, list[Scalar]]
         flat = flatten(_check_table(item, f"{where}[{i}]", path))
         if not flat:
             raise _err(f"{where}[{i}]", "is empty (it would drop every run)", path)
-        rule: dict[str, list[Scalar]] = {}
-        for k, v in flat.items():
-            check_field(k, path, where)
-            vals = v if isinstance(v, list) else [v]
-            rule[k] = [_check_scalar(k, x, path, where) for x in vals]
-        out.append(rule)
+        out.append(_rule(flat, path, where))
+    return out
+
+
+def _marks(value: Any, path: str) -> list[MarkSpec]:
+    if not isinstance(value, list):
+        raise _err("mark", "must be an array of tables ([[mark]])", path)
+    out = []
+    for i, item in enumerate(value):
+        item = dict(_check_table(item, f"mark[{i}]", path))
+        label = item.pop("label", None)
+        if not isinstance(label, str) or not label.strip() or len(label) > 200 or not label.isprintable():
+            raise _err(f"mark[{i}].label", "must be a short printable text (1-200 characters)", path)
+        flat = flatten(item)
+        if not flat:
+            raise _err(f"mark[{i}]", "names no config key (it would mark every run)", path)
+        out.append(MarkSpec(label.strip(), _rule(flat, path, f"mark[{i}]")))
     return out
 
 
@@ -272,4 +302,5 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
         path=spath, text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), name=name.strip(),
         description=description, figure=figure, scale=scale, base=base, axes=axes, zips=zips,
         extras=extras, excludes=excludes, seeds=seeds, scales_defined=list(scales),
+        marks=_marks(doc.get("mark", []), spath),
     )
