@@ -76,6 +76,7 @@ def test_kinds_produce_their_figures(tmp_path):
         "kq_diagonal": {"kq_diagonal"},
         "reuse_vs_recursion": {"reuse_vs_recursion_mlp", "reuse_vs_recursion_attention"},
         "curves": {"training_curves", "test_perplexity"},
+        "ablation": {"ablation"},
     }
     for kind, names in expected.items():
         runs, curves = synthetic_frames(kind, sizes=("nano",), seeds=(0, 1), steps=6, failures=False)
@@ -312,10 +313,12 @@ GRID_FIGURES = {
     "fig3c": {"reuse_vs_recursion_mlp", "training_curves"},
     "fig4": {"reuse_vs_recursion_attention", "training_curves"},
     "gp": {"gp_rmse", "training_curves"},
+    "t2_ablation": {"ablation", "training_curves"},
 }
 
 
-@pytest.mark.parametrize("scale", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("scale", ["tiny", "cpu", pytest.param("gpu", marks=pytest.mark.slow),
+                                   pytest.param("paper", marks=pytest.mark.slow)])
 def test_every_experiment_file_has_its_figures(scale):
     from pathlib import Path
 
@@ -359,3 +362,43 @@ def test_select_runs_by_config_values():
     assert info.value.key == "model.sise" and "model.size" in info.value.allowed
     with pytest.raises(ConfigError):
         select_runs(runs, ["model.size"])
+
+
+def test_ablation_table_names_each_arm_and_pairs_t2_with_t1_by_seed():
+    from cemctl.report.figures.ablation import render
+
+    runs, _ = synthetic_frames("ablation", sizes=("nano",), seeds=(0, 1, 2), failures=False, single_seed_variant=False)
+    parts = render(runs)
+    table = parts.tables[0].frame.set_index("arm")
+    assert set(table.index) == {"defaults", "eta=0.5", "no precond."}
+    cem = runs[runs["model.attention"].eq("cem")]
+    for arm, sel in (("defaults", {"model.attn_step_size": 1.0, "model.attn_precond": "diag_lowrank"}),
+                     ("eta=0.5", {"model.attn_step_size": 0.5})):
+        mask = cem["model.attn_step_size"].eq(sel["model.attn_step_size"])
+        if "model.attn_precond" in sel:
+            mask &= cem["model.attn_precond"].eq(sel["model.attn_precond"])
+        t1 = cem[mask & cem["model.attn_steps"].eq(1)].set_index("train.seed")["test_loss"]
+        t2 = cem[mask & cem["model.attn_steps"].eq(2)].set_index("train.seed")["test_loss"]
+        assert table.at[arm, "T2 - T1 (mean)"] == pytest.approx((t2 - t1).mean())
+        assert table.at[arm, "pairs"] == 3 and table.at[arm, "T2 - T1 (95% CI +-)"] > 0
+    assert table["Llama loss"].notna().all()
+    parts.figures[0].figure.clear()
+
+
+def test_fig2a_report_draws_the_papers_arm_and_the_shared_diagonal_arm_labelled():
+    from pathlib import Path
+
+    from cemctl.report.figures.components import render
+    from cemctl.report.synthetic import synthetic_from_grid
+
+    grid = Path(__file__).resolve().parents[1] / "experiments" / "fig2a.toml"
+    runs, _ = synthetic_from_grid(str(grid), "cpu", failures=False)
+    parts = render(runs)
+    table = parts.tables[0].frame
+    assert set(table["variant"]) == {"Llama", "CEM attention (T=1)", "CEM attention (T=1, shared diagonal)"}
+    fig = parts.figures[0]
+    labels = [t.get_text() for t in fig.figure.legends[0].get_texts()]
+    assert any(lab.startswith("CEM attention (T=1),") for lab in labels)
+    assert any(lab.startswith("CEM attention (T=1, shared diagonal)") for lab in labels)
+    assert "paper's Sec. 4.1 arm" in fig.caption
+    fig.figure.clear()

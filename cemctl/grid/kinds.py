@@ -14,6 +14,7 @@ REPORT_KINDS: dict[str, str] = {
     "reuse_vs_recursion": "T=1 -> T=2 gain of plain reuse vs CEM recursion (Fig. 3c, 4)",
     "gp_table": "Gaussian-process regression test RMSE table (arXiv version)",
     "curves": "loss curves and a final-loss table (demo)",
+    "ablation": "one factor at a time, T=1 vs T=2 per arm (the T=2 ablation)",
 }
 
 SCALES = ("tiny", "cpu", "gpu", "paper")  # docs: SPEC section 7; README "Experiments"

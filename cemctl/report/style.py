@@ -202,6 +202,14 @@ def baseline_line(ax: "Axes", stats: Mapping[str, Any], *, label: str | None = "
         ax.axhspan(mean - std, mean + std, color=color, alpha=0.12, linewidth=0, zorder=0)
 
 
+def baseline_line_vertical(ax: "Axes", mean: float, std: float, n: int, *, label: str = "Llama",
+                           color: str = LLAMA_COLOR) -> None:
+    """The Llama reference as a dashed vertical line (+-1 s.d. band when n >= 2), for dot plots."""
+    ax.axvline(mean, linestyle="--", color=color, linewidth=1.4, zorder=1, label=f"{label}, {n_note([n])}")
+    if n >= 2 and math.isfinite(std):
+        ax.axvspan(mean - std, mean + std, color=color, alpha=0.12, linewidth=0, zorder=0)
+
+
 def seed_legend_handles(ns: Iterable[Any]) -> list[Any]:
     """Legend proxies explaining filled (n >= 2) and hollow (n = 1) markers, for those present."""
     from matplotlib.lines import Line2D

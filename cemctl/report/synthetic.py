@@ -39,6 +39,10 @@ def _variants(kind: str) -> list[dict[str, Any]]:
         full = {"model.attention": "cem", "model.mlp": "cem", "model.attn_steps": 2, "model.mlp_steps": 2,
                 "model.attn_precond": "diag_lowrank", "model.mlp_precond": "diag_lowrank"}
         return [{**v, "train.lr": lr} for v in (llama, full) for lr in LRS]
+    if kind == "ablation":
+        default = {**att, "model.attn_precond": "diag_lowrank", "model.kq_diagonal": "shared"}
+        arms = (default, {**default, "model.attn_step_size": 0.5}, {**default, "model.attn_precond": "identity"})
+        return [llama] + [{**arm, "model.attn_steps": t} for t in (1, 2) for arm in arms]
     if kind == "kq_diagonal":
         return [llama] + [{**att, "model.attn_precond": "diag", "model.kq_diagonal": k}
                           for k in ("none", "shared", "per_head")]

@@ -30,6 +30,7 @@ FIGURE_KINDS: dict[str, str] = {
     "reuse_vs_recursion": "Fig. 3c/4: T=1 -> T=2 gain of plain reuse vs CEM recursion",
     "gp_table": "GP study: test RMSE mean +- s.d. per kernel and T",
     "curves": "demo: training loss against tokens, test perplexity per variant",
+    "ablation": "one factor at a time: test loss per arm at T=1 and T=2, T=2 - T=1 paired by seed",
 }
 
 RenderFn = Callable[["pd.DataFrame", "pd.DataFrame | None"], "ReportParts"]

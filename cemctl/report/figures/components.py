@@ -29,6 +29,8 @@ def _marker(row: dict) -> tuple[str, str]:
         return style.LLAMA_COLOR, "D"
     if row.get("model.mlp") == "cem_param_matched":
         return style.PARAM_MATCHED_COLOR, "^"
+    if row["role"] == "attention" and row.get("model.kq_diagonal") not in (None, "none"):
+        return style.KQ_COLORS.get(row["model.kq_diagonal"], style.CEM_COLOR), "s"  # our arm beside the paper's
     return style.CEM_COLOR, "o"
 
 
@@ -107,6 +109,10 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     caption = ("Test perplexity against total parameters (M). Each CEM variant (T=1) is linked to the Llama "
                "baseline with the same dimensions and token budget (training tokens written next to the baseline). "
                f"{style.SPREAD_NOTE}.")
+    attn = agg[agg["role"].eq("attention")]
+    if "model.kq_diagonal" in attn and attn["model.kq_diagonal"].nunique() > 1:
+        caption += (" CEM attention without a KQ diagonal (dots) is the paper's Sec. 4.1 arm (Eq. 5); the "
+                    "diagonal arm (squares) is our addition.")
     parts.figures.append(FigurePart("components", fig, caption))
     parts.tables.append(TablePart("components", comparison_table(agg, base_idx),
                                   "Test perplexity per size and variant, with the difference to the Llama baseline "

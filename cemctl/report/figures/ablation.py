@@ -1,0 +1,141 @@
+"""Figure kind `ablation` (experiments/t2_ablation.toml), for `cemctl report`.
+
+One factor moved at a time away from a default arm, each arm at T=1 and T=2:
+a dot plot of test loss per arm (T=1 and T=2 side by side, mean +- 1 s.d. over
+seeds), the Llama reference dashed, and a table with the T=2 - T=1 difference
+of each arm, paired by seed (mean and a 95% t interval over the seed pairs).
+
+An arm is named by the settings in which it differs from the most common value
+of each varied setting ("defaults" when it differs in none), so a grid of
+[[extra]] runs that each change one knob reads as that knob.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cemctl.report import style
+from cemctl.report.aggregate import SEED_COLUMN, config_columns, finished
+from cemctl.report.parts import FigurePart, ReportParts, TablePart
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+STEP_COLUMNS = ("model.attn_steps", "model.mlp_steps")
+VALUE = "test_loss"
+SHORT = {"model.attn_step_size": "eta", "model.mlp_step_size": "eta (MLP)", "train.lr": "lr",
+         "model.attn_precond": "precond.", "model.mlp_precond": "MLP precond.", "model.kq_diagonal": "KQ diagonal"}
+
+
+def _fmt(key: str, value: Any) -> str:
+    if key in ("model.attn_precond", "model.mlp_precond"):
+        return style.precond_label(value)
+    if key == "model.kq_diagonal":
+        return style.KQ_LABELS.get(str(value), str(value))
+    if isinstance(value, float):
+        return f"{SHORT.get(key, key.split('.')[-1])}={value:g}"
+    return f"{SHORT.get(key, key.split('.')[-1])}={value}"
+
+
+def arm_labels(runs: "pd.DataFrame", step_col: str) -> "pd.Series":
+    """'defaults' or the settings in which each run's arm differs from the modal value of each varied column."""
+    cols = [c for c in config_columns(runs) if c not in (SEED_COLUMN, step_col)]
+    varied = [c for c in cols if runs[c].astype(str).nunique() > 1]
+    modes = {c: runs[c].astype(str).mode().iloc[0] for c in varied}
+    labels = []
+    for r in runs.to_dict("records"):
+        diff = [_fmt(c, r[c]) for c in varied if str(r[c]) != modes[c]]
+        labels.append(", ".join(diff) or "defaults")
+    import pandas as pd
+
+    return pd.Series(labels, index=runs.index)
+
+
+def paired_difference(a: "pd.DataFrame", b: "pd.DataFrame") -> dict[str, Any]:
+    """mean, 95% t half-width and n of (b - a) over the seeds both have (NaN half-width for n < 2)."""
+    import math
+
+    from scipy import stats
+
+    left = a.set_index(SEED_COLUMN)[VALUE].astype(float)
+    right = b.set_index(SEED_COLUMN)[VALUE].astype(float)
+    seeds = sorted(set(left.index) & set(right.index))
+    d = [float(right[s] - left[s]) for s in seeds]
+    n = len(d)
+    if n == 0:
+        return {"mean": float("nan"), "ci95": float("nan"), "n": 0}
+    mean = sum(d) / n
+    if n < 2:
+        return {"mean": mean, "ci95": float("nan"), "n": n}
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    return {"mean": mean, "ci95": float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n), "n": n}
+
+
+def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
+    import numpy as np
+    import pandas as pd
+
+    parts = ReportParts()
+    done = finished(runs, VALUE)
+    if done.empty:
+        parts.notes.append("ablation: no finished runs")
+        return parts
+    roles = pd.Series([style.role(r) for r in done.to_dict("records")], index=done.index)
+    llama = done[roles.eq("llama")]
+    cem = done[~roles.eq("llama")]
+    if cem.empty:
+        parts.notes.append("ablation: no CEM runs")
+        return parts
+    step_col = max(STEP_COLUMNS, key=lambda c: cem[c].nunique() if c in cem else 0)
+    cem = cem.assign(arm=arm_labels(cem, step_col))
+    arms = list(dict.fromkeys(["defaults"] + sorted(cem["arm"].unique())))
+    arms = [a for a in arms if a in set(cem["arm"])]
+    steps = sorted(int(t) for t in cem[step_col].unique())
+    colors = {t: style.T1_COLOR if t == 1 else style.T2_COLOR if t == 2 else style.CYCLE[t % len(style.CYCLE)]
+              for t in steps}
+    fig, (ax,) = style.new_figure(1, panel_w=6.4, panel_h=0.45 * len(arms) + 1.6)
+    rows = []
+    for i, arm in enumerate(arms):
+        group = cem[cem["arm"].eq(arm)]
+        by_t = {t: group[group[step_col].eq(t)] for t in steps}
+        for j, t in enumerate(steps):
+            g = by_t[t]
+            if g.empty:
+                continue
+            vals = g[VALUE].astype(float)
+            stats = pd.DataFrame({"mean": [vals.mean()], "std": [vals.std(ddof=1) if len(vals) > 1 else np.nan],
+                                  "n": [len(vals)]})
+            y = i + (j - (len(steps) - 1) / 2) * 0.22
+            ax.errorbar(stats["mean"], [y], xerr=np.nan_to_num(stats["std"]), fmt="o", color=colors[t],
+                        capsize=3, markersize=6, label=f"T={t}" if i == 0 or not ax.get_legend_handles_labels()[1]
+                        or f"T={t}" not in ax.get_legend_handles_labels()[1] else None)
+        row: dict[str, Any] = {"arm": arm}
+        for t in steps:
+            vals = by_t[t][VALUE].astype(float)
+            row[f"T={t} loss (mean)"] = float(vals.mean()) if len(vals) else None
+            row[f"T={t} loss (s.d.)"] = float(vals.std(ddof=1)) if len(vals) > 1 else None
+            row[f"T={t} n"] = int(len(vals))
+        if 1 in steps and 2 in steps:
+            diff = paired_difference(by_t[1], by_t[2])
+            row["T2 - T1 (mean)"], row["T2 - T1 (95% CI +-)"], row["pairs"] = diff["mean"], diff["ci95"], diff["n"]
+        rows.append(row)
+    if not llama.empty:
+        mean, sd = float(llama[VALUE].mean()), float(llama[VALUE].std(ddof=1)) if len(llama) > 1 else float("nan")
+        style.baseline_line_vertical(ax, mean, sd, len(llama))
+        for row in rows:
+            row["Llama loss"] = mean
+    ax.set_yticks(range(len(arms)))
+    ax.set_yticklabels(arms)
+    ax.invert_yaxis()
+    ax.set_xlabel("test loss (nats per token)")
+    ax.set_ylabel("arm (what differs from the defaults)")
+    ax.legend(fontsize=8, loc="best")
+    what = "attention" if step_col == "model.attn_steps" else "MLP"
+    caption = (f"Test loss of CEM {what} at T={' and T='.join(map(str, steps))} for each arm (one setting moved "
+               "away from the defaults); dashed: Llama (band \u00b11 s.d.). "
+               f"{style.SPREAD_NOTE}.")
+    parts.figures.append(FigurePart("ablation", fig, caption))
+    parts.tables.append(TablePart("ablation", pd.DataFrame(rows),
+                                  "Test loss per arm and T (mean over seeds, s.d. with ddof=1), and T=2 - T=1 paired "
+                                  "by seed with a 95% t interval (negative: T=2 is better)."))
+    return parts
