@@ -47,15 +47,18 @@ def _columns(con: sqlite3.Connection, table: str) -> dict[str, tuple]:
     return {r[1]: (r[2].upper(), bool(r[3] or r[5])) for r in con.execute(f"PRAGMA table_info({table})")}
 
 
-def test_v3_database_with_data_is_migrated_to_v4_keeping_everything(tmp_path):
+def test_v3_database_with_data_is_migrated_to_the_current_version_keeping_everything(tmp_path):
     path = tmp_path / "v3.db"
     con = sqlite3.connect(path)
     con.executescript(V3_SCHEMA)
     con.close()
-    assert CURRENT_VERSION == 4
+    assert CURRENT_VERSION == 5
     engine = open_db(f"sqlite:///{path}")
     con = sqlite3.connect(path)
-    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == 4
+    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == 5
+    # v5: the old link keeps its experiment's scale and overrides as its plan key
+    assert con.execute("SELECT experiment_id, scale, overrides_json, run_id, position, marks_json FROM experiment_runs"
+                       ).fetchall() == [(1, "tiny", "{}", "aaaaaaaaaaaa", 0, "[]")]
     assert con.execute("SELECT state, last_step, metrics_offset, metrics_fingerprint, evals_mtime FROM runs").fetchone() \
         == ("done", 50, 120, "abc", None)
     assert con.execute("SELECT count(*) FROM metrics").fetchone()[0] == 2
@@ -67,6 +70,7 @@ def test_v3_database_with_data_is_migrated_to_v4_keeping_everything(tmp_path):
     con2 = sqlite3.connect(fresh)
     assert _columns(con, "evals") == _columns(con2, "evals")
     assert _columns(con, "runs") == _columns(con2, "runs")
+    assert _columns(con, "experiment_runs") == _columns(con2, "experiment_runs")
     con.close()
     con2.close()
     # It works with the current code: rows, the unique key, the frames.

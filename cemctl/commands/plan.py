@@ -47,6 +47,9 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
     for name in ("params", "non-emb", "tokens", "FLOPs", "GPU-h"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
+    marked = any(r["marks"] for r in report.rows)
+    if marked:
+        table.add_column("note", no_wrap=True)
     for r in report.rows:
         table.add_row(
             r["run_id"],
@@ -57,6 +60,7 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
             _si(r["train_flops"]),
             f"{r['gpu_hours']:.2g}",
             ("new" if r["new"] else r["state"]),
+            *(["; ".join(r["marks"])] if marked else []),
         )
     out = console if console.is_terminal else Console(width=max(console.width, 200))
     out.print(table)

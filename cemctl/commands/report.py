@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         db: str = DbOption,
         runs: str = RunsDirOption,
         no_sync: bool = typer.Option(False, "--no-sync", help="Report the database as it is, without reading run dirs."),
+        scale: str = typer.Option(None, "--scale", help="Report the runs of this scale \\[default: the most recently planned scale with finished runs]."),
     ) -> None:
         """Write the experiment's figures, tables and index (missing and failed runs listed with reasons)."""
         with cli_errors():
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
 
             result = report_experiment(
                 experiment, db_url=db_url(db), out_dir=out, runs_root=runs_dir(runs), formats=formats,
-                include_curves=curves, sync=not no_sync, where=where or (),
+                include_curves=curves, sync=not no_sync, where=where or (), scale=scale,
             )
         counts = ", ".join(f"{n} {k}" for k, n in result.counts.items() if n and k != "runs")
         console.print(f"report written to {result.index_md} (and index.html): "

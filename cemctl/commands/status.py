@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         interval_s: float = typer.Option(2.0, "--interval-s", help="Refresh period of --watch, in seconds."),
         limit: int = typer.Option(50, "--limit", help="At most this many runs per experiment (unfinished first; shared by all experiments when none is named); 0 = all."),
         no_sync: bool = typer.Option(False, "--no-sync", help="Show the database as it is, without reading run dirs."),
+        scale: str = typer.Option(None, "--scale", help="Only the runs planned at this scale (default: every scale, each run once)."),
         heartbeat_timeout_s: float = typer.Option(None, "--heartbeat-timeout-s", help="A running run with an older heartbeat is stale \\[env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120]."),
     ) -> None:
         """Show the state, progress, losses and errors of every run."""
@@ -31,5 +32,5 @@ def register(app: typer.Typer) -> None:
 
             show_status(
                 db_url(db), runs_dir(runs), experiment, watch=watch, as_json=as_json, interval_s=interval_s,
-                limit=limit, sync=not no_sync, heartbeat_timeout_s=heartbeat_timeout_s, console=console,
+                limit=limit, sync=not no_sync, heartbeat_timeout_s=heartbeat_timeout_s, console=console, scale=scale,
             )

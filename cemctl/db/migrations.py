@@ -18,6 +18,10 @@ Versions:
      SQLite cannot change a constraint in place).
   4  table `evals` (test-time recursion results of `cemctl eval`, unique
      (run_id, attn_steps, mlp_steps)); runs.evals_mtime (evals.json last ingested).
+  5  experiment_runs keyed by (experiment, scale, --set overrides, run): one set of
+     links per plan key, so re-planning at another scale no longer hides results;
+     marks_json ([[mark]] labels) and planned_at. Old links take their experiment's
+     recorded scale and overrides (the table is rebuilt: a new primary key).
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -34,7 +38,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 4
+CURRENT_VERSION = 5
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -117,7 +121,33 @@ def _to_v4(conn: Connection) -> None:
     ))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4}
+def _to_v5(conn: Connection) -> None:
+    """Links per plan key (scale, overrides), [[mark]] labels, planning time."""
+    conn.execute(text("DROP INDEX IF EXISTS ix_experiment_runs_run_id"))
+    conn.execute(text("ALTER TABLE experiment_runs RENAME TO experiment_runs_v4"))
+    if conn.dialect.name == "postgresql":
+        for (name,) in conn.execute(text(
+            "SELECT conname FROM pg_constraint WHERE conrelid = 'experiment_runs_v4'::regclass AND contype IN ('u', 'p')"
+        )).all():
+            conn.execute(text(f'ALTER TABLE experiment_runs_v4 RENAME CONSTRAINT "{name}" TO "{name}_v4"'))
+    conn.execute(text(
+        "CREATE TABLE experiment_runs (experiment_id INTEGER NOT NULL REFERENCES experiments (id) ON DELETE CASCADE, "
+        "scale VARCHAR(32) NOT NULL DEFAULT '', overrides_json VARCHAR(2000) NOT NULL DEFAULT '{}', "
+        "run_id VARCHAR(64) NOT NULL REFERENCES runs (id), axes_json TEXT NOT NULL DEFAULT '{}', "
+        "position INTEGER NOT NULL DEFAULT 0, marks_json TEXT NOT NULL DEFAULT '[]', planned_at FLOAT, "
+        "PRIMARY KEY (experiment_id, scale, overrides_json, run_id))"
+    ))
+    conn.execute(text(
+        "INSERT INTO experiment_runs (experiment_id, scale, overrides_json, run_id, axes_json, position, planned_at) "
+        "SELECT l.experiment_id, COALESCE(e.scale, ''), COALESCE(e.overrides_json, '{}'), l.run_id, "
+        "COALESCE(l.axes_json, '{}'), COALESCE(l.position, 0), e.updated_at "
+        "FROM experiment_runs_v4 l JOIN experiments e ON e.id = l.experiment_id"
+    ))
+    conn.execute(text("DROP TABLE experiment_runs_v4"))
+    conn.execute(text("CREATE INDEX IF NOT EXISTS ix_experiment_runs_run_id ON experiment_runs (run_id)"))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5}
 
 
 def schema_version(conn: Connection) -> int:

@@ -4,10 +4,13 @@ Tables (read them with pandas: `pd.read_sql_table("runs", engine)` or the
 helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
 (`time.time()`), the unit the run directory files use.
 
-- `experiments`: one row per planned grid (unique `name`; re-planning replaces
-  the experiment's run links with the current grid's runs).
-- `experiment_runs`: experiment <-> run links (many-to-many) with the run's
-  varied axes in this experiment (`axes_json`) and its position in the grid.
+- `experiments`: one row per experiment (unique `name`, one grid file: another
+  file claiming the name is refused); `scale` / `overrides_json` of its last plan.
+- `experiment_runs`: experiment <-> run links, one set per plan key (scale, the
+  `--set` overrides as canonical JSON): re-planning one key replaces that key's
+  links only, so runs of every scale and override set stay reachable. Each link
+  holds the run's varied axes (`axes_json`), position in the grid and the
+  labels of the grid's [[mark]] rules it matches (`marks_json`).
 - `runs`: one row per run; `id` = `cem_core.config.run_id` (content hash of the
   resolved config), so a Llama baseline shared by two figures is one run.
   Holds the state and the summary columns `cemctl status` shows.
@@ -64,9 +67,13 @@ class Experiment(Base):
 class ExperimentRun(Base):
     __tablename__ = "experiment_runs"
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True)
+    scale: Mapped[str] = mapped_column(String(32), primary_key=True, default="")
+    overrides_json: Mapped[str] = mapped_column(String(2000), primary_key=True, default="{}")  # canonical --set
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     axes_json: Mapped[str] = mapped_column(Text, default="{}")  # {"model.size": "nano", ...}
     position: Mapped[int] = mapped_column(Integer, default=0)
+    marks_json: Mapped[str] = mapped_column(Text, default="[]")  # ["beyond the paper", ...]
+    planned_at: Mapped[Optional[float]] = mapped_column(Float)
     __table_args__ = (Index("ix_experiment_runs_run_id", "run_id"),)
 
 

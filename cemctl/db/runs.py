@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import case, delete, func, select
 from sqlalchemy.engine import Engine
 
 from cem_core.config import RunConfig, canonical_json
@@ -34,6 +34,7 @@ class PlannedRunLike(Protocol):
     run_id: str
     config: RunConfig  # resolved
     axes: dict[str, Any]
+    marks: list[str]
 
 
 class PlanLike(Protocol):
@@ -87,6 +88,27 @@ def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | None, now: float) -
     )
 
 
+def overrides_key(overrides: dict[str, Any]) -> str:
+    """The canonical text of a `--set` override set: one of the two parts of a plan key (with the scale)."""
+    return json.dumps(overrides or {}, sort_keys=True, default=str)
+
+
+class ExperimentClash(CemError):
+    """A second grid file claims an experiment name that another grid file already recorded."""
+
+
+def _same_grid(exp: Experiment, path: str, sha256: str) -> bool:
+    """The same file (by path) or the same text (a copy, e.g. the packaged grid beside a checkout's)."""
+    if not exp.grid_path or not path:
+        return True
+    if sha256 and exp.grid_sha256 == sha256:
+        return True
+    try:
+        return Path(exp.grid_path).resolve() == Path(path).resolve()
+    except OSError:
+        return exp.grid_path == path
+
+
 @dataclass
 class RecordedPlan:
     experiment_id: int
@@ -97,13 +119,17 @@ class RecordedPlan:
 def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> RecordedPlan:
     """Record the experiment and its runs (idempotent).
 
-    The experiment's links are replaced by the plan's runs (runs dropped from
-    the grid stay in `runs` with their results, unlinked).
+    Links are kept per plan key (scale, `--set` overrides): this plan replaces the
+    links of its own key only, so the runs of other scales and override sets stay
+    linked (and shown). Runs dropped from the grid stay in `runs` with their
+    results. A grid file other than the experiment's own (another path with
+    other content) raises `ExperimentClash`.
     """
-    from cemctl.grid.spec import check_experiment_name
+    from cem_core.names import check_experiment_name
 
     check_experiment_name(plan.name, plan.path or None)  # it names folders (reports/<name>): never a path
     root = Path(runs_root).resolve()
+    key = overrides_key(plan.overrides)
 
     def write() -> RecordedPlan:
         now = time.time()
@@ -112,13 +138,17 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
             if exp is None:
                 exp = Experiment(name=plan.name, created_at=now)
                 s.add(exp)
+            elif not _same_grid(exp, str(plan.path), plan.sha256):
+                raise ExperimentClash(
+                    f"{plan.path}: experiment.name: {plan.name!r} is already the experiment of {exp.grid_path} "
+                    "(another grid file); give this grid its own [experiment] name")
             exp.description = plan.description
             exp.figure = plan.figure
             exp.grid_path = str(plan.path)
             exp.grid_text = plan.text
             exp.grid_sha256 = plan.sha256
             exp.scale = plan.scale
-            exp.overrides_json = json.dumps(plan.overrides, sort_keys=True, default=str)
+            exp.overrides_json = key
             exp.updated_at = now
             s.flush()
             ids = [r.run_id for r in plan.runs]
@@ -137,13 +167,19 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
                 elif not known[pr.run_id].run_dir:
                     known[pr.run_id].run_dir = str(root / pr.run_id)
             s.flush()
-            s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id))
+            s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id,
+                                                  ExperimentRun.scale == plan.scale,
+                                                  ExperimentRun.overrides_json == key))
             s.add_all(
                 ExperimentRun(
                     experiment_id=exp.id,
+                    scale=plan.scale,
+                    overrides_json=key,
                     run_id=pr.run_id,
                     axes_json=json.dumps(pr.axes, sort_keys=True, default=str),
                     position=i,
+                    marks_json=json.dumps(list(getattr(pr, "marks", []) or [])),
+                    planned_at=now,
                 )
                 for i, pr in enumerate(plan.runs)
             )
@@ -172,9 +208,12 @@ def list_runs(
     experiment: str | None = None,
     states: Iterable[str] | None = None,
     run_ids: Iterable[str] | None = None,
+    *,
+    scale: str | None = None,
 ) -> list[Run]:
     """Runs (in grid order for an experiment, else by creation), optionally filtered by state/ids.
 
+    An experiment's runs are those of every plan key (each run once), or of one `scale`.
     Raises CemError for an unknown experiment or state (naming the known ones).
     """
     with read_session(engine) as s:
@@ -184,8 +223,12 @@ def list_runs(
             if exp is None:
                 known = ", ".join(s.scalars(select(Experiment.name).order_by(Experiment.name))) or "none yet; run cemctl plan"
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known})")
-            q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).where(ExperimentRun.experiment_id == exp.id)
-            q = q.order_by(ExperimentRun.position)
+            links = select(ExperimentRun.run_id, func.min(ExperimentRun.position).label("pos")).where(
+                ExperimentRun.experiment_id == exp.id)
+            if scale is not None:
+                links = links.where(ExperimentRun.scale == scale)
+            links = links.group_by(ExperimentRun.run_id).subquery()
+            q = q.join(links, links.c.run_id == Run.id).order_by(links.c.pos, Run.id)
         else:
             q = q.order_by(Run.created_at, Run.id)
         if states is not None:
@@ -197,6 +240,49 @@ def list_runs(
         if run_ids is not None:
             q = q.where(Run.id.in_(list(run_ids)))
         return list(s.scalars(q))
+
+
+@dataclass
+class ScaleSummary:
+    """The runs an experiment has at one scale (every override set together)."""
+
+    scale: str
+    planned_at: float  # the latest plan at this scale
+    runs: int
+    done: int
+
+
+def scale_summaries(engine: Engine, experiment: str) -> list[ScaleSummary]:
+    """One summary per scale the experiment was planned at, most recently planned first."""
+    with read_session(engine) as s:
+        exp_id = s.scalars(select(Experiment.id).where(Experiment.name == experiment)).one_or_none()
+        if exp_id is None:
+            return []
+        links = (select(ExperimentRun.scale, ExperimentRun.run_id, func.max(ExperimentRun.planned_at).label("t"))
+                 .where(ExperimentRun.experiment_id == exp_id)
+                 .group_by(ExperimentRun.scale, ExperimentRun.run_id).subquery())
+        rows = s.execute(
+            select(links.c.scale, func.max(links.c.t), func.count(), func.sum(case((Run.state == "done", 1), else_=0)))
+            .join(Run, Run.id == links.c.run_id)
+            .group_by(links.c.scale)
+        ).all()
+    out = [ScaleSummary(sc, t or 0.0, int(n), int(d or 0)) for sc, t, n, d in rows]
+    return sorted(out, key=lambda x: -x.planned_at)
+
+
+def pick_scale(engine: Engine, experiment: str, scale: str | None, *, need_done: bool = True) -> str | None:
+    """The scale a command about one experiment uses: `scale` if planned, else the most recently planned
+    scale with finished runs (or any, when `need_done` is false). None when the experiment has no links."""
+    summaries = scale_summaries(engine, experiment)
+    if not summaries:
+        return None
+    known = ", ".join(f"{x.scale or '(none)'} ({x.done}/{x.runs} done)" for x in summaries)
+    if scale is not None:
+        if scale not in {x.scale for x in summaries}:
+            raise CemError(f"--scale: experiment {experiment!r} has no runs at scale {scale!r} (planned: {known})")
+        return scale
+    usable = [x for x in summaries if x.done] if need_done else summaries
+    return (usable or summaries)[0].scale
 
 
 def run_axes(engine: Engine, experiment: str) -> dict[str, dict[str, Any]]:

@@ -64,6 +64,7 @@ def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float) -> list[dict[str, An
                 "run_id": pr.run_id, "axes": pr.axes, "params_total": c.params_total,
                 "params_non_embedding": c.params_non_embedding, "steps": c.steps, "tokens": c.tokens,
                 "train_flops": c.train_flops, "gpu_hours": c.gpu_hours, "state": "planned", "new": True,
+                "marks": list(pr.marks),
             }
         )
     return rows

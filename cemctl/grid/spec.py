@@ -26,7 +26,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 from cem_core.config import field_names, flatten
 from cem_core.errors import ConfigError
+from cem_core.names import check_experiment_name
 from cemctl.grid.kinds import DEFAULT_SCALE, REPORT_KINDS, SCALES
 
 TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "seeds", "scale", "slurm")
@@ -41,8 +41,6 @@ EXPERIMENT_KEYS = ("name", "description", "figure")
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
 EXTRA_KEYS = ("axes",)  # besides config keys
 SEED_KEY = "train.seed"
-# An experiment name names folders (`reports/<name>`): a plain file name, never a path.
-EXPERIMENT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
 Scalar = str | int | float | bool
 
@@ -194,19 +192,6 @@ def _marks(value: Any, path: str) -> list[MarkSpec]:
             raise _err(f"mark[{i}]", "names no config key (it would mark every run)", path)
         out.append(MarkSpec(label.strip(), _rule(flat, path, f"mark[{i}]")))
     return out
-
-
-def check_experiment_name(name: Any, source: str | None = None) -> str:
-    """`name` if it is a safe experiment name (a plain folder name: no '/', '..', spaces or control characters)."""
-    if not isinstance(name, str) or not EXPERIMENT_NAME_RE.fullmatch(name):
-        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
-        raise ConfigError(
-            "experiment.name",
-            f"must be 1-200 letters, digits, '.', '_', '+' or '-', starting with a letter or digit "
-            f"(it names the report folder), got {shown}",
-            source=source,
-        )
-    return name
 
 
 def parse_toml(path: str | Path) -> tuple[dict[str, Any], str]:

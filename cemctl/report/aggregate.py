@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 SEED_COLUMN = "train.seed"
 STAT_COLUMNS = ("mean", "std", "min", "max", "n")
 # Carried along (first value of the group): identical for every seed of a variant.
-CARRY_FIRST = ("params_total", "params_non_embedding", "flops_per_token")
+CARRY_FIRST = ("params_total", "params_non_embedding", "flops_per_token", "marks")
 CARRY_MEAN = ("tokens", "flops")
 
 

@@ -44,6 +44,8 @@ class ExperimentInfo:
     grid_sha256: str = ""
     description: str = ""
     planned_run_ids: Sequence[str] | None = None  # runs of the grid; ids absent from `runs` are "missing"
+    scale: str = ""  # the scale of these runs
+    other_scales: Sequence[str] = ()  # the experiment's other scales, for the index
 
 
 @dataclass
@@ -146,6 +148,22 @@ def select_runs(runs: "pd.DataFrame", where: Sequence[str] = ()) -> "pd.DataFram
     return out
 
 
+def mark_notes(runs: "pd.DataFrame") -> list[str]:
+    """One note per [[mark]] label: which variants and sizes carry it (e.g. 'beyond the paper')."""
+    from cemctl.report.style import variant_label
+
+    if "marks" not in runs.columns:
+        return []
+    by_label: dict[str, list[str]] = {}
+    for r in runs.to_dict("records"):
+        for label in filter(None, (m.strip() for m in str(r.get("marks") or "").split(";"))):
+            what = variant_label(r) + (f" {r['model.size']}" if r.get("model.size") else "")
+            by_label.setdefault(label, [])
+            if what not in by_label[label]:
+                by_label[label].append(what)
+    return [f"{label}: {', '.join(items)}" for label, items in by_label.items()]
+
+
 def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
     counts = {"runs": int(len(runs)) + int(problems["state"].eq("missing").sum())}
     if "state" in runs.columns:
@@ -188,6 +206,7 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     parts = render_parts(info, runs, curves, include_curves=include_curves)
     if extras is not None:
         parts.extend(extras)
+    parts.notes += mark_notes(runs)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -247,6 +266,9 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
         ("seeds", "points show the mean over seeds; error bars \u00b11 sample s.d. (ddof=1); hollow markers "
                   "a single seed (n=1); n is given in legends and tables"),
     ]
+    if info.scale:
+        header.insert(1, ("scale", info.scale + (f"; other scales: {', '.join(info.other_scales)}"
+                                                 if info.other_scales else "")))
     if info.description:
         header.insert(0, ("description", info.description))
     content = IndexContent(title=f"Report: {info.name}", header=header, notes=result.notes, figures=figures,
@@ -277,16 +299,17 @@ def _swap_in(tmp: Path, out_dir: Path) -> None:
 def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | None = None,
                       runs_root: Path | str | None = None, formats: str | Sequence[str] = ("png", "pdf"),
                       include_curves: bool = True, sync: bool = True, where: Sequence[str] = (),
-                      dpi: int = DPI) -> ReportResult:
+                      dpi: int = DPI, scale: str | None = None) -> ReportResult:
     """`cemctl report EXPERIMENT`: sync the experiment's run dirs (unless `sync=False`), load its runs and
     curves from the database, keep the runs matching `where` (`key=value` items) and build the report
-    into `out_dir` (default `reports/EXPERIMENT`).
+    into `out_dir` (default `reports/EXPERIMENT`). One scale per report: `scale`, else the most
+    recently planned scale with finished runs (the others are named in the index).
 
     Raises CemError (one line) for a missing database, an unknown experiment or no finished runs.
     """
     formats = parse_formats(formats)
     from cemctl.db.engine import open_db, sqlite_path
-    from cemctl.db.runs import get_experiment, list_experiments, list_runs
+    from cemctl.db.runs import get_experiment, list_experiments, list_runs, pick_scale, scale_summaries
     from cemctl.report.frame import curves_from_run_dirs, load_curves, load_runs
 
     path = sqlite_path(db_url)
@@ -301,17 +324,20 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
         from cemctl.db.ingest import sync_runs
 
         sync_runs(engine, runs_root, run_ids=[r.id for r in list_runs(engine, experiment=experiment)])
-    runs = select_runs(load_runs(engine, experiment), where)
+    chosen = pick_scale(engine, experiment, scale)
+    runs = select_runs(load_runs(engine, experiment, scale=chosen), where)
     curves = load_curves(engine, runs["run_id"]) if include_curves else None
     if include_curves and (curves is None or curves.empty) and runs_root is not None:
         curves = curves_from_run_dirs(runs_root, runs["run_id"])
+    others = [x for x in scale_summaries(engine, experiment) if x.scale != chosen]
     info = ExperimentInfo(exp.name, exp.figure, grid_path=exp.grid_path, grid_sha256=exp.grid_sha256,
-                          description=exp.description)
+                          description=exp.description, scale=chosen or "",
+                          other_scales=[f"{x.scale} ({x.done}/{x.runs} done; --scale {x.scale})" for x in others])
     if info.figure not in FIGURE_KINDS:
         raise ConfigError("experiment.figure", f"unknown figure kind {info.figure!r} in experiment {exp.name!r}",
                           value=info.figure, allowed=list(FIGURE_KINDS), source=exp.grid_path or None)
     if out_dir is None:
-        from cemctl.grid.spec import check_experiment_name
+        from cem_core.names import check_experiment_name
 
         check_experiment_name(experiment, "--out")  # a name recorded by an older cemctl must not escape reports/
     out = Path(out_dir) if out_dir is not None else Path("reports") / experiment

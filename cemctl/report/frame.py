@@ -91,11 +91,12 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def load_runs(engine: Any, experiment: str) -> "pd.DataFrame":
-    """The runs frame of one experiment (grid order), read with `pd.read_sql` from the
-    `experiment_runs`, `runs` and `results` tables. Result values come from `results`
-    (the run's result.json) with the run row's summary as fallback; scalar keys of
-    result.json the table has no column for (e.g. `test_rmse`) become columns too.
+def load_runs(engine: Any, experiment: str, *, scale: str | None = None) -> "pd.DataFrame":
+    """The runs frame of one experiment (grid order; each run once), read with `pd.read_sql` from the
+    `experiment_runs`, `runs` and `results` tables; only the runs planned at `scale` when given.
+    Result values come from `results` (the run's result.json) with the run row's summary as
+    fallback; scalar keys of result.json the table has no column for (e.g. `test_rmse`) become
+    columns too. `scale` and `marks` (the grid's [[mark]] labels, "; "-joined) are columns.
     """
     import pandas as pd
     from sqlalchemy import func, select
@@ -105,7 +106,8 @@ def load_runs(engine: Any, experiment: str) -> "pd.DataFrame":
     stmt = (
         select(
             Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
-            Run.error.label("run_error"), ExperimentRun.position,
+            Run.error.label("run_error"), ExperimentRun.position, ExperimentRun.scale.label("scale"),
+            ExperimentRun.marks_json, ExperimentRun.planned_at,
             func.coalesce(Result.params_total, Run.params_total).label("params_total"),
             func.coalesce(Result.params_non_embedding, Run.params_non_embedding).label("params_non_embedding"),
             func.coalesce(Result.flops_per_token, Run.flops_per_token).label("flops_per_token"),
@@ -118,16 +120,24 @@ def load_runs(engine: Any, experiment: str) -> "pd.DataFrame":
         .join(Run, Run.id == ExperimentRun.run_id)
         .outerjoin(Result, Result.run_id == Run.id)
         .where(Experiment.name == experiment)
-        .order_by(ExperimentRun.position)
+        .order_by(ExperimentRun.planned_at.desc(), ExperimentRun.position)
     )
+    if scale is not None:
+        stmt = stmt.where(ExperimentRun.scale == scale)
     with engine.connect() as conn:
         raw = pd.read_sql(stmt, conn)
-    records = []
+    records, seen = [], set()
     for rec in raw.to_dict("records"):
+        if rec["run_id"] in seen:  # linked by several plan keys: once, from its latest plan
+            continue
+        seen.add(rec["run_id"])
         rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
         rec["error"] = rec.get("error") or rec.pop("run_error", None)
         extra = json.loads(rec.pop("result_json", None) or "{}")
         rec["extra"] = {k: v for k, v in extra.items() if _scalar(v) and k not in rec and k != "state"}
+        marks = json.loads(rec.pop("marks_json", None) or "[]")
+        rec["extra"]["marks"] = "; ".join(str(m) for m in marks)
+        rec["extra"]["scale"] = rec.pop("scale", None) or ""
         records.append(rec)
     return runs_frame(records)
 

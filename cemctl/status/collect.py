@@ -51,6 +51,7 @@ class RunRow:
     attempts: int = 0
     error: str | None = None
     run_dir: str | None = None
+    scale: str = ""  # the scale it was planned at (the first, if several)
 
     @property
     def axes(self) -> dict[str, Any]:
@@ -96,7 +97,7 @@ class RunRow:
             "train_loss": self.train_loss, "val_loss": self.val_loss, "test_loss": self.test_loss,
             "tokens_per_s": self.tokens_per_s, "elapsed_s": self.elapsed_s(now), "eta_s": self.eta_s(),
             "executor": self.executor, "job_id": self.job_id, "attempts": self.attempts,
-            "error": self.error_line or None, "run_dir": self.run_dir,
+            "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale,
         }
 
 
@@ -128,17 +129,20 @@ _RUN_COLUMNS = (
 STATE_PRIORITY = {"running": 0, "stale": 1, "failed": 2, "diverged": 3, "queued": 4, "planned": 5, "cancelled": 6, "done": 7}
 
 
-def _row(r: Any, axes: dict[str, Any] | str) -> RunRow:
+def _row(r: Any, axes: dict[str, Any] | str, scale: str = "") -> RunRow:
     return RunRow(
         run_id=r[0], axes_raw=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
         train_loss=r[6], val_loss=r[7], tokens_per_s=r[8], started_at=r[9], finished_at=r[10], heartbeat_at=r[11],
-        executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17],
+        executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17], scale=scale or "",
     )
 
 
-def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0) -> list[ExperimentStatus]:
+def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0,
+                   scale: str | None = None) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
+    An experiment's runs are those of every scale and override set it was planned
+    with (each run once, with the scale it was first planned at), or of `scale` only.
     With `limit` > 0 each experiment holds at most `limit` runs (running, stale,
     failed, ... first; `counts` and `total` still cover every run), read with
     SQL LIMIT so a 10,000-run experiment costs no more than a small one.
@@ -158,16 +162,22 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
                 known = ", ".join(n for _, n in s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known or 'none yet; run cemctl plan'})")
         by_id = {eid: ExperimentStatus(name) for eid, name in exps}
+        links = select(ExperimentRun.experiment_id.label("experiment_id"), ExperimentRun.run_id.label("run_id"),
+                       func.min(ExperimentRun.scale).label("scale"), func.min(ExperimentRun.position).label("position"),
+                       func.min(ExperimentRun.axes_json).label("axes_json"))
+        if scale is not None:
+            links = links.where(ExperimentRun.scale == scale)
+        link = links.group_by(ExperimentRun.experiment_id, ExperimentRun.run_id).subquery()
         base = (
-            select(ExperimentRun.experiment_id, ExperimentRun.axes_json, ExperimentRun.position, *_RUN_COLUMNS)
-            .join(Run, Run.id == ExperimentRun.run_id)
+            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, *_RUN_COLUMNS)
+            .join(Run, Run.id == link.c.run_id)
             .outerjoin(Result, Result.run_id == Run.id)
         )
         if limit > 0:
             counts = (
-                select(ExperimentRun.experiment_id, Run.state, func.count())
-                .join(Run, Run.id == ExperimentRun.run_id)
-                .group_by(ExperimentRun.experiment_id, Run.state)
+                select(link.c.experiment_id, Run.state, func.count())
+                .join(Run, Run.id == link.c.run_id)
+                .group_by(link.c.experiment_id, Run.state)
             )
             for eid, state, n in s.execute(counts):
                 if eid in by_id:
@@ -176,19 +186,19 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
                     exp.state_counts[state] = n
                     exp.total_runs = (exp.total_runs or 0) + n
             for eid, exp in by_id.items():
-                picked = list(s.execute(base.where(ExperimentRun.experiment_id == eid).order_by(priority, ExperimentRun.position).limit(limit)))
+                picked = list(s.execute(base.where(link.c.experiment_id == eid).order_by(priority, link.c.position).limit(limit)))
                 picked.sort(key=lambda rec: rec[2])  # back to grid order
-                exp.runs = [_row(rec[3:], rec[1] or "{}") for rec in picked]
+                exp.runs = [_row(rec[4:], rec[1] or "{}", rec[3]) for rec in picked]
                 if exp.state_counts is None:
                     exp.state_counts, exp.total_runs = {}, 0
         else:
-            q = base.order_by(ExperimentRun.experiment_id, ExperimentRun.position)
+            q = base.order_by(link.c.experiment_id, link.c.position)
             if experiment is not None:
-                q = q.where(ExperimentRun.experiment_id.in_(list(by_id)))
+                q = q.where(link.c.experiment_id.in_(list(by_id)))
             for rec in s.execute(q):
-                by_id[rec[0]].runs.append(_row(rec[3:], rec[1] or "{}"))
+                by_id[rec[0]].runs.append(_row(rec[4:], rec[1] or "{}", rec[3]))
         out = list(by_id.values())
-        if experiment is None:
+        if experiment is None and scale is None:
             linked = select(ExperimentRun.run_id)
             oq = select(*_RUN_COLUMNS).outerjoin(Result, Result.run_id == Run.id).where(Run.id.not_in(linked))
             if limit > 0:

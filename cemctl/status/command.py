@@ -25,6 +25,7 @@ def show_status(
     sync: bool = True,
     heartbeat_timeout_s: float | None = None,
     console: Console | None = None,
+    scale: str | None = None,
 ) -> None:
     from cemctl.db import open_db
 
@@ -37,7 +38,7 @@ def show_status(
         if sync:
             refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
         # The table shows at most `limit` runs per experiment: read only those. JSON has every run.
-        return collect_status(engine, experiment, limit=0 if as_json else table_limit())
+        return collect_status(engine, experiment, limit=0 if as_json else table_limit(), scale=scale)
 
     def table_limit() -> int:
         """`limit` for one experiment; with all experiments shown, a budget of `limit` rows shared

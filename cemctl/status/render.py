@@ -87,8 +87,11 @@ def experiment_table(exp: ExperimentStatus, *, limit: int = 200, now: float | No
         for k in r.axes:
             if k not in axes:
                 axes.append(k)
+    scales = list(dict.fromkeys(r.scale for r in rows))
     table = Table(title=f"[bold]{exp.name}[/]", caption=counts_line(exp), caption_justify="left", expand=False, pad_edge=False)
     table.add_column("run", style="dim", no_wrap=True)
+    if len(scales) > 1:  # runs of several scales: say which is which
+        table.add_column("scale", no_wrap=True)
     for a in axes:
         table.add_column(a.split(".")[-1], no_wrap=True)
     for col, kw in (
@@ -101,6 +104,7 @@ def experiment_table(exp: ExperimentStatus, *, limit: int = 200, now: float | No
         job = f"{r.executor}:{r.job_id}" if r.executor and r.job_id else (r.executor or "")
         table.add_row(
             r.run_id,
+            *([r.scale] if len(scales) > 1 else []),
             *[fmt_axis(r.axes.get(a, "")) for a in axes],
             Text(r.state, style=STATE_STYLES.get(r.state, "")),
             _progress(r),

@@ -40,6 +40,7 @@ def optima_table(agg: "pd.DataFrame") -> "pd.DataFrame":
             "optimum at edge": opt.at_edge,
             "best sampled lr": float(best[LR_COLUMN]), "best sampled ppl (mean)": float(best["mean"]),
             "best sampled ppl (s.d.)": float(best["std"]),
+            "note": "; ".join(sorted({m for m in group.get("marks", []) if isinstance(m, str) and m})),
         })
     out = pd.DataFrame(rows)
     order = {s: i for i, s in enumerate(style.size_order(out["size"]))}

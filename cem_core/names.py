@@ -1,0 +1,39 @@
+"""Names that become folder names: experiments (`reports/<name>`) and runs (`runs/<run_id>`).
+
+Used by `cemctl plan` (grid files), the results database and every command
+that takes a run or experiment on the command line: a name is a plain file
+name, never a path (no '/', '..', spaces or control characters).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from cem_core.errors import ConfigError
+
+EXPERIMENT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters (for one-line errors)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_experiment_name(name: Any, source: str | None = None) -> str:
+    """`name` if it is a safe experiment name (a plain folder name)."""
+    if not isinstance(name, str) or not EXPERIMENT_NAME_RE.fullmatch(name):
+        raise ConfigError(
+            "experiment.name",
+            f"must be 1-200 letters, digits, '.', '_', '+' or '-', starting with a letter or digit "
+            f"(it names the report folder), got {shown(name)}",
+            source=source,
+        )
+    return name
+
+
+def is_run_name(text: str) -> bool:
+    """Whether `text` can be a run id (or a prefix of one): a plain folder name."""
+    return bool(RUN_NAME_RE.fullmatch(text or ""))

@@ -1,0 +1,133 @@
+"""The test suite's shared helpers: one CLI runner, one `wait_for`, one tiny grid, one fake finished run.
+
+    res = cli(tmp_path, "plan", "grid.toml", "--json")       # in-process, --db/--runs-dir under tmp_path
+    res = cli(tmp_path, "status", subprocess=True)           # a real `python -m cemctl.cli` process
+    wait_for(lambda: path.exists(), timeout_s=30)
+    (tmp_path / "g.toml").write_text(tiny_grid("exp"))
+    finish_run(run_dir, test_loss=1.5)                       # a result.json + metrics as a trainer leaves them
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess as sp
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    @property
+    def lines(self) -> list[str]:
+        return [ln for ln in self.output.splitlines() if ln.strip()]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """An environment that imports this checkout, one thread per process, no inherited CEMCTL_DB/RUNS."""
+    out = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CEMCTL_NUM_THREADS": "1"}
+    for key in ("CEMCTL_DB", "CEMCTL_RUNS", "CEMCTL_HEARTBEAT_TIMEOUT_S"):
+        out.pop(key, None)
+    out.update(extra)
+    return out
+
+
+def cli(where: Path | None, *args: str, subprocess: bool = False, env: dict[str, str] | None = None,
+        cwd: Path | None = None, timeout: float = 300, input: str | None = None) -> CliResult:
+    """Run `cemctl ARGS`; with `where`, `--db where/results.db --runs-dir where/runs` come first
+    (commands that take no database get neither: pass where=None)."""
+    argv = list(args)
+    if where is not None:
+        argv += ["--db", str(Path(where) / "results.db"), "--runs-dir", str(Path(where) / "runs")]
+    if subprocess:
+        proc = sp.run([sys.executable, "-m", "cemctl.cli", *argv], cwd=cwd, env=subprocess_env(**(env or {})),
+                      capture_output=True, text=True, timeout=timeout, input=input)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+    from typer.testing import CliRunner
+
+    from cemctl.cli import app
+
+    old = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        res = CliRunner().invoke(app, argv, env=env, input=input)
+    finally:
+        os.chdir(old)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return CliResult(res.exit_code, res.stdout, res.stderr)
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout_s: float = 60, poll_s: float = 0.1, what: str = "") -> Any:
+    """Poll until `predicate()` is truthy; returns its value or fails the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or predicate}")
+        time.sleep(poll_s)
+
+
+def tiny_grid(name: str, *, steps: int = 6, ckpt: int = 2, seeds: str = "[0, 1]", cache_dir: str = "",
+              extra: str = "", figure: str = "curves") -> str:
+    """A grid of tiny, fast CPU runs (nano model, byte tokenizer, 32-token context)."""
+    cache = f'"data.cache_dir" = "{cache_dir}"\n' if cache_dir else ""
+    return f"""seeds = {seeds}
+
+[experiment]
+name = "{name}"
+figure = "{figure}"
+
+[base]
+"model.size" = "nano"
+"model.context_len" = 32
+"data.tokenizer" = "byte"
+{cache}"train.max_steps" = {steps}
+"train.batch_seqs" = 4
+"train.micro_batch_seqs" = 4
+"train.log_every_steps" = 1
+"train.eval_every_steps" = {steps}
+"train.ckpt_every_steps" = {ckpt}
+"train.ckpt_keep" = 2
+"train.val_tokens" = 256
+"train.test_tokens" = 256
+{extra}"""
+
+
+def finish_run(run_dir: Path, *, test_loss: float = 1.5, state: str = "done", steps: int = 4,
+               error: str | None = None) -> dict[str, Any]:
+    """Write the files a finished trainer leaves (metrics, events, result.json) without training."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = [{"kind": "train", "step": s, "tokens": s * 128, "train_loss": test_loss + 1.0 / s, "lr": 0.002,
+              "grad_norm": 1.0, "tokens_per_s": 1e4, "time_s": s * 0.1} for s in range(1, steps + 1)]
+    lines.append({"kind": "val", "step": steps, "tokens": steps * 128, "val_loss": test_loss, "time_s": 1.0})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    now = time.time()
+    events = [{"time": now - 2, "state": "running", "reason": "attempt 1", "attempt": 1},
+              {"time": now - 1, "state": state, "reason": error or "", "attempt": 1}]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in events))
+    done = state == "done"
+    result = {"state": state, "test_loss": test_loss if done else None, "test_ppl": math.exp(test_loss) if done else None,
+              "val_loss": test_loss, "val_ppl": math.exp(test_loss), "params_total": 1000, "params_non_embedding": 100,
+              "flops_per_token": 10, "train_flops": 1e6, "tokens": steps * 128, "steps": steps, "wall_time_s": 1.0,
+              "error": error, "diverged_step": None, "run_id": run_dir.name}
+    (run_dir / "result.json").write_text(json.dumps(result))
+    return result
