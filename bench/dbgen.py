@@ -154,9 +154,10 @@ def build(cache_dir: Path, scale: float, *, log=print) -> BigDb:
     (root / "grids").mkdir(parents=True)
     db_path, runs_root = root / "results.db", root / "runs"
     url = f"sqlite:///{db_path}"
-    from cemctl.grid import plan_experiment
+    from cemctl.services.plan import plan_experiment
 
     report = plan_experiment(REPORT_GRID, scale="tiny", db_url=url, runs_root=runs_root)
+    n_runs = max(n_runs, len(report.rows))
     left, k = n_runs - len(report.rows), 0
     while left > 0:
         n = min(RUNS_PER_FILLER, left)

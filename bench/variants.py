@@ -19,8 +19,7 @@ from typing import Any, Callable
 import torch
 
 from cem_core.counts import train_flops_per_token
-from cem_core.model.attention import ATTENTION
-from cem_core.model.mlp import MLPS
+from cem_core.variants import ATTENTION, MLPS
 
 from bench.memory import peak_memory
 from bench.models import make_step, model_config, param_count

@@ -25,20 +25,7 @@ from typing import Any, Optional
 from cem_core.errors import ConfigError
 from cem_core.sizes import SIZES
 
-# ---------------------------------------------------------------------------
-# Variant names. The model package binds an implementation to each name in its
-# registries; tests check that both lists agree.
-ATTENTION_KINDS = ("llama", "cem", "reuse")
-MLP_KINDS = ("llama", "cem", "cem_param_matched", "reuse")
-PRECONDITIONERS = ("identity", "diag", "diag_lowrank")
-KQ_DIAGONALS = ("none", "shared", "per_head")
-CEM_POSITIONS = ("alibi", "none")  # alibi = ALiBi penalty + learned self/non-self biases
-TASKS = ("lm", "gp")  # language modelling; the synthetic Gaussian-process regression study
-GP_KERNELS = ("rbf", "gibbs")
-CORPORA = ("builtin", "jsonl", "slimpajama")
-TOKENIZERS = ("byte", "bpe", "hf")
-PRECISIONS = ("auto", "fp32", "bf16")
-COMPILE_MODES = ("auto", "on", "off")
+from cem_core import variants as V  # every named choice: one registry each (torch-free)
 
 BYTE_VOCAB_SIZE = 257  # 256 bytes + end-of-document
 LLAMA_VOCAB_SIZE = 32000
@@ -268,9 +255,6 @@ def _build(klass: type, d: Any, prefix: str) -> Any:
 # Validation: the one function that checks values and combinations.
 
 
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, f"unknown value {value!r}", value=value, allowed=allowed)
 
 
 def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
@@ -280,15 +264,16 @@ def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
 
 def validate(cfg: RunConfig) -> RunConfig:
     """Check every value and combination; raises `ConfigError` on the first problem."""
-    _choice("task", cfg.task, TASKS)
+    V.TASKS.check(cfg.task)
     m, dt, t = cfg.model, cfg.data, cfg.train
-    _choice("model.size", m.size, tuple(SIZES))
-    _choice("model.attention", m.attention, ATTENTION_KINDS)
-    _choice("model.mlp", m.mlp, MLP_KINDS)
-    _choice("model.attn_precond", m.attn_precond, PRECONDITIONERS)
-    _choice("model.mlp_precond", m.mlp_precond, PRECONDITIONERS)
-    _choice("model.kq_diagonal", m.kq_diagonal, KQ_DIAGONALS)
-    _choice("model.cem_position", m.cem_position, CEM_POSITIONS)
+    if m.size not in SIZES:
+        raise ConfigError("model.size", f"unknown size {m.size!r}", value=m.size, allowed=tuple(SIZES))
+    V.ATTENTION.check(m.attention)
+    V.MLPS.check(m.mlp)
+    V.PRECONDITIONERS.check(m.attn_precond, key="model.attn_precond")
+    V.PRECONDITIONERS.check(m.mlp_precond, key="model.mlp_precond")
+    V.KQ_DIAGONALS.check(m.kq_diagonal)
+    V.CEM_POSITIONS.check(m.cem_position)
     for key in ("d_model", "n_layers", "n_heads", "d_mlp", "context_len", "vocab_size"):
         value = getattr(m, key)
         if value < 0:
@@ -321,8 +306,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     if m.mlp == "llama" and m.mlp_steps != 1:
         raise ConfigError("model.mlp_steps", "must be 1 for model.mlp='llama' (use 'reuse' or 'cem' for T > 1)", allowed=(1,))
     # Data
-    _choice("data.corpus", dt.corpus, CORPORA)
-    _choice("data.tokenizer", dt.tokenizer, TOKENIZERS)
+    V.CORPORA.check(dt.corpus)
+    V.TOKENIZERS.check(dt.tokenizer)
     if dt.tokenizer_path and dt.tokenizer != "hf":
         raise ConfigError("data.tokenizer_path", f"needs data.tokenizer='hf' (got {dt.tokenizer!r})", allowed=("hf",))
     if dt.corpus == "jsonl" and not dt.path:
@@ -332,8 +317,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     if ".." in dt.cache_dir.split("/") and dt.cache_dir:
         raise ConfigError("data.cache_dir", "must not contain '..'", value=dt.cache_dir)
     # Train
-    _choice("train.precision", t.precision, PRECISIONS)
-    _choice("train.compile", t.compile, COMPILE_MODES)
+    V.PRECISIONS.check(t.precision)
+    V.COMPILE_MODES.check(t.compile)
     for key in ("lr", "adam_eps", "tokens_per_param"):
         _positive(f"train.{key}", getattr(t, key))
     for key in ("beta1", "beta2"):
@@ -355,7 +340,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     energy_layers(cfg)  # raises on a malformed train.energy_layers
     # GP study
     g = cfg.gp
-    _choice("gp.kernel", g.kernel, GP_KERNELS)
+    V.GP_KERNELS.check(g.kernel)
     for key in ("input_dim", "n_train", "n_test"):
         if not 1 <= getattr(g, key) <= 100_000:
             raise ConfigError(f"gp.{key}", f"must be between 1 and 100000, got {getattr(g, key)}")
@@ -448,9 +433,21 @@ def run_id(cfg: RunConfig) -> str:
 
 
 def load_run_config(path: str) -> RunConfig:
-    """Read a saved config.json (a run directory's) back into a RunConfig."""
-    with open(path) as f:
-        d = json.load(f)
+    """Read a saved config.json (a run directory's) back into a RunConfig.
+
+    Only a regular file is read (never blocking on a FIFO, never past the size cap);
+    anything else, bad JSON or a non-object raises `ConfigError` naming the file.
+    """
+    from cem_core.runfiles.files import RunFileError, read_bytes
+
+    try:
+        d = json.loads(read_bytes(path))
+    except RunFileError as e:
+        raise ConfigError("config.json", str(e).split(": ", 1)[-1], source=path) from None
+    except ValueError as e:
+        raise ConfigError("config.json", f"is not valid JSON ({e})", source=path) from None
+    if not isinstance(d, dict):
+        raise ConfigError("config.json", f"must be a JSON object, got {type(d).__name__}", source=path)
     try:
         return RunConfig.from_dict(d)
     except ConfigError as e:

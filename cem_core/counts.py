@@ -16,7 +16,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cem_core.config import ModelConfig
+    from cem_core.config import ModelConfig, RunConfig
 
 
 def mlp_width(m: "ModelConfig") -> int:
@@ -136,3 +136,17 @@ def flops_per_token(m: "ModelConfig") -> int:
 
 def train_flops_per_token(m: "ModelConfig") -> int:
     return 3 * flops_per_token(m)
+
+
+def run_counts(cfg: "RunConfig") -> dict[str, int]:
+    """{'params_total', 'params_non_embedding', 'flops_per_token'} of a resolved run config, any task.
+
+    For task "gp" a "token" is one regression example (`cem_core.gp.counts`).
+    """
+    if cfg.task == "gp":
+        from cem_core.gp.counts import gp_flops_per_example, gp_param_counts
+
+        counts, fpt = gp_param_counts(cfg.model, cfg.gp), gp_flops_per_example(cfg.model, cfg.gp)
+    else:
+        counts, fpt = param_counts(cfg.model), flops_per_token(cfg.model)
+    return {"params_total": counts["total"], "params_non_embedding": counts["non_embedding"], "flops_per_token": fpt}

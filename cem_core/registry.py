@@ -1,41 +1,93 @@
-"""Name -> implementation registries for every variant (attention, MLP, preconditioner, ...).
+"""The one registry mechanism for every named choice (variants, tokenizers, corpora, executors, figure kinds, scales).
 
-Used by `cem_core.model` (and by the executors and report kinds on the cemctl
-side). Unknown names raise a `ConfigError` that names the config key and lists
-the known names.
+    ATTENTION = Registry("attention", "model.attention")
+    ATTENTION.register_lazy("cem", "cem_core.model.attention:CEMAttention", "T gradient steps on ...")
+    ATTENTION.check("cem")        # validates without importing anything (torch-free commands)
+    ATTENTION.get("cem")          # imports cem_core.model.attention, returns CEMAttention
+    ATTENTION.names(); ATTENTION.describe("cem")
+
+Entries are either objects (`register(name)` as a decorator, or `add(name,
+obj)`) or lazy "module:attribute" strings, resolved on first `get`. Unknown
+names raise a `ConfigError` that names the config key and lists the known
+names, so every command validates names the same way.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+import importlib
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from cem_core.errors import ConfigError
 
 T = TypeVar("T")
 
 
+class _Lazy:
+    __slots__ = ("target",)
+
+    def __init__(self, target: str) -> None:
+        if ":" not in target:
+            raise ValueError(f"lazy registry target must be 'module:attribute', got {target!r}")
+        self.target = target
+
+    def load(self) -> Any:
+        module, _, attr = self.target.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
 class Registry(Generic[T]):
-    """A named set of variants; `key` is the config field that selects one."""
+    """A named set of choices; `key` is the config field or option that selects one."""
 
     def __init__(self, kind: str, key: str) -> None:
         self.kind = kind
         self.key = key
-        self._items: dict[str, T] = {}
+        self._items: dict[str, Any] = {}
+        self._descriptions: dict[str, str] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def _put(self, name: str, entry: Any, description: str) -> None:
+        if name in self._items:
+            raise ValueError(f"{self.kind} {name!r} registered twice")
+        self._items[name] = entry
+        self._descriptions[name] = description
+
+    def register(self, name: str, description: str = "") -> Callable[[T], T]:
+        """Decorator: register the decorated object under `name`."""
         def deco(obj: T) -> T:
-            if name in self._items:
-                raise ValueError(f"{self.kind} {name!r} registered twice")
-            self._items[name] = obj
+            self._put(name, obj, description)
             return obj
 
         return deco
 
-    def get(self, name: str) -> T:
-        try:
-            return self._items[name]
-        except KeyError:
-            raise ConfigError(self.key, f"unknown {self.kind} {name!r}", value=name, allowed=self.names()) from None
+    def add(self, name: str, obj: T, description: str = "") -> T:
+        self._put(name, obj, description)
+        return obj
+
+    def register_lazy(self, name: str, target: str, description: str = "") -> None:
+        """Register "module:attribute", imported only when `get(name)` asks for it."""
+        self._put(name, _Lazy(target), description)
+
+    def check(self, name: Any, *, key: str | None = None) -> str:
+        """`name` if it is registered (nothing is imported), else a ConfigError listing the known names."""
+        if not isinstance(name, str) or name not in self._items:
+            raise ConfigError(key or self.key, f"unknown {self.kind} {name!r}", value=name, allowed=self.names())
+        return name
+
+    def get(self, name: str, *, key: str | None = None) -> T:
+        self.check(name, key=key)
+        entry = self._items[name]
+        if isinstance(entry, _Lazy):
+            entry = self._items[name] = entry.load()
+        return entry
+
+    def describe(self, name: str) -> str:
+        self.check(name)
+        return self._descriptions.get(name, "")
+
+    def descriptions(self) -> dict[str, str]:
+        return dict(self._descriptions)
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._items)

@@ -131,3 +131,10 @@ def finish_run(run_dir: Path, *, test_loss: float = 1.5, state: str = "done", st
               "error": error, "diverged_step": None, "run_id": run_dir.name}
     (run_dir / "result.json").write_text(json.dumps(result))
     return result
+
+
+def write_json(path: Path | str, obj: Any, *, fsync: bool = True) -> None:
+    """Write a JSON file atomically, creating its folder (what the planner and trainer do)."""
+    from cem_core.runfiles import atomic_write_json
+
+    atomic_write_json(path, obj, durable=fsync, make_parents=True)

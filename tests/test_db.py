@@ -25,7 +25,8 @@ from cemctl.db import (
     record_plan,
     set_state,
 )
-from cemctl.grid import load_grid, write_run_configs
+from cemctl.grid import load_grid
+from cemctl.services.plan import write_run_configs
 
 GRID = """
 seeds = [0]
@@ -215,7 +216,7 @@ def test_relative_sqlite_path_is_pinned_to_the_directory_it_was_opened_in(tmp_pa
 def test_experiment_frame_joins_configs_axes_and_results(tmp_path, engine, runs_root):
     from cemctl.db import sync_runs
     from cemctl.db.frames import experiment_frame, metrics_frame
-    from cemctl.db.rundir import atomic_write_json
+    from tests.helpers import write_json as atomic_write_json
 
     plan = make_plan(tmp_path)
     write_run_configs(plan, runs_root)

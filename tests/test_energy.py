@@ -13,7 +13,7 @@ import pytest
 
 from cem_core.config import DataConfig, RunConfig, resolve
 from cem_core.train import run_training
-from cem_core.train.rundir import read_jsonl
+from cem_core.runfiles import read_jsonl
 
 
 @pytest.fixture(scope="module")

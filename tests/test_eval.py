@@ -53,7 +53,7 @@ description = "test-time recursion on tiny real runs"
 def exp(tmp_path_factory):
     """The planned experiment: {llama, full, pm, planned} run dirs, the db URL and the runs root."""
     from cem_core.train import run_training
-    from cemctl.grid.planner import plan_experiment
+    from cemctl.services.plan import plan_experiment
 
     tmp = tmp_path_factory.mktemp("eval")
     cache = tmp_path_factory.getbasetemp() / "eval-energy-data-cache"
@@ -186,7 +186,7 @@ def test_cli_eval_experiment_evaluates_its_cem_runs_and_skips_the_others_with_a_
 @pytest.mark.parametrize("which, args, message", [
     ("llama", ["--steps", "1,2"], "has no CEM sublayer (model.attention='llama', model.mlp='llama')"),
     ("planned", ["--steps", "2"], "is not done (state: no result.json yet)"),
-    ("unknown", ["--steps", "2"], "unknown run or experiment 'feedfacecafe'"),
+    ("unknown", ["--steps", "2"], "'feedfacecafe' is not a grid file, an experiment or a run"),
     ("pm", ["--steps", "2", "--sublayer", "nope"], "--sublayer: unknown sublayer 'nope' (allowed: both, attention, mlp)"),
     ("pm", ["--steps", "0,2"], "--steps: each T must be between 1 and 64, got 0"),
     ("pm", ["--steps", "two"], "--steps: must be comma-separated integers"),

@@ -52,10 +52,10 @@ def test_v3_database_with_data_is_migrated_to_the_current_version_keeping_everyt
     con = sqlite3.connect(path)
     con.executescript(V3_SCHEMA)
     con.close()
-    assert CURRENT_VERSION == 5
+    assert CURRENT_VERSION == 6
     engine = open_db(f"sqlite:///{path}")
     con = sqlite3.connect(path)
-    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == 5
+    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == 6
     # v5: the old link keeps its experiment's scale and overrides as its plan key
     assert con.execute("SELECT experiment_id, scale, overrides_json, run_id, position, marks_json FROM experiment_runs"
                        ).fetchall() == [(1, "tiny", "{}", "aaaaaaaaaaaa", 0, "[]")]

@@ -11,7 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from cemctl.executors import jobfile
+from cem_core import runfiles
+from cemctl.executors.base import pid_alive
 from cemctl.executors.base import Job
 from cemctl.executors.local import LocalExecutor, LocalOptions
 
@@ -56,8 +57,8 @@ def test_jobs_are_queued_over_pinned_slots(tmp_path):
     assert {r["cuda"] for r in recs} == {"0", "3"}
     assert {r["omp"] for r in recs} == {"2"}
     assert all(r["attempt"] == "1" for r in recs)
-    job = jobfile.read_job(jobs[0].run_dir)
-    assert job["executor"] == "local" and job["state"] == "exited" and job["exit_code"] == 0
+    job = runfiles.read_job(jobs[0].run_dir)
+    assert job.executor == "local" and job.state == "exited" and job.exit_code == 0
 
 
 def test_a_failing_job_is_recorded_and_the_others_go_on(tmp_path):
@@ -66,7 +67,7 @@ def test_a_failing_job_is_recorded_and_the_others_go_on(tmp_path):
     out = ex.submit(jobs)
     assert [s.state for s in out] == ["failed", "done"]
     assert "exit code 7" in out[0].reason
-    events = jobfile.read_events(jobs[0].run_dir)
+    events = _events(jobs[0].run_dir)
     assert [e["state"] for e in events] == ["queued", "failed"]
     assert events[-1]["exit_code"] == 7 and "resumable" in events[-1]["reason"]
     assert "attempt 1" in (jobs[0].run_dir / "executor.log").read_text()
@@ -76,7 +77,7 @@ def test_relaunch_counts_attempts(tmp_path):
     jobs = make_jobs(tmp_path, [(0.0, 5)])
     LocalExecutor(LocalOptions(gpus=[], poll_s=0.05)).submit(jobs)
     LocalExecutor(LocalOptions(gpus=[], poll_s=0.05)).submit(jobs)
-    assert jobfile.read_job(jobs[0].run_dir)["attempt"] == 2
+    assert runfiles.read_job(jobs[0].run_dir).attempt == 2
     assert json.loads((jobs[0].run_dir / "fake.json").read_text())["attempt"] == "2"
 
 
@@ -88,7 +89,7 @@ def test_cancel_stops_a_running_job(tmp_path):
     def on_tick(statuses):
         st = statuses[0]
         if st.state == "running" and not cancelled and time.time() - (st.started_time or 0) > 0.3:
-            cancelled.append(LocalExecutor.cancel(st.job.run_dir, jobfile.read_job(st.job.run_dir)))
+            cancelled.append(LocalExecutor.cancel(st.job.run_dir, runfiles.read_job(st.job.run_dir)))
 
     ex.on_tick = on_tick
     t0 = time.time()
@@ -96,7 +97,11 @@ def test_cancel_stops_a_running_job(tmp_path):
     assert time.time() - t0 < 30
     assert out[0].state == "cancelled" and out[1].state == "done"
     assert "SIGTERM" in cancelled[0]
-    assert jobfile.read_events(jobs[0].run_dir)[-1]["state"] == "cancelled"
+    assert _events(jobs[0].run_dir)[-1]["state"] == "cancelled"
+
+
+def _events(run_dir):
+    return runfiles.read_jsonl(run_dir / runfiles.EVENTS_FILE)
 
 
 ORCHESTRATOR = textwrap.dedent(
@@ -125,20 +130,20 @@ def test_ctrl_c_terminates_children_and_leaves_runs_resumable(tmp_path):
     deadline = time.time() + 30
     pids: list[int] = []
     while time.time() < deadline:
-        jobs = [jobfile.read_job(tmp_path / f"run{i}") for i in range(2)]
-        if all(j and j.get("state") == "running" for j in jobs):
-            pids = [int(j["pid"]) for j in jobs]  # type: ignore[index]
+        jobs = [runfiles.read_job(tmp_path / f"run{i}") for i in range(2)]
+        if all(j and j.state == "running" for j in jobs):
+            pids = [int(j.pid) for j in jobs]  # type: ignore[union-attr,arg-type]
             break
         time.sleep(0.1)
     assert len(pids) == 2, "two workers never started"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130
     for pid in pids:
-        assert not jobfile.pid_alive(pid)
-    states = [jobfile.read_job(tmp_path / f"run{i}")["state"] for i in range(3)]
+        assert not pid_alive(pid)
+    states = [runfiles.read_job(tmp_path / f"run{i}").state for i in range(3)]
     assert states == ["interrupted", "interrupted", "interrupted"]
-    assert jobfile.read_events(tmp_path / "run0")[-1]["state"] == "stale"
-    assert jobfile.read_events(tmp_path / "run2")[-1]["state"] == "planned"
+    assert _events(tmp_path / "run0")[-1]["state"] == "stale"
+    assert _events(tmp_path / "run2")[-1]["state"] == "planned"
     # The never-started run was not marked as having run.
-    assert jobfile.read_job(tmp_path / "run2")["attempt"] == 0
-    assert not LocalExecutor.is_active(tmp_path / "run0", jobfile.read_job(tmp_path / "run0"))
+    assert runfiles.read_job(tmp_path / "run2").attempt == 0
+    assert LocalExecutor.alive([(tmp_path / "run0", runfiles.read_job(tmp_path / "run0"))]) == [False]

@@ -7,7 +7,7 @@ import pytest
 from cem_core.errors import ConfigError
 from cemctl.executors import executor_names, get_executor
 from cemctl.executors.local import LocalOptions, make_slots
-from cemctl.executors.pinning import SlotPool, assign, cpu_slots, gpu_slots, parse_gpus
+from cemctl.executors.local.pinning import SlotPool, assign, cpu_slots, gpu_slots, parse_gpus
 
 
 def test_one_job_per_gpu_in_given_order():

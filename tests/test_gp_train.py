@@ -15,7 +15,7 @@ from cem_core.gp.data import make_gp_dataset
 from cem_core.gp.task import GPTask
 from cem_core.train import run_training
 from cem_core.train.checkpoint import load_latest
-from cem_core.train.rundir import read_jsonl
+from cem_core.runfiles import read_jsonl
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 from cem_core.config import field_names
 from cem_core.errors import ConfigError
 from cem_core.sizes import GPU_SCALE_SIZES, PAPER_SIZES
-from cemctl.grid import REPORT_KINDS, load_grid, run_cost
+from cemctl.grid import FIGURE_KINDS, load_grid, run_cost
 from cemctl.grid.spec import parse_toml
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -32,7 +32,7 @@ def documented_runs(name: str) -> dict[str, int]:
 
 def test_one_file_per_figure():
     assert set(FIGURES) <= set(FILES)
-    assert set(FIGURES.values()) <= set(REPORT_KINDS)
+    assert set(FIGURES.values()) <= set(FIGURE_KINDS.names())
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -11,8 +11,10 @@ import pytest
 from sqlalchemy import func, select
 
 from cemctl.db import Metric, Result, Run, RunEvent, ingest_run, list_runs, open_db, read_session, set_state, sync_runs
-from cemctl.db.rundir import append_event, atomic_write_json
-from cemctl.grid import load_grid, write_run_configs
+from cem_core.runfiles import append_event
+from tests.helpers import write_json as atomic_write_json
+from cemctl.grid import load_grid
+from cemctl.services.plan import write_run_configs
 
 GRID = """
 [base]

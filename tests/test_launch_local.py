@@ -80,6 +80,9 @@ def test_dry_run_starts_nothing_and_bad_names_are_one_line_errors(tmp_path):
     out = cemctl(tmp_path, "launch", str(grid), "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "would launch 2 of 2" in out.stdout and out.stdout.count(" start ") == 2
+    # A dry run writes nothing: no database, no run directory (it used to record the experiment).
+    assert not (tmp_path / "results.db").exists() and not (tmp_path / "runs").exists()
+    assert cemctl(tmp_path, "plan", str(grid)).returncode == 0
     runs = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     assert len(runs) == 2 and not any((p / "job.json").exists() for p in runs)
     first = runs[0].name

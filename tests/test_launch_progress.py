@@ -10,7 +10,7 @@ from rich.console import Console
 
 from cemctl.executors.base import Job
 from cemctl.executors.local import JobStatus
-from cemctl.launch.progress import ProgressView
+from cemctl.services.launch.progress import ProgressView
 
 
 def test_progress_view_shows_step_loss_and_speed(tmp_path):

@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from cemctl.executors import jobfile
-from cemctl.launch.select import RESUME, RETRY, SKIP, START, select_runs
+from cem_core import runfiles
+from cemctl.services.launch.select import RESUME, RETRY, SKIP, START, select_runs
 
 
 def make(tmp_path: Path, name: str, *, result: str | None = None, job: dict | None = None, ckpts: tuple[int, ...] = ()) -> tuple[str, Path]:
@@ -16,7 +16,7 @@ def make(tmp_path: Path, name: str, *, result: str | None = None, job: dict | No
     if result:
         (d / "result.json").write_text(json.dumps({"state": result, "error": "boom" if result == "failed" else None}))
     if job:
-        jobfile.write_job(d, job)
+        runfiles.write_job(d, runfiles.JobRecord.from_dict(job))
     if ckpts:
         (d / "checkpoints").mkdir()
         for step in ckpts:
@@ -25,7 +25,7 @@ def make(tmp_path: Path, name: str, *, result: str | None = None, job: dict | No
 
 
 def test_selection_rules(tmp_path, monkeypatch):
-    host = jobfile.hostname()
+    host = runfiles.hostname()
     dead_pid = 2**22 + 4321
     runs = [
         make(tmp_path, "done", result="done"),

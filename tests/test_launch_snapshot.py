@@ -6,7 +6,7 @@ import sys
 
 from cemctl.executors.base import Job, code_env, trainer_argv
 from cemctl.executors.local import LocalExecutor, LocalOptions
-from cemctl.launch.snapshot import code_hash, take_snapshot
+from cemctl.services.launch.snapshot import code_hash, take_snapshot
 
 
 def test_snapshot_is_content_hashed_shared_and_isolates_jobs_from_edits(tmp_path, monkeypatch):

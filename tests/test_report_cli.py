@@ -13,8 +13,6 @@ from cemctl.cli import app
 from cemctl.db.engine import open_db
 from cemctl.db.runs import record_plan
 from cemctl.grid.expand import load_grid
-from cemctl.grid.kinds import REPORT_KINDS
-from cemctl.report.figures import FIGURE_KINDS
 from cemctl.report.frame import load_curves, load_runs
 
 GRID = """
@@ -67,10 +65,6 @@ def planned(tmp_path):
 
 def _cli(*args: str):
     return CliRunner().invoke(app, list(args))
-
-
-def test_report_kinds_agree_with_grid_kinds():
-    assert set(FIGURE_KINDS) == set(REPORT_KINDS)
 
 
 def test_report_from_database_lists_missing_and_failed(planned):
@@ -133,7 +127,7 @@ def test_missing_database_and_bad_format_exit_2(tmp_path):
 def test_gp_report_reads_rmse_from_result_json(tmp_path):
     from pathlib import Path as _P
 
-    from cemctl.grid.planner import plan_experiment
+    from cemctl.services.plan import plan_experiment
     from cemctl.report.tables import read_table_csv
 
     grid = _P(__file__).resolve().parents[1] / "experiments" / "gp.toml"

@@ -39,7 +39,7 @@ description = "Llama vs CEM attention on nano, a few steps"
 def test_report_on_real_tiny_runs(tmp_path):
     from cem_core.train import run_training
     from cemctl.db import open_db
-    from cemctl.grid.planner import plan_experiment
+    from cemctl.services.plan import plan_experiment
     from cemctl.report.frame import load_runs
 
     grid = tmp_path / "real_tiny.toml"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cemctl.executors import jobfile
+from cem_core import runfiles
 from cemctl.executors.base import Job
 from cemctl.executors.slurm import SlurmExecutor, SlurmOptions, squeue_states
 
@@ -75,8 +75,8 @@ def test_arrays_are_split_below_max_array_size_with_a_concurrency_limit(tmp_path
     assert "--array=0-1%1" in sbatch_text and "--requeue" in sbatch_text and "--comment=cemctl-test" in sbatch_text
     wait_queue_empty([i for i in ids if i])
     for j in jobs:
-        rec = jobfile.read_job(j.run_dir)
-        assert rec["executor"] == "slurm" and rec["state"] == "exited" and rec["attempt"] == 1
+        rec = runfiles.read_job(j.run_dir)
+        assert rec.executor == "slurm" and rec.state == "exited" and rec.attempt == 1
         assert (j.run_dir / "env.txt").read_text().split("|")[1] == "1"
 
 
@@ -123,7 +123,7 @@ def test_requeued_job_resumes_from_its_checkpoint_with_the_same_test_loss(tmp_pa
     out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--timeout-min", "10", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
-    job_id = jobfile.read_job(run_dir)["job_id"]
+    job_id = runfiles.read_job(run_dir).job_id
     wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 6, 180, "a checkpoint and step 6")
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     # Skip SLURM's two-minute delay before a requeued job may start again.
@@ -186,12 +186,12 @@ def test_preemption_requeues_through_checkpoint_with_bounded_attempts(tmp_path):
     (sub,) = ex.submit([Job(run_id="r0", run_dir=d, argv=[sys.executable, "-c", code])])
     job_id = sub.job_id
     for attempt in (1, 2):
-        wait_for(lambda: (jobfile.read_job(d) or {}).get("state") == "running" and jobfile.read_job(d)["attempt"] == attempt, 90, f"attempt {attempt}")
+        wait_for(lambda: (runfiles.read_job(d) or runfiles.JobRecord()).state == "running" and runfiles.read_job(d).attempt == attempt, 90, f"attempt {attempt}")
         time.sleep(1)  # let submitit install its signal handler
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
         release_requeued(job_id)
     wait_queue_empty([job_id], 90)
-    states = [(e["state"], e.get("reason", "")) for e in jobfile.read_events(d)]
+    states = [(e["state"], e.get("reason", "")) for e in runfiles.read_jsonl(d / runfiles.EVENTS_FILE)]
     assert [s for s, _ in states] == ["queued", "queued", "queued", "failed"]
     assert "gave up after 2 attempts" in states[-1][1]
-    assert jobfile.read_job(d)["attempt"] == 2 and jobfile.read_job(d)["state"] == "exited"  # two real starts
+    assert runfiles.read_job(d).attempt == 2 and runfiles.read_job(d).state == "exited"  # two real starts

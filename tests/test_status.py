@@ -10,15 +10,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cemctl.executors import jobfile
-from cemctl.status import collect_status, refresh, render_status, status_json
+from cem_core import runfiles
+from cemctl.services.status import collect_status, refresh, render_status, status_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_launch_local import cemctl, cli_env, write_grid  # noqa: E402
 
 
 def plan(tmp_path: Path, db_url: str, runs_root: Path) -> list[Path]:
-    from cemctl.grid import plan_experiment
+    from cemctl.services.plan import plan_experiment
 
     grid = write_grid(tmp_path, name="st", steps=100, ckpt=10, attention='["llama", "cem", "reuse"]')
     report = plan_experiment(grid, db_url=db_url, runs_root=runs_root)
@@ -33,18 +33,18 @@ def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
     running, failed, stale = plan(tmp_path, db_url, runs_root)
     now = time.time()
     # A running run: 40 of 100 steps, 1000 tokens/s, 64 tokens per step.
-    jobfile.append_event(running, "queued", "test", executor="slurm", job_id="77_1", attempt=0)
-    jobfile.append_event(running, "running", "attempt 1", attempt=1)
+    runfiles.append_event(running, "queued", "test", executor="slurm", job_id="77_1", attempt=0)
+    runfiles.append_event(running, "running", "attempt 1", attempt=1)
     write(running / "heartbeat.json", {"time": now, "step": 40, "total_steps": 100, "tokens": 2560, "pid": 1, "host": "h", "attempt": 1})
     with open(running / "metrics.jsonl", "w") as f:
         f.write(json.dumps({"kind": "train", "step": 40, "tokens": 2560, "train_loss": 3.25, "tokens_per_s": 1000.0, "time_s": 3}) + "\n")
         f.write(json.dumps({"kind": "val", "step": 40, "tokens": 2560, "val_loss": 3.5, "time_s": 3}) + "\n")
         f.write('{"kind": "train", "step": 41, "tok')  # a truncated last line is ignored
     # A failed run with a multi-line error.
-    jobfile.append_event(failed, "running", "attempt 1", attempt=1)
+    runfiles.append_event(failed, "running", "attempt 1", attempt=1)
     write(failed / "result.json", {"state": "failed", "error": "Traceback ...\n  File x\nRuntimeError: boom at step 7", "steps": 7})
     # A run whose heartbeat stopped 10 s ago (timeout 3 s).
-    jobfile.append_event(stale, "running", "attempt 1", attempt=1)
+    runfiles.append_event(stale, "running", "attempt 1", attempt=1)
     write(stale / "heartbeat.json", {"time": now - 10, "step": 5, "total_steps": 100, "tokens": 320, "pid": 2, "host": "h", "attempt": 1})
     old = now - 10
     os.utime(stale / "heartbeat.json", (old, old))
@@ -83,8 +83,8 @@ def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
 
 def test_queued_run_whose_orchestrator_is_gone_becomes_stale(tmp_path, db_url, engine, runs_root):
     a, _, _ = plan(tmp_path, db_url, runs_root)
-    jobfile.write_job(a, {"executor": "local", "state": "queued", "host": jobfile.hostname(), "orchestrator_pid": 2**22 + 12345, "job_id": "x", "attempt": 0})
-    jobfile.append_event(a, "queued", "local executor", executor="local", job_id="x", attempt=0)
+    runfiles.write_job(a, runfiles.JobRecord(executor="local", state="queued", host=runfiles.hostname(), orchestrator_pid=2**22 + 12345, job_id="x", attempt=0))
+    runfiles.append_event(a, "queued", "local executor", executor="local", job_id="x", attempt=0)
     refresh(engine, runs_root)
     rows = {r.run_id: r for r in collect_status(engine, "st")[0].runs}
     assert rows[a.name].state == "stale" and "orchestrator" in rows[a.name].error_line

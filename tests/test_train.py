@@ -22,7 +22,7 @@ from cem_core.model import build_model
 from cem_core.train import run_training
 from cem_core.train.checkpoint import list_checkpoints, load_latest, save_checkpoint
 from cem_core.train.optim import lr_multiplier, warmup_steps
-from cem_core.train.rundir import read_jsonl, truncate_metrics
+from cem_core.runfiles import read_jsonl, truncate_metrics
 from cem_core.train.sampler import BatchSampler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def test_checkpoints_rotate_and_a_truncated_newest_falls_back(tmp_path):
 def test_heartbeat_thread_keeps_the_file_fresh_between_steps(tmp_path):
     import time
 
-    from cem_core.train.rundir import Heartbeat
+    from cem_core.runfiles import Heartbeat
 
     hb = Heartbeat(tmp_path / "heartbeat.json", total_steps=10, attempt=3, interval_s=0.05).start()
     try:

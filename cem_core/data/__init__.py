@@ -15,16 +15,14 @@ writes), `prepare` (`prepare_data`).
 
 from cem_core.data.packing import PackedData
 from cem_core.data.prepare import prepare_data
-from cem_core.data.sources import CORPUS_KINDS, SPLITS, split_of
-from cem_core.data.tokenizer import TOKENIZER_KINDS, HubUnavailable, build_tokenizer
+from cem_core.data.sources import SPLITS, split_of
+from cem_core.data.tokenizer import HubUnavailable, build_tokenizer
 
 __all__ = [
     "prepare_data",
     "PackedData",
     "SPLITS",
     "split_of",
-    "CORPUS_KINDS",
-    "TOKENIZER_KINDS",
     "HubUnavailable",
     "build_tokenizer",
 ]

@@ -32,7 +32,7 @@ from cem_core.errors import CemError, ConfigError
 from cem_core.data.cache import atomic_write_json, file_lock, make_temp_dir, publish_dir, remove_dir
 from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, SplitWriter, token_dtype
 from cem_core.data.sources import SPLITS, TEST_FRACTION, VAL_FRACTION, Source, make_source, split_of
-from cem_core.data.tokenizer import TOKENIZER_KINDS, build_tokenizer, default_cache_root, tokenizer_identity
+from cem_core.data.tokenizer import build_tokenizer, default_cache_root, tokenizer_identity
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +44,10 @@ BATCH_DOCS = 256
 
 
 def _check_names(data_cfg: DataConfig) -> None:
-    from cem_core.data.sources import CORPUS_KINDS
+    from cem_core.variants import CORPORA, TOKENIZERS
 
-    if data_cfg.corpus not in CORPUS_KINDS:
-        raise ConfigError("data.corpus", f"unknown corpus {data_cfg.corpus!r}", value=data_cfg.corpus, allowed=tuple(CORPUS_KINDS))
-    if data_cfg.tokenizer not in TOKENIZER_KINDS:
-        raise ConfigError("data.tokenizer", f"unknown tokenizer {data_cfg.tokenizer!r}", value=data_cfg.tokenizer, allowed=tuple(TOKENIZER_KINDS))
+    CORPORA.check(data_cfg.corpus)
+    TOKENIZERS.check(data_cfg.tokenizer)
 
 
 def _cache_name(data_cfg: DataConfig, source: Source, tok_identity: str, val_tokens: int, test_tokens: int) -> str:

@@ -141,16 +141,8 @@ def slimpajama_source(data_cfg: DataConfig) -> Source:
     return Source("slimpajama", f"hf-{name}", True, documents, {"hf_dataset": name})
 
 
-# Registry by name (`data.corpus`).
-CORPUS_KINDS: dict[str, Callable[[DataConfig], Source]] = {
-    "builtin": builtin_source,
-    "jsonl": jsonl_source,
-    "slimpajama": slimpajama_source,
-}
-
-
 def make_source(data_cfg: DataConfig) -> Source:
-    if data_cfg.corpus not in CORPUS_KINDS:
-        raise ConfigError("data.corpus", f"unknown corpus {data_cfg.corpus!r}", value=data_cfg.corpus, allowed=tuple(CORPUS_KINDS))
-    return CORPUS_KINDS[data_cfg.corpus](data_cfg)
+    """The corpus named by `data.corpus` (`cem_core.variants.CORPORA`; unknown names list the known ones)."""
+    from cem_core.variants import CORPORA
 
+    return CORPORA.get(data_cfg.corpus)(data_cfg)

@@ -14,8 +14,9 @@
   is added. A hub name needs the hub or its local cache. The model is built with
   `LLAMA_VOCAB_SIZE` ids for it; a tokenizer with more ids is rejected.
 
-`TOKENIZER_KINDS` is the registry; `build_tokenizer` rejects unknown names with a
-`ConfigError` that lists the known ones. The vocab sizes agree with
+`cem_core.variants.TOKENIZERS` is the registry (every builder takes
+`(data_cfg, cache_root, corpus_identity, train_texts)`); `build_tokenizer`
+rejects unknown names with a `ConfigError` that lists the known ones. The vocab sizes agree with
 `cem_core.config.tokenizer_vocab_size`, which the model is built with.
 """
 
@@ -121,8 +122,13 @@ def train_bpe(texts: Callable[[], Iterator[str]], vocab_size: int):
     return tok
 
 
+def byte_tokenizer(data_cfg: DataConfig, cache_root: Path | None = None, corpus_identity: str = "",
+                   train_texts: Callable[[], Iterator[str]] | None = None) -> ByteTokenizer:
+    return ByteTokenizer()
+
+
 def bpe_tokenizer(
-    data_cfg: DataConfig, cache_root: Path, corpus_identity: str, train_texts: Callable[[], Iterator[str]]
+    data_cfg: DataConfig, cache_root: Path, corpus_identity: str, train_texts: Callable[[], Iterator[str]] | None
 ) -> HFTokenizer:
     """The BPE tokenizer for this corpus: loaded from the cache or trained on `train_texts()` once."""
     from tokenizers import Tokenizer as HfTok
@@ -131,6 +137,8 @@ def bpe_tokenizer(
     identity = tokenizer_identity(data_cfg, corpus_identity)
     path = cache_root / "tokenizers" / f"{identity}.json"
     if not path.exists():
+        if train_texts is None:
+            raise ValueError("the bpe tokenizer needs train_texts to train on when it is not cached")
         path.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(path.with_suffix(".lock")):
             if not path.exists():
@@ -142,7 +150,8 @@ def bpe_tokenizer(
     return HFTokenizer(tok, name="bpe", vocab_size=vocab_size, eod_id=tok.token_to_id(BPE_SPECIAL), identity=identity)
 
 
-def hf_tokenizer(data_cfg: DataConfig) -> HFTokenizer:
+def hf_tokenizer(data_cfg: DataConfig, cache_root: Path | None = None, corpus_identity: str = "",
+                 train_texts: Callable[[], Iterator[str]] | None = None) -> HFTokenizer:
     """A pretrained tokenizer by name (the Llama one for SlimPajama): EOS is the end-of-document token."""
     from tokenizers import Tokenizer as HfTok
 
@@ -187,14 +196,6 @@ def _local_tokenizer_file(name: str) -> Path | None:
     return local if local.is_file() else None
 
 
-# Registry by name: each builder takes (data_cfg, cache_root, corpus_identity, train_texts).
-TOKENIZER_KINDS: dict[str, Callable[..., Tokenizer]] = {
-    "byte": lambda data_cfg, cache_root, corpus_identity, train_texts: ByteTokenizer(),
-    "bpe": bpe_tokenizer,
-    "hf": lambda data_cfg, cache_root, corpus_identity, train_texts: hf_tokenizer(data_cfg),
-}
-
-
 def build_tokenizer(
     data_cfg: DataConfig,
     cache_root: Path | str,
@@ -202,11 +203,9 @@ def build_tokenizer(
     train_texts: Callable[[], Iterator[str]] | None = None,
 ) -> Tokenizer:
     """The tokenizer named by `data_cfg.tokenizer` (BPE is trained on `train_texts()` if not cached)."""
-    if data_cfg.tokenizer not in TOKENIZER_KINDS:
-        raise ConfigError("data.tokenizer", f"unknown tokenizer {data_cfg.tokenizer!r}", value=data_cfg.tokenizer, allowed=tuple(TOKENIZER_KINDS))
-    if data_cfg.tokenizer == "bpe" and train_texts is None:
-        raise ValueError("the bpe tokenizer needs train_texts to train on when it is not cached")
-    return TOKENIZER_KINDS[data_cfg.tokenizer](data_cfg, Path(cache_root), corpus_identity, train_texts)
+    from cem_core.variants import TOKENIZERS
+
+    return TOKENIZERS.get(data_cfg.tokenizer)(data_cfg, Path(cache_root), corpus_identity, train_texts)
 
 
 def default_cache_root(data_cfg: DataConfig) -> Path:

@@ -53,7 +53,7 @@ import numpy as np
 from cem_core.config import GPConfig
 from cem_core.data.cache import file_lock
 from cem_core.errors import CemError
-from cem_core.registry import Registry
+from cem_core.variants import GP_KERNELS as KERNELS  # names -> the kernel functions below, lazily
 
 GENERATOR_VERSION = 3  # bump when the generation procedure changes (invalidates caches)
 GIBBS_SLOPE = 0.5  # l(x) = gp.lengthscale * exp(GIBBS_SLOPE * x_1)
@@ -61,7 +61,6 @@ JITTERS = (1e-6, 1e-5, 1e-4, 1e-3)
 SPLITS = ("train", "val", "test")
 
 KernelFn = Callable[[np.ndarray, np.ndarray, GPConfig], np.ndarray]
-KERNELS: Registry[KernelFn] = Registry("GP kernel", "gp.kernel")
 
 
 def _sq_dists(x: np.ndarray, x2: np.ndarray) -> np.ndarray:
@@ -72,7 +71,6 @@ def _sq_dists(x: np.ndarray, x2: np.ndarray) -> np.ndarray:
     return np.maximum(d2, 0.0)
 
 
-@KERNELS.register("rbf")
 def rbf_kernel(x: np.ndarray, x2: np.ndarray, gp_cfg: GPConfig) -> np.ndarray:
     ls = gp_cfg.lengthscale
     return np.exp(-_sq_dists(x, x2) / (2.0 * ls * ls))
@@ -83,7 +81,6 @@ def gibbs_lengthscale(x: np.ndarray, gp_cfg: GPConfig) -> np.ndarray:
     return gp_cfg.lengthscale * np.exp(GIBBS_SLOPE * x[:, 0])
 
 
-@KERNELS.register("gibbs")
 def gibbs_kernel(x: np.ndarray, x2: np.ndarray, gp_cfg: GPConfig) -> np.ndarray:
     l1 = gibbs_lengthscale(x, gp_cfg)[:, None]
     l2 = gibbs_lengthscale(x2, gp_cfg)[None, :]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cem_core.config import GPConfig, ModelConfig
-from cem_core.model.mlp import MLPS
+from cem_core.variants import MLPS
 from cem_core.model.norm import RMSNorm
 
 

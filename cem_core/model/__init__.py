@@ -5,9 +5,9 @@
     logits, loss = model(idx, targets)
 """
 
-from cem_core.model.attention import ATTENTION, CEMAttention, LlamaAttention, ReuseAttention
-from cem_core.model.mlp import CEMMLP, MLPS, LlamaMLP, ReuseMLP
-from cem_core.model.precond import PRECONDITIONERS
+from cem_core.model.attention import CEMAttention, LlamaAttention, ReuseAttention
+from cem_core.model.mlp import CEMMLP, LlamaMLP, ReuseMLP
+from cem_core.variants import ATTENTION, MLPS, PRECONDITIONERS
 from cem_core.model.transformer import Block, CEMTransformer, build_model, count_params_meta
 
 __all__ = [

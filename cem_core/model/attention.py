@@ -31,9 +31,8 @@ from cem_core.config import ModelConfig
 from cem_core.model.norm import RMSNorm
 from cem_core.model.positions import alibi_bias, alibi_slopes, apply_rope, causal_mask_bias, rope_cache
 from cem_core.model.precond import build_preconditioner
-from cem_core.registry import Registry
+from cem_core.model.residual import ResidualSublayer
 
-ATTENTION: Registry[type[nn.Module]] = Registry("attention", "model.attention")
 
 # The CPU fast path below calls private ATen kernels; other torch builds may lack them.
 _HAS_CPU_FLASH = all(
@@ -78,14 +77,12 @@ class _AlibiAttentionCPU(torch.autograd.Function):
         return dq, dk, dv, None, d_delta, None
 
 
-@ATTENTION.register("llama")
-class LlamaAttention(nn.Module):
+class LlamaAttention(ResidualSublayer):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d, self.n_heads = cfg.d_model, cfg.n_heads
         self.head_dim = d // cfg.n_heads
         self.rope_theta = cfg.rope_theta
-        self.steps = 1
         self.norm = RMSNorm(d, cfg.norm_eps)
         self.wq = nn.Linear(d, d, bias=False)
         self.wk = nn.Linear(d, d, bias=False)
@@ -111,11 +108,7 @@ class LlamaAttention(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, L, Dh]
         return self.wo(o.transpose(1, 2).reshape(B, L, d))
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + self.delta(self.norm(h))
 
-
-@ATTENTION.register("reuse")
 class ReuseAttention(LlamaAttention):
     """Plain layer reuse: the ordinary residual attention sublayer applied T times."""
 
@@ -123,14 +116,7 @@ class ReuseAttention(LlamaAttention):
         super().__init__(cfg)
         self.steps = cfg.attn_steps
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        x = h
-        for _ in range(self.steps):
-            x = x + self.delta(self.norm(x))
-        return x
 
-
-@ATTENTION.register("cem")
 class CEMAttention(nn.Module):
     # Weight-decay roles of the CEM extras (cem_core/model/roles.py); w_q, w_k are projections.
     param_roles = {"self_bias": "position_bias", "other_bias": "position_bias", "diag": "kq_diagonal"}

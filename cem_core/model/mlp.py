@@ -23,17 +23,14 @@ from cem_core.config import ModelConfig
 from cem_core.counts import mlp_width
 from cem_core.model.norm import RMSNorm
 from cem_core.model.precond import build_preconditioner
-from cem_core.registry import Registry
-
-MLPS: Registry[type[nn.Module]] = Registry("MLP", "model.mlp")
+from cem_core.model.residual import ResidualSublayer
 
 
-@MLPS.register("llama")
-class LlamaMLP(nn.Module):
+
+class LlamaMLP(ResidualSublayer):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d, m = cfg.d_model, cfg.d_mlp
-        self.steps = 1
         self.norm = RMSNorm(d, cfg.norm_eps)
         self.gate = nn.Linear(d, m, bias=False)
         self.up = nn.Linear(d, m, bias=False)
@@ -42,11 +39,7 @@ class LlamaMLP(nn.Module):
     def delta(self, n: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(n)) * self.up(n))
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + self.delta(self.norm(h))
 
-
-@MLPS.register("reuse")
 class ReuseMLP(LlamaMLP):
     """Plain layer reuse: the ordinary residual gated MLP applied T times."""
 
@@ -54,14 +47,7 @@ class ReuseMLP(LlamaMLP):
         super().__init__(cfg)
         self.steps = cfg.mlp_steps
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        x = h
-        for _ in range(self.steps):
-            x = x + self.delta(self.norm(x))
-        return x
 
-
-@MLPS.register("cem")
 class CEMMLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -90,6 +76,3 @@ class CEMMLP(nn.Module):
             pass
         return x
 
-
-# Same module, wider (mlp_width reads model.mlp and param_match_factor).
-MLPS.register("cem_param_matched")(CEMMLP)

@@ -23,12 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cem_core.registry import Registry
-
-PRECONDITIONERS: Registry[type["Preconditioner"]] = Registry("preconditioner", "model.attn_precond")
+from cem_core.variants import PRECONDITIONERS  # names -> these classes, lazily (torch-free validation)
 
 
-@PRECONDITIONERS.register("identity")
+
 class Preconditioner(nn.Module):
     """Identity; the base class of every preconditioner."""
 
@@ -52,7 +50,6 @@ class Preconditioner(nn.Module):
         return o.reshape(B, L, K * Dh) @ w_q
 
 
-@PRECONDITIONERS.register("diag")
 class DiagPreconditioner(Preconditioner):
     def __init__(self, n: int, width: int, rank: int = 0) -> None:
         super().__init__(n, width, rank)
@@ -75,7 +72,6 @@ class DiagPreconditioner(Preconditioner):
         return o.reshape(B, L, K * Dh) @ scaled
 
 
-@PRECONDITIONERS.register("diag_lowrank")
 class DiagLowRankPreconditioner(DiagPreconditioner):
     def __init__(self, n: int, width: int, rank: int) -> None:
         super().__init__(n, width, rank)
@@ -106,10 +102,4 @@ class DiagLowRankPreconditioner(DiagPreconditioner):
 
 
 def build_preconditioner(kind: str, n: int, width: int, rank: int, key: str) -> Preconditioner:
-    try:
-        cls = PRECONDITIONERS.get(kind)
-    except Exception as e:  # re-attribute to the field that selected it
-        from cem_core.errors import ConfigError
-
-        raise ConfigError(key, f"unknown preconditioner {kind!r}", allowed=PRECONDITIONERS.names()) from e
-    return cls(n, width, rank)
+    return PRECONDITIONERS.get(kind, key=key)(n, width, rank)

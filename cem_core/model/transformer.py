@@ -14,8 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from cem_core.config import ModelConfig, resolve, RunConfig
-from cem_core.model.attention import ATTENTION
-from cem_core.model.mlp import MLPS
+from cem_core.variants import ATTENTION, MLPS
 from cem_core.model.norm import RMSNorm
 
 

@@ -3,8 +3,8 @@
 Used by every executor (`cemctl launch`): one call trains or resumes one run
 from its run directory and returns its result dict (also RUN_DIR/result.json).
 Modules: loop (the run), optim (recipe), sampler (data order), evaluate
-(held-out perplexity), checkpoint (atomic, rotated), rundir (files), console
-(logs, progress bar), hooks (test hooks).
+(held-out perplexity), checkpoint (atomic, rotated), console (logs, progress
+bar), hooks (test hooks). The run directory's files: `cem_core.runfiles`.
 """
 
 from __future__ import annotations

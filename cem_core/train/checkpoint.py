@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from cem_core.train.rundir import fsync_dir
+from cem_core.runfiles import fsync_dir
 
 log = logging.getLogger("cem_core.train")
 

@@ -3,7 +3,7 @@
 Every executor (local CPU pool, GPU pinning, SLURM) runs this; it reads
 RUN_DIR/config.json, resumes from the newest valid checkpoint, trains with the
 recipe of optim.py on the data order of sampler.py, and writes the files of
-rundir.py. Outcomes: `done` (exit 0), `diverged` (non-finite loss or gradient
+cem_core.runfiles. Outcomes: `done` (exit 0), `diverged` (non-finite loss or gradient
 norm, exit 3), `failed` (an exception, exit 1); each is written once,
 atomically, to result.json and appended to events.jsonl. Bad configuration
 raises `ConfigError` before anything is written (exit 2).
@@ -50,7 +50,7 @@ from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.evaluate import evaluate
 from cem_core.train.hooks import TestHooks
 from cem_core.train.optim import build_optimizer, build_scheduler
-from cem_core.train.rundir import Heartbeat, RunDir, call_quietly, truncate_metrics
+from cem_core.runfiles import Heartbeat, RunDir, call_quietly, read_result, truncate_metrics
 from cem_core.train.sampler import BatchSampler
 
 log = logging.getLogger(LOGGER_NAME)
@@ -286,6 +286,7 @@ def run_training(run_dir: str | os.PathLike[str], device: str | None = None) -> 
     """
     rd = RunDir(run_dir)
     cfg = resolve(rd.load_config())
+    check_run_dir(rd, cfg)
     world = World.from_env()
     grad_accum_steps(cfg, world.size)
     dev = resolve_device(device, world)
@@ -296,6 +297,19 @@ def run_training(run_dir: str | os.PathLike[str], device: str | None = None) -> 
             return _run(rd, cfg, world, dev)
     finally:
         torch.set_num_threads(threads_before)  # the library form must not change its caller's process
+
+
+def check_run_dir(rd: RunDir, cfg: RunConfig) -> None:
+    """Refuse (ConfigError, exit 2, nothing written) a run directory that is damaged: named by a run id that
+    is not its config's hash (an edited config.json, a copied folder), or holding a result.json that is no result."""
+    name = rd.path.name
+    if len(name) == 12 and all(c in "0123456789abcdef" for c in name) and run_id(cfg) != name:
+        raise ConfigError("config.json", f"hashes to run id {run_id(cfg)}, not {name}: the run directory is damaged "
+                          "(an edited config, or a folder copied under another name); `cemctl launch --redo-damaged` "
+                          "restores the recorded config", source=str(rd.config))
+    if rd.result.exists() and read_result(rd.path) is None:
+        raise ConfigError("result.json", "is not a result (a damaged file); it is never overwritten silently: "
+                          "`cemctl launch --redo-damaged` moves it aside and trains again", source=str(rd.result))
 
 
 def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[str, Any]:

@@ -177,7 +177,7 @@ def _locked(run_dir: Path) -> Iterator[None]:
 
 def merge_evals(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Merge `rows` into RUN_DIR/evals.json (atomically, under a lock); returns all rows, sorted."""
-    from cem_core.train.rundir import atomic_write_json
+    from cem_core.runfiles import atomic_write_json
 
     rd = Path(run_dir)
     with _locked(rd):

@@ -6,21 +6,22 @@ from typing import Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, console, db_url, runs_dir
 
 
 def register(app: typer.Typer) -> None:
     @app.command("cancel")
     def cancel(
-        target: str = typer.Argument(..., help="Run id (or unique prefix) or experiment name."),
+        target: str = typer.Argument(..., help="Run id (or unique prefix), experiment name or grid file."),
+        scale: Optional[str] = ScaleFilterOption,
         db: Optional[str] = DbOption,
         runs: Optional[str] = RunsDirOption,
     ) -> None:
         """Stop runs and mark them cancelled (the next launch starts them again)."""
         with cli_errors():
-            from cemctl.launch.cancel import cancel_target
+            from cemctl.services.cancel import cancel_target
 
-            done = cancel_target(db_url(db), runs_dir(runs), target)
+            done = cancel_target(db_url(db), runs_dir(runs), target, scale=scale)
             for c in done:
                 console.print(f"  {c.run_id}  {c.action}", markup=False, highlight=False)
             console.print(f"cancelled {len(done)} run(s)", markup=False)

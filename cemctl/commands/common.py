@@ -24,8 +24,15 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 DEFAULT_DB_URL = "sqlite:///results.db"
 DEFAULT_RUNS_DIR = "runs"
 
-DbOption = typer.Option(None, "--db", help="SQLAlchemy URL or SQLite path of the results database \\[env: CEMCTL_DB; default: results.db].")
-RunsDirOption = typer.Option(None, "--runs-dir", help="Folder holding one directory per run \\[env: CEMCTL_RUNS; default: ./runs].")
+# The options every command shares: one definition each, so every command honours the same env vars.
+DbOption = typer.Option(None, "--db", envvar="CEMCTL_DB", show_envvar=False,
+                        help="SQLAlchemy URL or SQLite path of the results database \\[env: CEMCTL_DB; default: results.db].")
+RunsDirOption = typer.Option(None, "--runs-dir", envvar="CEMCTL_RUNS", show_envvar=False,
+                             help="Folder holding one directory per run \\[env: CEMCTL_RUNS; default: ./runs].")
+HeartbeatTimeoutOption = typer.Option(
+    None, "--heartbeat-timeout-s", envvar="CEMCTL_HEARTBEAT_TIMEOUT_S", show_envvar=False,
+    help="A running run whose heartbeat is older is shown as stale \\[env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120].")
+ScaleFilterOption = typer.Option(None, "--scale", help="Only the runs planned at this scale (tiny, cpu, gpu, paper).")
 
 
 def db_url(value: str | None) -> str:
@@ -38,6 +45,13 @@ def db_url(value: str | None) -> str:
 
 def runs_dir(value: str | None) -> Path:
     return Path(value or os.environ.get("CEMCTL_RUNS") or DEFAULT_RUNS_DIR)
+
+
+def heartbeat_timeout(value: float | None) -> float:
+    """--heartbeat-timeout-s / $CEMCTL_HEARTBEAT_TIMEOUT_S / 120 s, checked (positive and finite)."""
+    from cem_core.runfiles import heartbeat_timeout_s
+
+    return heartbeat_timeout_s(value)
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":

@@ -4,7 +4,7 @@ Idempotent: done runs never run again, live jobs are left alone, killed or
 interrupted runs resume from their newest checkpoint. `--executor local`
 (default) runs in the foreground with a live view (Ctrl-C stops the jobs,
 runs stay resumable; `--detach` runs it in the background); `--executor slurm`
-submits job arrays and returns. Library: `cemctl.launch.launcher.launch`.
+submits job arrays and returns. Library: `cemctl.services.launch.launcher.launch`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,17 @@ from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, err_console, runs_dir
+from cemctl.commands.common import (
+    DbOption,
+    HeartbeatTimeoutOption,
+    RunsDirOption,
+    cli_errors,
+    console,
+    db_url,
+    err_console,
+    heartbeat_timeout,
+    runs_dir,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +36,7 @@ def register(app: typer.Typer) -> None:
         scale: Optional[str] = typer.Option(None, "--scale", help="Scale preset of the grid file (tiny | paper | ...)."),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key for every run: key=value (repeatable)."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run runs whose result is failed."),
+        redo_damaged: bool = typer.Option(False, "--redo-damaged", help="Repair damaged runs (their files moved to .damaged-*/, the recorded config restored) and run them again."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Show what would start; start nothing."),
         run: Optional[List[str]] = typer.Option(None, "--run", help="Only this run id of the experiment (repeatable)."),
         gpus: Optional[str] = typer.Option(None, "--gpus", help="local: GPU indices, e.g. 0,1,3 (default: all visible; 'none' = CPU)."),
@@ -43,15 +54,15 @@ def register(app: typer.Typer) -> None:
         array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="slurm: at most N array tasks at once (%N)."),
         max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="slurm: starts per run, requeues included."),
         sbatch: Optional[List[str]] = typer.Option(None, "--sbatch", help="slurm: extra sbatch flag key=value or key (repeatable)."),
-        heartbeat_timeout_s: Optional[float] = typer.Option(None, "--heartbeat-timeout-s", help="A running run with an older heartbeat is stale \\[env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120]."),
+        heartbeat_timeout_s: Optional[float] = HeartbeatTimeoutOption,
         as_json: bool = typer.Option(False, "--json", help="Print the launch report as JSON."),
         db: str = DbOption,
         runs: str = RunsDirOption,
     ) -> None:
         """Launch every run of a grid that is not done (idempotent)."""
         with cli_errors():
-            from cemctl.executors.pinning import parse_gpus
-            from cemctl.launch.launcher import LaunchRequest, detach as run_detached, launch
+            from cemctl.executors.local.pinning import parse_gpus
+            from cemctl.services.launch.launcher import LaunchRequest, detach as run_detached, launch
 
             overrides = {}
             if set_:
@@ -65,8 +76,9 @@ def register(app: typer.Typer) -> None:
             }
             req = LaunchRequest(
                 target=target, executor=executor, scale=scale, overrides=overrides, retry_failed=retry_failed,
+                redo_damaged=redo_damaged,
                 dry_run=dry_run, run_ids=list(run) if run else None, gpus=parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu,
-                gpus_per_run=gpus_per_run, workers=workers, slurm=slurm, heartbeat_timeout_s=heartbeat_timeout_s,
+                gpus_per_run=gpus_per_run, workers=workers, slurm=slurm, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s),
             )
             if detach and not dry_run:
                 if executor != "local":
@@ -96,7 +108,7 @@ def _sbatch_flags(items: list[str]) -> dict[str, object]:
 
 
 def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
-    from cemctl.launch.launcher import launch
+    from cemctl.services.launch.launcher import launch
 
     def show_selection(report) -> None:  # type: ignore[no-untyped-def]
         if as_json:
@@ -109,12 +121,12 @@ def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
 
     interactive = req.executor == "local" and not req.dry_run and not as_json and console.is_terminal
     if interactive:
-        from cemctl.launch.progress import ProgressView
+        from cemctl.services.launch.progress import ProgressView
 
         with ProgressView(console) as view:
             report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view)
     elif req.executor == "local" and not req.dry_run and not as_json:
-        from cemctl.launch.progress import LinePrinter
+        from cemctl.services.launch.progress import LinePrinter
 
         printer = LinePrinter(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
         report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=printer)

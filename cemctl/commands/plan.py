@@ -4,7 +4,7 @@ Prints one row per run: id, the axes that vary, parameters (total and
 non-embedding), tokens, training FLOPs, estimated GPU-hours (at --gpu-tflops x
 --mfu) and the state of runs already known. A bad grid exits 2 with one line
 naming the file, the key and the allowed values, and writes nothing.
-Library: `cemctl.grid.plan_experiment`. Never imports torch.
+Library: `cemctl.services.plan.plan_experiment`. Never imports torch.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def plan_command(
     runs: Optional[str] = RunsDirOption,
 ) -> None:
     """Expand and validate a grid file, record its runs, show their cost."""
-    from cemctl.grid import parse_overrides, plan_experiment
+    from cemctl.grid import parse_overrides
+    from cemctl.services.plan import plan_experiment
 
     with cli_errors():
         report = plan_experiment(

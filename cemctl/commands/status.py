@@ -1,7 +1,7 @@
 """`cemctl status [EXPERIMENT]`: a table per experiment of every run's state and progress.
 
 First syncs the run directories into the database (incremental: only files
-that changed are read), then renders `cemctl.status`. `--watch` refreshes the
+that changed are read), then renders `cemctl.services.status`. `--watch` refreshes the
 table live; `--json` prints the same data as one JSON document.
 """
 
@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
+from cemctl.commands.common import (
+    DbOption,
+    HeartbeatTimeoutOption,
+    RunsDirOption,
+    ScaleFilterOption,
+    cli_errors,
+    console,
+    db_url,
+    heartbeat_timeout,
+    runs_dir,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -23,14 +33,15 @@ def register(app: typer.Typer) -> None:
         interval_s: float = typer.Option(2.0, "--interval-s", help="Refresh period of --watch, in seconds."),
         limit: int = typer.Option(50, "--limit", help="At most this many runs per experiment (unfinished first; shared by all experiments when none is named); 0 = all."),
         no_sync: bool = typer.Option(False, "--no-sync", help="Show the database as it is, without reading run dirs."),
-        scale: str = typer.Option(None, "--scale", help="Only the runs planned at this scale (default: every scale, each run once)."),
-        heartbeat_timeout_s: float = typer.Option(None, "--heartbeat-timeout-s", help="A running run with an older heartbeat is stale \\[env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120]."),
+        scale: str = ScaleFilterOption,
+        heartbeat_timeout_s: float = HeartbeatTimeoutOption,
     ) -> None:
         """Show the state, progress, losses and errors of every run."""
         with cli_errors():
-            from cemctl.status.command import show_status
+            from cemctl.services.status.command import show_status
 
             show_status(
                 db_url(db), runs_dir(runs), experiment, watch=watch, as_json=as_json, interval_s=interval_s,
-                limit=limit, sync=not no_sync, heartbeat_timeout_s=heartbeat_timeout_s, console=console, scale=scale,
+                limit=limit, sync=not no_sync, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s), console=console,
+                scale=scale,
             )

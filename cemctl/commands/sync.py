@@ -1,7 +1,8 @@
 """`cemctl sync [--db] [--runs-dir]`: ingest every run directory into the results database.
 
 Idempotent; creates rows for run dirs the database does not know (rebuilds the
-database from the files). Prints a one-line summary. Library:
+database from the files). Prints a one-line summary, then one line per run
+directory it had to skip (refused or unreadable), with the reason. Library:
 `cemctl.db.sync_runs`.
 """
 
@@ -11,11 +12,20 @@ from typing import Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, runs_dir
+from cemctl.commands.common import (
+    DbOption,
+    HeartbeatTimeoutOption,
+    RunsDirOption,
+    cli_errors,
+    db_url,
+    err_console,
+    heartbeat_timeout,
+    runs_dir,
+)
 
 
 def sync_command(
-    heartbeat_timeout_s: float = typer.Option(120.0, "--heartbeat-timeout-s", help="A running run whose heartbeat is older is shown as stale."),
+    heartbeat_timeout_s: Optional[float] = HeartbeatTimeoutOption,
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,
 ) -> None:
@@ -24,8 +34,10 @@ def sync_command(
 
     with cli_errors():
         engine = open_db(db_url(db))
-        stats = sync_runs(engine, runs_dir(runs), heartbeat_timeout_s=heartbeat_timeout_s)
+        stats = sync_runs(engine, runs_dir(runs), heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
     typer.echo(stats.summary())
+    for error in stats.errors:
+        err_console.print(f"skipped: {error}", markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,11 @@
 
 `open_db` creates the file (and its folder) if needed, switches SQLite to WAL
 mode with a 30 s busy timeout and foreign keys on, and migrates the schema to
-the current version (`cemctl.db.migrations`). Writes on SQLite start with
+the current version (`cemctl.db.migrations`). Commands that only read
+(`status`, `report`, `logs`, `claims`, a dry run) call `open_existing_db`: it
+never creates a file or folder, refuses anything that is not a regular file,
+and opens a database it cannot write (a read-only file or folder, a
+`file:...?mode=ro` URL) read-only; `is_readonly(engine)` tells them not to sync. Writes on SQLite start with
 `BEGIN IMMEDIATE`, so many worker processes on one host can write at once: a
 writer waits for the lock (up to the busy timeout) instead of failing with
 "database is locked" when it upgrades a read lock. `retry_locked` adds a
@@ -51,15 +55,31 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def sqlite_path(url: str) -> Path | None:
-    """The file of a SQLite URL (None for in-memory or other backends)."""
-    u = make_url(url)
+def _sqlite_target(u: Any) -> tuple[Path, bool] | None:
+    """(file, read-only asked) of a SQLite URL; None for in-memory or other backends.
+
+    A `file:` URI database (`sqlite:///file:x.db?mode=ro&uri=true`) names the file after `file:`.
+    """
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
-    return Path(u.database)
+    database = str(u.database)
+    readonly = str(u.query.get("mode", "")) == "ro"
+    if database.startswith("file:"):
+        from urllib.parse import parse_qs, unquote, urlsplit
+
+        parts = urlsplit(database)
+        readonly = readonly or parse_qs(parts.query).get("mode", [""])[0] == "ro"
+        database = unquote(parts.path)
+    return Path(database), readonly
 
 
-def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for in-memory or other backends)."""
+    target = _sqlite_target(make_url(url))
+    return target[0] if target is not None else None
+
+
+def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float, readonly: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy's begin event emit BEGIN itself (pysqlite's own is deferred-only).
@@ -68,6 +88,8 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:
         try:
             cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             cur.execute("PRAGMA foreign_keys = ON")
+            if readonly:  # a database we may not write keeps its journal mode
+                return
             deadline = time.monotonic() + busy_timeout_s
             while True:  # switching to WAL needs a moment of exclusive access
                 try:
@@ -84,7 +106,7 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        write = conn.get_execution_options().get(_WRITE_OPTION, False)
+        write = conn.get_execution_options().get(_WRITE_OPTION, False) and not readonly
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
@@ -112,28 +134,49 @@ def check_sqlite_file(path: Path) -> None:
         raise DatabaseError(f"--db: {str(path)!r} is not a cemctl results database (it holds other tables: {shown}); give another file")
 
 
-def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
-    """An engine on `url` with the schema at the current version (cached per process)."""
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK) and os.access(path.parent if str(path.parent) else ".", os.W_OK)
+
+
+def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S, create: bool = True) -> Engine:
+    """An engine on `url` with the schema at the current version (cached per process).
+
+    `create=False` (`open_existing_db`): never create a file or folder; a SQLite file that
+    cannot be written is opened read-only (no journal switch, no migration, no writes).
+    """
     try:
         u = make_url(url)
     except Exception as e:
         raise DatabaseError(f"--db: not a database URL or path: {url!r} ({e})") from None
-    path = sqlite_path(url)
-    if path is not None and not path.is_absolute():  # pin the file: later chdir()s must not move it
-        u = u.set(database=str(path.resolve()))
-        url = u.render_as_string(hide_password=False)
+    target = _sqlite_target(u)
+    readonly = False
+    if target is not None:
+        path, asked_ro = target
+        path = path if path.is_absolute() else path.resolve()  # pin the file: later chdir()s must not move it
+        exists = os.path.lexists(path)
+        if exists and not path.is_file():
+            raise DatabaseError(f"--db: {str(path)!r} is not a regular file (a results database is a SQLite file)")
+        if not exists and (asked_ro or not create):
+            raise DatabaseError(f"--db: no results database at {str(path)!r} (plan an experiment first: "
+                                "cemctl plan FILE)")
+        readonly = asked_ro or (exists and not _writable(path))
+        if readonly:
+            # immutable: the folder may not allow the -shm/-wal files a WAL reader would create
+            mode = "ro&immutable=1" if not os.access(path.parent, os.W_OK) else "ro"
+            url = f"sqlite:///file:{path.as_posix()}?mode={mode}&uri=true"
+        else:
+            url = u.set(database=str(path), query={}).render_as_string(hide_password=False)
     key = (url, os.getpid())
     if key in _ENGINES:
         return _ENGINES[key]
     kwargs: dict[str, Any] = {}
-    if u.get_backend_name() == "sqlite":
-        path = sqlite_path(url)
-        if path is not None:
+    if target is not None:
+        if not readonly:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise DatabaseError(f"--db: cannot create the folder of {str(path)!r}: {e.strerror or e}") from None
-            check_sqlite_file(path)
+        check_sqlite_file(path)
         kwargs["connect_args"] = {"timeout": busy_timeout_s, "check_same_thread": False}
     else:
         kwargs["pool_pre_ping"] = True
@@ -142,18 +185,29 @@ def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIME
     except Exception as e:  # missing driver, bad URL
         raise DatabaseError(f"--db: cannot open {url!r}: {' '.join(str(e).split())}") from None
     if engine.dialect.name == "sqlite":
-        _install_sqlite_hooks(engine, busy_timeout_s)
+        _install_sqlite_hooks(engine, busy_timeout_s, readonly)
+    engine = engine.execution_options(cemctl_readonly=readonly)
     if migrate:
-        from cemctl.db.migrations import migrate as _migrate
+        from cemctl.db.migrations import check_current, migrate as _migrate
 
         try:
-            _migrate(engine)
+            check_current(engine) if readonly else _migrate(engine)
         except CemError:
             raise
         except DBAPIError as e:  # not a database, another app's file, read-only, disk full, ...
             raise DatabaseError(f"--db: cannot open {url!r}: {_reason(e)}") from None
     _ENGINES[key] = engine
     return engine
+
+
+def open_existing_db(url: str) -> Engine:
+    """`open_db` for commands that only read: creates nothing, read-only where the file cannot be written."""
+    return open_db(url, create=False)
+
+
+def is_readonly(engine: Engine) -> bool:
+    """The engine was opened read-only: callers must not sync run directories into it."""
+    return bool(engine.get_execution_options().get("cemctl_readonly"))
 
 
 def writer(engine: Engine) -> Engine:

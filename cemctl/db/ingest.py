@@ -15,14 +15,18 @@ dropped lines) is re-read from the start. A run dir the database does not know
 gets a row from its config.json, so the database can be rebuilt from the run
 dirs at any time.
 
-The state is derived from the files, newest evidence first (file mtimes, one
-clock): result.json -> its state ("done" always wins); the last events.jsonl
-line -> its state; heartbeat.json -> "running" (except after "cancelled").
-A "running" run whose heartbeat (or running event) is older than
-`heartbeat_timeout_s` is "stale" with reason "no heartbeat for N s". With no
-file evidence the database state (planned/queued) is kept.
+One function per run file (`_ingest_metrics`, `_ingest_events`,
+`_ingest_heartbeat`, `_ingest_result`, `_ingest_evals`) gathers its rows and
+its `Evidence`; the state is then the pure `cemctl.db.state.derive_state`.
+The files and the database check each other (`_damage`): a config.json whose
+hash is not the run's id (edited, or a copied run directory), a result.json that
+is not a result, a run whose recorded result or directory is gone, is
+`damaged` with the reason; it is never retrained silently.
 
-This module never imports torch.
+Every file is read through `cem_core.runfiles` (regular files inside the run
+directory only, never blocking); a run directory that is a symlink out of the
+runs root, or any entry that cannot be read, is reported in `IngestStats.errors`
+and skipped: one bad entry never stops the others. This module never imports torch.
 """
 
 from __future__ import annotations
@@ -41,19 +45,31 @@ from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from cem_core.config import RunConfig, canonical_json, resolve
-from cem_core.errors import ConfigError
+from cem_core import runfiles
+from cem_core.config import RunConfig, canonical_json, resolve, run_id
+from cem_core.errors import CemError, ConfigError
+from cem_core.runfiles import (
+    CONFIG_FILE,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    EVALS_FILE,
+    EVENTS_FILE,
+    HEARTBEAT_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    RESULT_STATES,
+    RUN_STATES,
+    RunFileError,
+)
 from cemctl.db.engine import read_session, retry_locked, write_session
-from cemctl.db.models import RUN_STATES, Eval, Metric, Result, Run, RunEvent
-from cem_core.runfiles import DEFAULT_HEARTBEAT_TIMEOUT_S
-from cemctl.db.rundir import CONFIG_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, read_json
+from cemctl.db.models import Eval, Metric, Result, Run, RunEvent
+from cemctl.db.state import Evidence, derive_state
 
 _FINGERPRINT_BYTES = 256
 _METRIC_COLUMNS = ("tokens", "time_s", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
 _INT_METRIC_COLUMNS = ("tokens",)
 _RESULT_FLOATS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "train_flops", "wall_time_s")
 _RESULT_INTS = ("params_total", "params_non_embedding", "flops_per_token", "tokens", "steps", "diverged_step")
-EVALS_FILE = "evals.json"  # written by cem_core.train.recursion_eval (`cemctl eval`)
+RUN_ID_LENGTH = 12  # cem_core.config.run_id: directories named by such an id must hold that config
 _EVAL_FLOATS = ("test_loss", "test_ppl")
 _EVAL_INTS = ("eval_steps", "test_tokens", "flops_per_token", "trained_attn_steps", "trained_mlp_steps")
 
@@ -105,31 +121,26 @@ class _Lines:
     restarted: bool  # the file was rewritten: re-read from the start
 
 
-def _read_new_lines(path: Path, offset: int, fingerprint: str) -> _Lines:
+def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> _Lines:
+    """The complete lines after `offset` (all of them when the bytes before it changed)."""
     try:
-        f = open(path, "rb")
+        head = max(0, offset - _FINGERPRINT_BYTES)
+        data = runfiles.read_run_file(run_dir, name, offset=head, max_bytes=runfiles.MAX_LOG_BYTES)
     except FileNotFoundError:
         return _Lines([], 0, 0, "", restarted=offset > 0)
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        start = offset
-        if offset > size:
-            start = 0
-        elif offset > 0:
-            f.seek(max(0, offset - _FINGERPRINT_BYTES))
-            if _fingerprint(f.read(min(offset, _FINGERPRINT_BYTES))) != fingerprint:
-                start = 0
-        f.seek(start)
-        data = f.read()
+    start = offset
+    if offset > 0 and (len(data) < offset - head or _fingerprint(data[: offset - head]) != fingerprint):
+        start = 0
+        data = runfiles.read_run_file(run_dir, name, max_bytes=runfiles.MAX_LOG_BYTES)
+    else:
+        data = data[offset - head:]
     complete = data[: data.rfind(b"\n") + 1]
     new_offset = start + len(complete)
-    tail = (data[: len(complete)] if start == 0 else None)
-    if tail is None:  # fingerprint of the bytes just before new_offset
-        with open(path, "rb") as f2:
-            f2.seek(max(0, new_offset - _FINGERPRINT_BYTES))
-            tail = f2.read(min(new_offset, _FINGERPRINT_BYTES))
-    else:
-        tail = tail[-_FINGERPRINT_BYTES:]
+    if start == 0:
+        tail = complete[-_FINGERPRINT_BYTES:]
+    else:  # the fingerprint is taken over the bytes just before new_offset
+        tail = (runfiles.read_run_file(run_dir, name, offset=max(0, new_offset - _FINGERPRINT_BYTES),
+                                       max_bytes=runfiles.MAX_LOG_BYTES)[: min(new_offset, _FINGERPRINT_BYTES)])
     items: list[dict[str, Any] | None] = []
     for raw in complete.split(b"\n")[:-1]:
         if not raw.strip():
@@ -212,32 +223,34 @@ class _Snapshot:
     events_offset: int
     events_fingerprint: str
     evals_mtime: float | None = None
+    config_mtime: float | None = None
 
     @classmethod
     def of(cls, run: Run) -> "_Snapshot":
         return cls(
             run.state, run.state_at, run.heartbeat_at, run.result_mtime,
             run.metrics_offset or 0, run.metrics_fingerprint or "", run.events_offset or 0, run.events_fingerprint or "",
-            run.evals_mtime,
+            run.evals_mtime, run.config_mtime,
         )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: float) -> bool:
     if snap is None:
         return True
     for name, offset in ((METRICS_FILE, snap.metrics_offset), (EVENTS_FILE, snap.events_offset)):
-        try:
-            size = (run_dir / name).stat().st_size
-        except FileNotFoundError:
-            size = 0
-        if size != offset:  # new bytes (maybe a partial line: cheap to look again) or rewritten
+        if _size(run_dir / name) != offset:  # new bytes (maybe a partial line: cheap to look again) or rewritten
             return True
-    if _mtime(run_dir / RESULT_FILE) != snap.result_mtime:
-        return True
-    if _mtime(run_dir / EVALS_FILE) != snap.evals_mtime:
-        return True
-    if _mtime(run_dir / HEARTBEAT_FILE) != snap.heartbeat_at:
-        return True
+    for name, seen in ((RESULT_FILE, snap.result_mtime), (EVALS_FILE, snap.evals_mtime),
+                       (HEARTBEAT_FILE, snap.heartbeat_at), (CONFIG_FILE, snap.config_mtime)):
+        if _mtime(run_dir / name) != seen:
+            return True
     if snap.state in ("running", "stale"):  # has it just crossed the heartbeat timeout, either way?
         alive = [t for t in (snap.heartbeat_at, _mtime(run_dir / EVENTS_FILE)) if t]
         last_alive = max(alive) if alive else (snap.state_at or now)
@@ -245,21 +258,35 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
     return False
 
 
-def _create_row(session: Session, run_dir: Path, now: float) -> Run | None:
+def _load_config(run_dir: Path) -> tuple[dict[str, Any], RunConfig]:
+    """config.json as saved and as a resolved RunConfig; ConfigError (naming the file) when it cannot be."""
+    path = run_dir / CONFIG_FILE
+    try:
+        d = json.loads(runfiles.read_run_file(run_dir, CONFIG_FILE))
+    except FileNotFoundError:
+        raise ConfigError(CONFIG_FILE, "missing", source=str(run_dir)) from None
+    except RunFileError as e:
+        raise ConfigError(CONFIG_FILE, str(e).split(": ", 1)[-1], source=str(path)) from None
+    except ValueError as e:
+        raise ConfigError(CONFIG_FILE, f"is not valid JSON ({e})", source=str(path)) from None
+    if not isinstance(d, dict):
+        raise ConfigError(CONFIG_FILE, f"must be a JSON object, got {type(d).__name__}", source=str(path))
+    try:
+        return d, resolve(RunConfig.from_dict(d))  # a saved config is resolved already; this validates it
+    except ConfigError as e:
+        raise e.with_source(str(path)) from None
+
+
+def _named_by_id(run_dir: Path) -> bool:
+    name = run_dir.name
+    return len(name) == RUN_ID_LENGTH and all(c in "0123456789abcdef" for c in name)
+
+
+def _create_row(session: Session, run_dir: Path, now: float) -> Run:
+    """A row for a run directory the database does not know (rebuilding it from the files)."""
     from cemctl.db.runs import new_run_row
 
-    cfg_path = run_dir / CONFIG_FILE
-    d = read_json(cfg_path)
-    if d is None:
-        raise ConfigError(CONFIG_FILE, "missing or not a JSON object", source=str(run_dir))
-    try:
-        cfg = RunConfig.from_dict(d)
-    except ConfigError as e:
-        raise e.with_source(str(cfg_path)) from None
-    try:
-        cfg = resolve(cfg)  # a saved config is resolved already; this validates it
-    except ConfigError as e:
-        raise e.with_source(str(cfg_path)) from None
+    d, cfg = _load_config(run_dir)
     run = new_run_row(run_dir.name, cfg, run_dir.resolve(), now)
     run.config_json = canonical_json(d)
     run.state_reason = "found by sync"
@@ -281,14 +308,17 @@ class _Outcome:
     state: str = ""
 
 
-def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeout_s: float, out: _Outcome) -> None:
-    """Apply the run dir's files to `run` inside the caller's write transaction."""
+# ---------------------------------------------------------------------------
+# One function per run file: rows into the database, evidence for the state
+
+
+def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: _Outcome) -> bool:
+    """New metrics.jsonl lines -> `metrics` rows and the run's progress columns; True if the file was rewritten."""
     rid = run.id
-    # --- metrics.jsonl
-    lines = _read_new_lines(run_dir / METRICS_FILE, run.metrics_offset or 0, run.metrics_fingerprint or "")
+    lines = _read_new_lines(run_dir, METRICS_FILE, run.metrics_offset or 0, run.metrics_fingerprint or "")
     if lines.restarted:
         session.execute(delete(Metric).where(Metric.run_id == rid))
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    rows: dict[tuple[str, int, str], dict[str, Any]] = {}
     for obj in lines.items:
         if obj is None or not isinstance(obj.get("kind"), str) or _num(obj.get("step"), int) is None:
             out.bad_lines += 1
@@ -312,13 +342,20 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
                 run.tokens_per_s = r["tokens_per_s"] if r["tokens_per_s"] is not None else run.tokens_per_s
         elif r["kind"] == "val" and r["val_loss"] is not None:
             run.last_val_loss = r["val_loss"]
+    if lines.restarted:
+        out.changed = True
+    return lines.restarted
 
-    # --- events.jsonl
-    ev_lines = _read_new_lines(run_dir / EVENTS_FILE, run.events_offset or 0, run.events_fingerprint or "")
+
+def _ingest_events(session: Session, run: Run, run_dir: Path, out: _Outcome) -> RunEvent | None:
+    """New events.jsonl lines -> `run_events` rows (attempts, executor, job id); returns the last file event."""
+    rid = run.id
+    ev_lines = _read_new_lines(run_dir, EVENTS_FILE, run.events_offset or 0, run.events_fingerprint or "")
     first_line = run.events_lines or 0
     if ev_lines.restarted:
         session.execute(delete(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "file"))
         first_line = 0
+        out.changed = True
     ev_rows = []
     for i, obj in enumerate(ev_lines.items):
         if obj is None or obj.get("state") not in RUN_STATES or _num(obj.get("time"), float) is None:
@@ -353,93 +390,67 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
     out.event_rows += len(ev_rows)
     run.events_offset, run.events_fingerprint = ev_lines.new_offset, ev_lines.fingerprint
     run.events_lines = first_line + len(ev_lines.items)
-    last_event = session.scalars(
-        select(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "file")
-        .order_by(RunEvent.line.desc()).limit(1)
+    return session.scalars(
+        select(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "file").order_by(RunEvent.line.desc()).limit(1)
     ).first()
-    events_mtime = _mtime(run_dir / EVENTS_FILE)
 
-    # --- heartbeat.json
+
+def _ingest_heartbeat(run: Run, run_dir: Path, metrics_rewritten: bool) -> float | None:
+    """heartbeat.json -> progress, host, pid, attempts; returns its mtime (None when missing or unreadable)."""
     hb_mtime = _mtime(run_dir / HEARTBEAT_FILE)
-    hb = read_json(run_dir / HEARTBEAT_FILE) if hb_mtime is not None else None
-    if hb is not None:
-        run.heartbeat_at = hb_mtime
-        for col, key in (("last_step", "step"), ("total_steps", "total_steps"), ("tokens", "tokens")):
-            value = _num(hb.get(key), int)
-            if value is not None and not (col == "last_step" and (run.last_step or 0) > value and not lines.restarted):
-                setattr(run, col, value)
-        if hb.get("host"):
-            run.host = str(hb["host"])[:255]
-        run.pid = _num(hb.get("pid"), int) or run.pid
-        attempt = _num(hb.get("attempt"), int)
-        if attempt is not None:
-            run.attempts = max(run.attempts or 0, attempt)
-        if run.started_at is None:
-            run.started_at = _num(hb.get("time"), float) or hb_mtime
-    else:
+    hb = runfiles.run_json(run_dir, HEARTBEAT_FILE) if hb_mtime is not None else None
+    if hb is None:
         run.heartbeat_at = hb_mtime  # None, or an unreadable file being replaced
+        return None
+    run.heartbeat_at = hb_mtime
+    for col, key in (("last_step", "step"), ("total_steps", "total_steps"), ("tokens", "tokens")):
+        value = _num(hb.get(key), int)
+        if value is not None and not (col == "last_step" and (run.last_step or 0) > value and not metrics_rewritten):
+            setattr(run, col, value)
+    if hb.get("host"):
+        run.host = str(hb["host"])[:255]
+    run.pid = _num(hb.get("pid"), int) or run.pid
+    attempt = _num(hb.get("attempt"), int)
+    if attempt is not None:
+        run.attempts = max(run.attempts or 0, attempt)
+    if run.started_at is None:
+        run.started_at = _num(hb.get("time"), float) or hb_mtime
+    return hb_mtime
 
-    # --- result.json
+
+def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> tuple[dict | None, float | None, str]:
+    """result.json -> the `results` row; returns (result or None, its mtime, damage reason or "")."""
     res_mtime = _mtime(run_dir / RESULT_FILE)
-    res = read_json(run_dir / RESULT_FILE) if res_mtime is not None else None
-    if res is not None and res.get("state") in ("done", "diverged", "failed"):
-        if res_mtime != run.result_mtime:
-            values: dict[str, Any] = {"run_id": rid, "state": res["state"], "recorded_at": now,
-                                      "result_json": json.dumps(res, sort_keys=True, default=str),
-                                      "error": (str(res["error"])[:4000] if res.get("error") else None)}
-            for key in _RESULT_FLOATS:
-                values[key] = _num(res.get(key), float)
-            for key in _RESULT_INTS:
-                values[key] = _num(res.get(key), int)
-            _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
-            out.result = True
-            run.result_mtime = res_mtime
-            run.finished_at = res_mtime
-            run.error = values["error"]
-            for key in ("params_total", "params_non_embedding", "flops_per_token", "tokens"):
-                if values[key] is not None:
-                    setattr(run, key, values[key])
-            if values["steps"] is not None:
-                run.last_step = values["steps"]
-    else:
-        res = None
-
-    # --- evals.json (`cemctl eval`)
-    _ingest_evals(session, run, run_dir, now, out)
-
-    # --- the state, newest evidence first
-    candidates: list[tuple[float, int, str, str]] = []
-    if res is not None and res_mtime is not None:
-        candidates.append((res_mtime, 2, res["state"], str(res.get("error") or f"result.json: {res['state']}")))
-    if last_event is not None:
-        candidates.append((events_mtime or last_event.time, 1, last_event.state, last_event.reason or ""))
-    # A result.json ends an attempt (a retry deletes it first), so a heartbeat written after it
-    # (the trainer's last beat) does not make the run "running" again.
-    if hb is not None and hb_mtime is not None and res is None and not (last_event is not None and last_event.state == "cancelled"):
-        candidates.append((hb_mtime, 0, "running", "heartbeat"))
-    state, reason = run.state, run.state_reason or ""
-    if res is not None and res["state"] == "done":
-        state, reason = "done", "result.json: done"
-    elif candidates:
-        _, _, state, reason = max(candidates)
-    if state == "running":
-        alive = [t for t in (hb_mtime, events_mtime if last_event is not None and last_event.state == "running" else None) if t]
-        last_alive = max(alive) if alive else (run.state_at or now)
-        age = now - last_alive
-        if age > timeout_s:
-            state, reason = "stale", f"no heartbeat for {int(age)} s"
-    if state != run.state:
-        if last_event is None or last_event.state != state:  # else events.jsonl records it already
-            session.add(RunEvent(run_id=rid, time=now, state=state, reason=reason, attempt=run.attempts, source="derived"))
-            out.event_rows += 1
-        run.state, run.state_reason, run.state_at = state, reason, now
-        out.changed = True
-    if run.run_dir is None:
-        run.run_dir = str(run_dir.resolve())
-    if out.metric_rows or out.event_rows or out.result or out.eval_rows or lines.restarted or ev_lines.restarted:
-        out.changed = True
-    run.updated_at = now
-    out.state = run.state
+    if res_mtime is None:
+        return None, None, ""
+    try:
+        res: Any = json.loads(runfiles.read_run_file(run_dir, RESULT_FILE))
+    except RunFileError as e:
+        return None, res_mtime, f"result.json: {str(e).split(': ', 1)[-1]}"
+    except (OSError, ValueError):  # being replaced, or garbled: judged again next time
+        return None, res_mtime, "result.json: not valid JSON" if res_mtime < now - 60 else ""
+    if not isinstance(res, dict) or res.get("state") not in RESULT_STATES:
+        what = f"a JSON {type(res).__name__}" if not isinstance(res, dict) else f"state {res.get('state')!r}"
+        return None, res_mtime, f"result.json: not a result ({what}; allowed states: {', '.join(RESULT_STATES)})"
+    if res_mtime != run.result_mtime:
+        values: dict[str, Any] = {"run_id": run.id, "state": res["state"], "recorded_at": now,
+                                  "result_json": json.dumps(res, sort_keys=True, default=str),
+                                  "error": (str(res["error"])[:4000] if res.get("error") else None)}
+        for key in _RESULT_FLOATS:
+            values[key] = _num(res.get(key), float)
+        for key in _RESULT_INTS:
+            values[key] = _num(res.get(key), int)
+        _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
+        out.result = True
+        run.result_mtime = res_mtime
+        run.finished_at = res_mtime
+        run.error = values["error"]
+        for key in ("params_total", "params_non_embedding", "flops_per_token", "tokens"):
+            if values[key] is not None:
+                setattr(run, key, values[key])
+        if values["steps"] is not None:
+            run.last_step = values["steps"]
+    return res, res_mtime, ""
 
 
 def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
@@ -447,7 +458,7 @@ def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _O
     mtime = _mtime(run_dir / EVALS_FILE)
     if mtime == run.evals_mtime:
         return
-    data = read_json(run_dir / EVALS_FILE) if mtime is not None else {"evals": []}
+    data = runfiles.run_json(run_dir, EVALS_FILE) if mtime is not None else {"evals": []}
     if data is None:  # unreadable (being replaced): try again next time
         return
     items = data.get("evals") if isinstance(data.get("evals"), list) else []
@@ -476,8 +487,105 @@ def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _O
     run.evals_mtime = mtime
 
 
+def _config_damage(run: Run, run_dir: Path) -> str:
+    """Why config.json cannot be trusted for this run ("" when it can): unreadable, or not this run's config."""
+    mtime = _mtime(run_dir / CONFIG_FILE)
+    if mtime is None:  # the planner writes it again from the recorded config (`cemctl plan` / `launch`)
+        return "" if run.config_json else f"config.json is missing from {run_dir}"
+    if mtime == run.config_mtime and run.state != "damaged":
+        return ""
+    try:
+        d, cfg = _load_config(run_dir)
+    except ConfigError as e:
+        return str(e)
+    if _named_by_id(run_dir) and run_id(cfg) != run_dir.name:
+        return (f"config.json hashes to run id {run_id(cfg)}, not {run_dir.name} (edited, or a run directory "
+                "copied under another name); `cemctl launch --redo-damaged` restores the recorded config")
+    recorded = json.loads(run.config_json or "{}")
+    if recorded and canonical_json(recorded) != canonical_json(d):
+        return "config.json differs from the config recorded in the database"
+    run.config_mtime = mtime
+    return ""
+
+
+def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, result_damage: str) -> str:
+    """Cross-checks of the run directory and the database; "" when they agree."""
+    if result_damage:
+        return result_damage
+    config = _config_damage(run, run_dir)
+    if config:
+        return config
+    if result is None:
+        recorded = session.get(Result, run.id)
+        if recorded is not None and recorded.state in ("done", "diverged"):
+            return (f"result.json is gone; the database recorded {recorded.state} (test loss "
+                    f"{recorded.test_loss if recorded.test_loss is not None else 'n/a'}); "
+                    "`cemctl launch --redo-damaged` trains it again")
+    return ""
+
+
+def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeout_s: float, out: _Outcome) -> None:
+    """Apply the run dir's files to `run` inside the caller's write transaction."""
+    metrics_rewritten = _ingest_metrics(session, run, run_dir, out)
+    last_event = _ingest_events(session, run, run_dir, out)
+    hb_mtime = _ingest_heartbeat(run, run_dir, metrics_rewritten)
+    result, res_mtime, result_damage = _ingest_result(session, run, run_dir, now, out)
+    _ingest_evals(session, run, run_dir, now, out)
+    evidence = Evidence(
+        db_state=run.state if run.state != "damaged" else "planned", db_reason=run.state_reason or "",
+        db_state_at=run.state_at,
+        result_state=result["state"] if result else None, result_error=str((result or {}).get("error") or ""),
+        result_time=res_mtime if result else None,
+        event_state=last_event.state if last_event is not None else None,
+        event_reason=last_event.reason or "" if last_event is not None else "",
+        event_time=(_mtime(run_dir / EVENTS_FILE) or last_event.time) if last_event is not None else None,
+        heartbeat_time=hb_mtime,
+        damage=_damage(session, run, run_dir, result, result_damage),
+    )
+    _apply_state(session, run, derive_state(evidence, now, timeout_s), last_event, now, out)
+    if run.run_dir is None:
+        run.run_dir = str(run_dir.resolve())
+    if out.metric_rows or out.event_rows or out.result or out.eval_rows:
+        out.changed = True
+    run.updated_at = now
+    out.state = run.state
+
+
+def _apply_state(session: Session, run: Run, derived: tuple[str, str], last_event: RunEvent | None, now: float,
+                 out: _Outcome) -> None:
+    state, reason = derived
+    if state == run.state and (state != "damaged" or reason == run.state_reason):
+        return
+    if last_event is None or last_event.state != state:  # else events.jsonl records it already
+        session.add(RunEvent(run_id=run.id, time=now, state=state, reason=reason[:2000], attempt=run.attempts,
+                             source="derived"))
+        out.event_rows += 1
+    run.state, run.state_reason, run.state_at = state, reason, now
+    out.changed = True
+
+
+def _gone(engine: Engine, run_id_: str, run_dir: Path, now: float) -> _Outcome:
+    """A known run whose directory is gone: damaged if it had a result or a job, else left as planned."""
+    out = _Outcome()
+
+    def write() -> _Outcome:
+        with write_session(engine) as s:
+            run = s.get(Run, run_id_)
+            if run is None:
+                return out
+            had = s.get(Result, run_id_) is not None or run.state not in ("planned", "damaged")
+            if had or run.state == "damaged":
+                _apply_state(s, run, ("damaged", f"run directory {run_dir} is gone"), None, now, out)
+            out.state = run.state
+        return out
+
+    return retry_locked(write)
+
+
 def _ingest_one(engine: Engine, run_dir: Path, snap: _Snapshot | None, known: bool, now: float, timeout_s: float) -> _Outcome:
     out = _Outcome()
+    if known and not os.path.isdir(run_dir):
+        return _gone(engine, run_dir.name, run_dir, now)
     if known and not _needs_update(snap, run_dir, now, timeout_s):
         out.state = snap.state if snap else ""
         return out
@@ -489,7 +597,6 @@ def _ingest_one(engine: Engine, run_dir: Path, snap: _Snapshot | None, known: bo
             if run is None:
                 run = _create_row(s, run_dir, now)
                 o.created = True
-            assert run is not None
             _ingest_locked(s, run, run_dir, now, timeout_s, o)
         return o
 
@@ -501,7 +608,8 @@ def ingest_run(
 ) -> str:
     """Ingest one run directory (named by its run id); returns the run's state.
 
-    Raises ConfigError if the database does not know the run and its config.json is missing or bad.
+    Raises ConfigError if the database does not know the run and its config.json is missing or bad,
+    RunFileError if a file may not be read (a symlink out of the run, a FIFO).
     """
     run_dir = Path(run_dir)
     now = time.time() if now is None else now
@@ -509,6 +617,40 @@ def ingest_run(
         run = s.get(Run, run_dir.name)
         snap = _Snapshot.of(run) if run is not None else None
     return _ingest_one(engine, run_dir, snap, run is not None, now, heartbeat_timeout_s).state
+
+
+def _run_dirs(root: Path, wanted: set[str] | None, known: set[str], stats: "IngestStats") -> dict[str, Path]:
+    """The run directories under `root` (plain folders inside it); anything else is reported, not followed."""
+    dirs: dict[str, Path] = {}
+    if not root.is_dir():
+        return dirs
+    real_root = os.path.realpath(root)
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as e:
+        stats.errors.append(f"{root}: cannot list: {e.strerror or e}")
+        return dirs
+    for entry in entries:
+        if entry.name.startswith(".") or (wanted is not None and entry.name not in wanted):
+            continue
+        path = Path(entry.path)
+        try:
+            if entry.is_symlink():
+                target = os.path.realpath(entry.path)
+                if os.path.dirname(target) != real_root and not target.startswith(real_root + os.sep):
+                    stats.errors.append(f"{path}: refused: a symlink out of the runs folder (to {target})")
+                    continue
+                if not os.path.isdir(target):
+                    stats.errors.append(f"{path}: skipped: a symlink that leads to no folder (a loop, or missing)")
+                    continue
+            elif not entry.is_dir(follow_symlinks=False):
+                continue
+        except OSError as e:
+            stats.errors.append(f"{path}: skipped: {e.strerror or e}")
+            continue
+        if entry.name in known or os.path.lexists(os.path.join(entry.path, CONFIG_FILE)):
+            dirs[entry.name] = path
+    return dirs
 
 
 def sync_runs(
@@ -532,23 +674,21 @@ def sync_runs(
         if wanted is not None:
             q = q.where(Run.id.in_(wanted))
         snaps = {r.id: (_Snapshot.of(r), r.run_dir) for r in s.scalars(q)}
-    dirs: dict[str, Path] = {}
-    if root.is_dir():
-        for entry in sorted(os.scandir(root), key=lambda e: e.name):
-            if entry.is_dir() and not entry.name.startswith(".") and (wanted is None or entry.name in wanted):
-                if entry.name in snaps or os.path.exists(os.path.join(entry.path, CONFIG_FILE)):
-                    dirs[entry.name] = Path(entry.path)
-    for rid, (_, recorded) in snaps.items():
-        if rid not in dirs and recorded and os.path.isdir(recorded):
-            dirs[rid] = Path(recorded)
     stats = IngestStats()
+    dirs = _run_dirs(root, wanted, set(snaps), stats)
+    for rid, (snap, recorded) in snaps.items():
+        if rid in dirs:
+            continue
+        path = Path(recorded) if recorded else root / rid
+        if os.path.isdir(path) or snap.result_mtime is not None or snap.state not in ("planned", "damaged"):
+            dirs[rid] = path  # a known run whose folder is gone is judged by _gone; a planned one waits for its plan
     for rid, run_dir in dirs.items():
         stats.runs_seen += 1
         snap = snaps.get(rid, (None, None))[0]
         try:
             out = _ingest_one(engine, run_dir, snap, rid in snaps, now, heartbeat_timeout_s)
-        except (ConfigError, OSError, ValueError, ArithmeticError) as e:  # one bad run dir never stops a sync
-            stats.errors.append(" ".join(f"{run_dir}: {e}".split()) if not isinstance(e, ConfigError) else str(e))
+        except (CemError, OSError, ValueError, ArithmeticError) as e:  # one bad run dir never stops a sync
+            stats.errors.append(" ".join(f"{run_dir}: {e}".split()) if not isinstance(e, CemError) else str(e))
             continue
         stats.runs_created += out.created
         stats.runs_changed += out.changed and not out.created
@@ -557,5 +697,6 @@ def sync_runs(
         stats.results += out.result
         stats.eval_rows += out.eval_rows
         stats.bad_lines += out.bad_lines
-        stats.states[out.state] += 1
+        if out.state:
+            stats.states[out.state] += 1
     return stats

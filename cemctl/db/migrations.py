@@ -22,6 +22,7 @@ Versions:
      links per plan key, so re-planning at another scale no longer hides results;
      marks_json ([[mark]] labels) and planned_at. Old links take their experiment's
      recorded scale and overrides (the table is rebuilt: a new primary key).
+  6  runs.config_mtime (config.json last checked against the run id; the `damaged` state).
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -38,7 +39,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 5
+CURRENT_VERSION = 6
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -147,7 +148,12 @@ def _to_v5(conn: Connection) -> None:
     conn.execute(text("CREATE INDEX IF NOT EXISTS ix_experiment_runs_run_id ON experiment_runs (run_id)"))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5}
+def _to_v6(conn: Connection) -> None:
+    """runs.config_mtime: when config.json was last checked against the run id."""
+    _add_columns(conn, "runs", [("config_mtime", "FLOAT")])
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5, 6: _to_v6}
 
 
 def schema_version(conn: Connection) -> int:
@@ -163,6 +169,22 @@ def schema_version(conn: Connection) -> int:
 def _stamp(conn: Connection, version: int) -> None:
     SchemaVersion.__table__.create(conn, checkfirst=True)
     conn.execute(SchemaVersion.__table__.insert().values(version=version, applied_at=time.time()))
+
+
+def check_current(engine: Engine) -> int:
+    """For a database opened read-only: its version must be this cemctl's (nothing can be migrated)."""
+    from cemctl.db.engine import DatabaseError
+
+    with engine.connect() as conn:
+        found = schema_version(conn)
+        conn.rollback()
+    if found == 0:
+        raise DatabaseError("--db: the database is empty and cannot be written (read-only)")
+    if found != CURRENT_VERSION:
+        raise DatabaseError(f"--db: the results database has schema version {found}, this cemctl reads "
+                            f"{CURRENT_VERSION}, and it is read-only here; open it once with write access to "
+                            "upgrade it" if found < CURRENT_VERSION else "; upgrade cemctl")
+    return found
 
 
 def migrate(engine: Engine) -> int:

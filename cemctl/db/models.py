@@ -32,11 +32,9 @@ from typing import Optional
 from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# Run states, in lifecycle order (docs/design.md).
-RUN_STATES = ("planned", "queued", "running", "done", "diverged", "failed", "stale", "cancelled")
-TERMINAL_STATES = ("done", "diverged", "failed", "cancelled")
-RESULT_STATES = ("done", "diverged", "failed")  # what result.json may say
-ACTIVE_STATES = ("queued", "running")
+# Run states and their sets: the run-directory contract (cem_core.runfiles), re-exported here.
+from cem_core.runfiles import ACTIVE_STATES, RESULT_STATES, RUN_STATES, TERMINAL_STATES  # noqa: F401
+
 
 
 class Base(DeclarativeBase):
@@ -114,6 +112,7 @@ class Run(Base):
     events_fingerprint: Mapped[str] = mapped_column(String(64), default="")
     events_lines: Mapped[int] = mapped_column(Integer, default=0)
     result_mtime: Mapped[Optional[float]] = mapped_column(Float)  # result.json last ingested
+    config_mtime: Mapped[Optional[float]] = mapped_column(Float)  # config.json last checked against the run id
     evals_mtime: Mapped[Optional[float]] = mapped_column(Float)  # evals.json last ingested
     __table_args__ = (Index("ix_runs_state", "state"),)
 

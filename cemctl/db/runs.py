@@ -54,19 +54,9 @@ def run_config(run: Run) -> RunConfig:
     return RunConfig.from_dict(json.loads(run.config_json))
 
 
-def _summary_counts(cfg: RunConfig) -> dict[str, int]:
-    from cemctl.grid.estimate import flops_per_token, run_cost
-
-    cost = run_cost(cfg)
-    return {
-        "params_total": cost.params_total,
-        "params_non_embedding": cost.params_non_embedding,
-        "flops_per_token": flops_per_token(cfg),
-    }
-
-
 def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | None, now: float) -> Run:
     from cem_core.config import total_steps
+    from cem_core.counts import run_counts
 
     return Run(
         id=run_id,
@@ -84,7 +74,7 @@ def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | None, now: float) -
         events_offset=0,
         events_fingerprint="",
         events_lines=0,
-        **_summary_counts(cfg),
+        **run_counts(cfg),
     )
 
 
@@ -319,7 +309,7 @@ def set_state(
     row. Raises CemError for an unknown run or state.
     """
     from cemctl.db.ingest import ingest_run
-    from cemctl.db.rundir import append_event
+    from cem_core.runfiles import append_event
 
     if state not in RUN_STATES:
         raise CemError(f"state: unknown state {state!r} (allowed: {', '.join(RUN_STATES)})")

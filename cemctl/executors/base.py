@@ -1,18 +1,26 @@
-"""What every executor shares (`cemctl launch`, `cemctl cancel`): the job spec and the trainer command.
+"""What every executor shares (`cemctl launch`, `cemctl cancel`, `cemctl status`): the job spec,
+the trainer command, the executor interface and how a finished job process is judged.
 
 An executor runs `Job`s: one job = one run directory = one training process
 (or one `torchrun` group for multi-GPU runs). The launcher builds the jobs
 (`trainer_argv` + `code_env`, so the job runs the code snapshot taken at launch
 time); executor tests may give any small command instead of the trainer.
+Whether recorded jobs are still alive is each executor's own question
+(`Executor.alive`, asked for a batch of runs at once: SLURM reads squeue once).
 """
 
 from __future__ import annotations
 
 import abc
+import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
+
+from cem_core import runfiles
+from cem_core.runfiles import JobRecord
 
 
 @dataclass
@@ -74,10 +82,65 @@ class Executor(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def is_active(cls, run_dir: Path, job: dict[str, Any]) -> bool:
-        """Whether the job recorded in `job.json` is still queued or running."""
+    def alive(cls, jobs: list[tuple[Path, JobRecord]]) -> list[bool | None]:
+        """For each (run_dir, job.json record): is the job still queued or running?
+
+        None means "cannot tell now" (e.g. squeue failed): callers must not start
+        the run a second time on that answer, nor declare it lost.
+        """
 
     @classmethod
     @abc.abstractmethod
-    def cancel(cls, run_dir: Path, job: dict[str, Any]) -> str:
+    def cancel(cls, run_dir: Path, job: JobRecord) -> str:
         """Stop the recorded job; returns a one-line description of what was done."""
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) is not alive.
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def heartbeat_fresh(run_dir: Path) -> bool:
+    """The trainer wrote its heartbeat within the heartbeat timeout."""
+    age = runfiles.heartbeat_age_s(run_dir)
+    return age is not None and age < runfiles.heartbeat_timeout_s()
+
+
+def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
+    """(state, reason, has_result) of a finished job process, from result.json and its exit code.
+
+    A job killed by a signal without result.json is resumable: its reason says so.
+    """
+    result = runfiles.read_result(run_dir)
+    if runfiles.cancel_requested(run_dir):
+        return "cancelled", "cancelled by user", bool(result)
+    if result:
+        state = str(result["state"])
+        return state, (str(result.get("error") or "") if state != "done" else ""), True
+    if returncode == 0:
+        return "failed", "exited 0 without writing result.json", False
+    if returncode == 2:
+        return "failed", "exit code 2: the run's configuration was refused (see its logs)", False
+    if returncode == 3:
+        return "diverged", "exit code 3 (diverged) without result.json", False
+    rc = returncode if returncode is not None else -1
+    if rc < 0:
+        try:
+            what = f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            what = f"killed by signal {-rc}"
+    else:
+        what = f"exit code {rc}"
+    return "failed", f"{what} before finishing; resumable from its last checkpoint", False

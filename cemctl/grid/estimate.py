@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cem_core.config import RunConfig, tokens_per_step, total_steps
-from cem_core.counts import param_counts, train_flops_per_token
+from cem_core.counts import param_counts, run_counts, train_flops_per_token
 
 DEFAULT_GPU_TFLOPS = 312.0
 DEFAULT_MFU = 0.4
@@ -22,13 +22,7 @@ DEFAULT_MFU = 0.4
 
 def flops_per_token(cfg: RunConfig) -> int:
     """Forward FLOPs per token (per example for task "gp")."""
-    if cfg.task == "gp":
-        from cem_core.gp.counts import gp_flops_per_example
-
-        return gp_flops_per_example(cfg.model, cfg.gp)
-    from cem_core.counts import flops_per_token as lm_flops_per_token
-
-    return lm_flops_per_token(cfg.model)
+    return run_counts(cfg)["flops_per_token"]
 
 
 @dataclass(frozen=True)

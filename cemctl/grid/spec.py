@@ -34,7 +34,7 @@ from typing import Any
 from cem_core.config import field_names, flatten
 from cem_core.errors import ConfigError
 from cem_core.names import check_experiment_name
-from cemctl.grid.kinds import DEFAULT_SCALE, REPORT_KINDS, SCALES
+from cemctl.grid.kinds import DEFAULT_SCALE, FIGURE_KINDS, SCALES
 
 TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "seeds", "scale", "slurm")
 EXPERIMENT_KEYS = ("name", "description", "figure")
@@ -194,19 +194,49 @@ def _marks(value: Any, path: str) -> list[MarkSpec]:
     return out
 
 
+MAX_GRID_BYTES = 4 << 20  # a grid file is hand-written TOML; anything larger is refused unread
+
+
 def parse_toml(path: str | Path) -> tuple[dict[str, Any], str]:
-    """The TOML document and its text; syntax errors become one-line ConfigErrors with the line."""
-    p = Path(path)
+    """The TOML document and its text; syntax errors become one-line ConfigErrors with the line.
+
+    Only a regular file under `MAX_GRID_BYTES` is read, opened without blocking (a FIFO,
+    a device or a link to one is refused, never waited on); an empty file is an error.
+    """
+    from cem_core.runfiles import RunFileError, read_bytes
+
     try:
-        text = p.read_text()
+        raw = read_bytes(path, max_bytes=MAX_GRID_BYTES)
     except FileNotFoundError:
         raise ConfigError("file", "no such grid file", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("file", f"cannot read: {e}", source=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("file", "is a directory, not a grid file", source=str(path)) from None
+    except RunFileError as e:
+        raise ConfigError("file", str(e).split(": ", 1)[-1] + " (a grid file must be a regular TOML file)",
+                          source=str(path)) from None
+    except OSError as e:
+        raise ConfigError("file", f"cannot read: {e.strerror or e}", source=str(path)) from None
     try:
-        return tomllib.loads(text), text
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError("file", f"is not UTF-8 text ({e.reason} at byte {e.start})", source=str(path)) from None
+    try:
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("toml", f"syntax error: {e}", source=str(path)) from None
+    except RecursionError:
+        raise ConfigError("toml", "nested too deeply", source=str(path)) from None
+    if not doc:
+        raise ConfigError("file", "is empty (a grid file needs at least an [experiment] or [base] table)",
+                          source=str(path))
+    return doc, text
+
+
+def experiment_name(path: str | Path) -> str:
+    """The experiment a grid file names (`[experiment] name`, else its file stem), checked."""
+    doc, _ = parse_toml(path)
+    exp = _check_table(doc.get("experiment", {}), "experiment", str(path))
+    return check_experiment_name(exp.get("name", Path(path).stem), str(path))
 
 
 def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
@@ -221,16 +251,16 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
     if not isinstance(description, str):
         raise _err("experiment.description", "must be a string", spath)
     figure = exp.get("figure", "curves")
-    if figure not in REPORT_KINDS:
-        raise _err("experiment.figure", f"unknown report kind {figure!r}", spath, allowed=list(REPORT_KINDS))
+    if figure not in FIGURE_KINDS:
+        raise _err("experiment.figure", f"unknown report kind {figure!r}", spath, allowed=FIGURE_KINDS.names())
 
     scales = _check_table(doc.get("scale", {}), "scale", spath)
     for sname, sval in scales.items():
         if sname not in SCALES:
-            raise _err(f"scale.{sname}", "unknown scale", spath, allowed=SCALES)
+            raise _err(f"scale.{sname}", "unknown scale", spath, allowed=SCALES.names())
         _check_keys(_check_table(sval, f"scale.{sname}", spath), SCALE_KEYS, f"scale.{sname}", spath)
     if scale not in SCALES or (scales and scale not in scales):
-        raise _err("--scale", f"unknown scale {scale!r} for this grid", spath, allowed=list(scales) or SCALES)
+        raise _err("--scale", f"unknown scale {scale!r} for this grid", spath, allowed=list(scales) or SCALES.names())
     preset = scales.get(scale, {})
 
     base = _config_table(doc.get("base", {}), spath, "base")

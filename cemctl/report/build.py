@@ -258,7 +258,7 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
     if info.grid_sha256:
         grid += f" (sha256 {info.grid_sha256[:12]})"
     header = [
-        ("figure kind", f"{info.figure}: {FIGURE_KINDS[info.figure]}"),
+        ("figure kind", f"{info.figure}: {FIGURE_KINDS.describe(info.figure)}"),
         ("grid file", grid),
         ("git commit", git_commit()),
         ("generated", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),
@@ -335,7 +335,7 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
                           other_scales=[f"{x.scale} ({x.done}/{x.runs} done; --scale {x.scale})" for x in others])
     if info.figure not in FIGURE_KINDS:
         raise ConfigError("experiment.figure", f"unknown figure kind {info.figure!r} in experiment {exp.name!r}",
-                          value=info.figure, allowed=list(FIGURE_KINDS), source=exp.grid_path or None)
+                          value=info.figure, allowed=FIGURE_KINDS.names(), source=exp.grid_path or None)
     if out_dir is None:
         from cem_core.names import check_experiment_name
 

@@ -200,7 +200,7 @@ def garbage_checkpoint(run_dir: Path) -> int:
 
 def check_reportable_and_resumable(engine, run_dir: Path) -> str:
     from cemctl.db import get_run, ingest_run
-    from cemctl.launch.select import select_runs
+    from cemctl.services.launch.select import select_runs
 
     state = ingest_run(engine, run_dir, heartbeat_timeout_s=5.0, now=time.time() + 60)
     assert state != "running", "a killed run must not look running once its heartbeat is old"

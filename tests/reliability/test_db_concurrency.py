@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cemctl.grid import plan_experiment
+from cemctl.services.plan import plan_experiment
 
 GRID = """[experiment]
 name = "concurrency"
@@ -36,7 +36,8 @@ name = "concurrency"
 def _worker(url: str, run_id: str, run_dir: str, points: int, batch: int, go, errors) -> None:
     try:
         from cemctl.db import ingest_run, open_db, set_state
-        from cemctl.db.rundir import append_event, atomic_write_json
+        from cem_core.runfiles import append_event
+        from tests.helpers import write_json as atomic_write_json
 
         engine = open_db(url)  # a forked child opens its own engine
         go.wait()

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from cem_core.errors import CemError, ConfigError
 from cemctl.cli import app
 from cemctl.db import list_runs, open_db, record_plan
-from cemctl.grid import load_grid, plan_experiment
+from cemctl.grid import load_grid
+from cemctl.services.plan import plan_experiment
 
 from .helpers import assert_clean_error
 
@@ -62,7 +63,7 @@ def test_hostile_experiment_names_are_refused_by_grid_and_database(tmp_path: Pat
 
 
 def test_run_dirs_and_snapshot_dirs_stay_inside_runs_root(tmp_path: Path):
-    from cemctl.launch.snapshot import take_snapshot
+    from cemctl.services.launch.snapshot import take_snapshot
 
     runs = tmp_path / "runs"
     report = plan_experiment(safe_grid(tmp_path), db_url=f"sqlite:///{tmp_path / 'results.db'}", runs_root=runs)

@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 
 from cemctl.cli import app
 from cemctl.db import get_run, ingest_run, open_db, run_events, set_state
-from cemctl.db.rundir import append_event, atomic_write_json
-from cemctl.grid import plan_experiment
+from cem_core.runfiles import append_event
+from tests.helpers import write_json as atomic_write_json
+from cemctl.services.plan import plan_experiment
 
 from .helpers import env
 
@@ -37,7 +38,8 @@ name = "states"
 
 WORKER = r"""
 import os, sys, time, json
-from cemctl.db.rundir import append_event, atomic_write_json
+from cem_core.runfiles import append_event
+from tests.helpers import write_json as atomic_write_json
 run_dir = sys.argv[1]
 append_event(run_dir, "running", "attempt 1", attempt=1)
 step = 0

@@ -1,8 +1,8 @@
-"""Registry of figure kinds for `cemctl report` (the `figure` key of an experiment file).
+"""Figure kinds for `cemctl report` (the `figure` key of an experiment file).
 
 Each kind is a module `cemctl.report.figures.<kind>` with
-`render(runs: DataFrame, curves: DataFrame | None) -> ReportParts`. Modules are
-imported on demand so looking a kind up stays cheap.
+`render(runs: DataFrame, curves: DataFrame | None) -> ReportParts`, registered
+lazily in `cemctl.grid.kinds.FIGURE_KINDS` (imported on demand).
 
 `EXTRA_FIGURES` are drawn for ANY experiment whose runs have their data, in
 addition to its figure kind: each is a module `cemctl.report.figures.<name>`
@@ -15,33 +15,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Callable
 
-from cem_core.errors import ConfigError
+from cemctl.grid.kinds import FIGURE_KINDS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from cemctl.report.parts import ReportParts
 
-FIGURE_KINDS: dict[str, str] = {
-    "components": "Fig. 2a/2b: test perplexity against parameters, CEM linked to its Llama baseline",
-    "recursion": "Fig. 2c/2d: test perplexity against recursion steps T per preconditioner",
-    "lr_sweep": "Fig. 3a: learning-rate sweep with Akima-interpolated optima",
-    "kq_diagonal": "Fig. 3b: KQ diagonal none / shared / per-head",
-    "reuse_vs_recursion": "Fig. 3c/4: T=1 -> T=2 gain of plain reuse vs CEM recursion",
-    "gp_table": "GP study: test RMSE mean +- s.d. per kernel and T",
-    "curves": "demo: training loss against tokens, test perplexity per variant",
-    "ablation": "one factor at a time: test loss per arm at T=1 and T=2, T=2 - T=1 paired by seed",
-}
-
 RenderFn = Callable[["pd.DataFrame", "pd.DataFrame | None"], "ReportParts"]
 
 
 def get_figure_kind(name: str, *, key: str = "experiment.figure") -> RenderFn:
     """The `render` function of figure kind `name`; unknown names raise ConfigError listing the known ones."""
-    if name not in FIGURE_KINDS:
-        raise ConfigError(key, f"unknown figure kind {name!r}", value=name, allowed=list(FIGURE_KINDS))
-    module = importlib.import_module(f"cemctl.report.figures.{name}")
-    return module.render
+    return FIGURE_KINDS.get(name, key=key)
 
 
 EXTRA_FIGURES: dict[str, str] = {

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cem_core import runfiles
 from cem_core.errors import CemError, ConfigError
 from cemctl.executors import get_executor
 from cemctl.executors.base import Job, Submitted, code_env
-from cemctl.launch.select import Selection, select_runs
+from cemctl.services.launch.select import Selection, select_runs
 
 
 @dataclass
@@ -36,6 +37,7 @@ class LaunchRequest:
     scale: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value
     retry_failed: bool = False
+    redo_damaged: bool = False  # repair damaged runs (files moved aside, recorded config restored) and rerun them
     dry_run: bool = False
     run_ids: list[str] | None = None  # only these runs of the experiment
     # local executor
@@ -103,39 +105,66 @@ class Target:
     source: str  # file name for error messages
 
 
-def looks_like_file(target: str) -> bool:
-    return target.endswith(".toml") or os.sep in target or Path(target).is_file()
+def _slurm_table(doc_text: str, source: str) -> dict[str, Any]:
+    try:
+        slurm = tomllib.loads(doc_text).get("slurm", {}) or {}
+    except tomllib.TOMLDecodeError:
+        return {}
+    if not isinstance(slurm, dict):
+        raise ConfigError("slurm", "must be a table ([slurm])", source=source)
+    return slurm
+
+
+def _dry_run_db(url: str) -> Any:
+    """The results database if it exists (opened read-only where it cannot be written), else None."""
+    from cemctl.db.engine import DatabaseError, open_existing_db
+
+    try:
+        return open_existing_db(url)
+    except DatabaseError as e:
+        if "no results database" in str(e):
+            return None
+        raise
 
 
 def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -> Target:
-    """Plan a grid file (records it) or look up a recorded experiment."""
-    from cemctl.db import get_experiment, list_runs
+    """Plan a grid file (records it; a dry run only validates it) or look up a recorded experiment's runs."""
+    from cemctl.db import get_experiment
+    from cemctl.db.runs import pick_scale, scale_summaries
+    from cemctl.services.targets import looks_like_file, resolve_runs
 
     if looks_like_file(req.target):
-        from cemctl.grid import DEFAULT_SCALE, plan_experiment
-        from cemctl.grid.spec import parse_toml
+        from cemctl.grid import DEFAULT_SCALE, load_grid
+        from cemctl.services.plan import plan_experiment
 
-        report = plan_experiment(
-            req.target, scale=req.scale or DEFAULT_SCALE, overrides=req.overrides, db_url=url, runs_root=runs_root,
-        )
-        doc, _ = parse_toml(req.target)
-        slurm = doc.get("slurm", {})
-        if not isinstance(slurm, dict):
-            raise ConfigError("slurm", "must be a table ([slurm])", source=req.target)
-        runs = [(pr.run_id, runs_root / pr.run_id) for pr in report.plan.runs]
-        return Target(report.plan.name, runs, slurm, req.target)
-    if req.scale or req.overrides:
-        raise ConfigError("--scale/--set", f"apply to a grid file; {req.target!r} is a recorded experiment (give its grid file to re-plan)")
-    exp = get_experiment(engine, req.target)
-    rows = list_runs(engine, experiment=req.target)  # raises for an unknown name, listing the known ones
-    slurm: dict[str, Any] = {}
-    if exp is not None and exp.grid_text:
-        try:
-            slurm = tomllib.loads(exp.grid_text).get("slurm", {}) or {}
-        except tomllib.TOMLDecodeError:
-            slurm = {}
-    runs = [(r.id, Path(r.run_dir) if r.run_dir else runs_root / r.id) for r in rows]
-    return Target(req.target, runs, slurm, exp.grid_path if exp is not None and exp.grid_path else req.target)
+        scale = req.scale or DEFAULT_SCALE
+        if req.dry_run:  # validate and show, write nothing (no database, no config.json)
+            plan = load_grid(req.target, scale, req.overrides)
+        else:
+            plan = plan_experiment(req.target, scale=scale, overrides=req.overrides, db_url=url,
+                                   runs_root=runs_root).plan
+        runs = [(pr.run_id, runs_root / pr.run_id) for pr in plan.runs]
+        return Target(plan.name, runs, _slurm_table(plan.text, req.target), req.target)
+    if req.overrides:
+        raise ConfigError("--set", f"applies to a grid file; {req.target!r} is a recorded experiment (give its grid "
+                          "file to re-plan with overrides)")
+    if engine is None:
+        raise CemError(f"launch: {req.target!r} is not a grid file, and there is no results database to find it in "
+                       f"({url}); give the grid file")
+    resolved = resolve_runs(engine, req.target, runs_root)
+    if resolved.kind != "experiment":
+        raise CemError(f"launch: {req.target!r} is a run, not an experiment; launch its experiment with "
+                       f"--run {resolved.name}")
+    scales = scale_summaries(engine, resolved.name)
+    if req.scale is None and len(scales) > 1:
+        raise ConfigError("--scale", f"experiment {resolved.name!r} has runs at several scales; say which to launch",
+                          allowed=[x.scale for x in scales])
+    scale = pick_scale(engine, resolved.name, req.scale, need_done=False)
+    resolved = resolve_runs(engine, resolved.name, runs_root, scale=scale)
+    exp = get_experiment(engine, resolved.name)
+    source = exp.grid_path if exp is not None and exp.grid_path else req.target
+    slurm = _slurm_table(exp.grid_text, source) if exp is not None and exp.grid_text else {}
+    return Target(resolved.name, [(r.run_id, r.run_dir) for r in resolved.runs], slurm, source)
 
 
 def build_executor(req: LaunchRequest, target: Target, runs_root: Path, on_tick: Callable[..., None] | None) -> Any:
@@ -160,13 +189,14 @@ def launch(
     on_tick: Callable[..., None] | None = None,
 ) -> LaunchReport:
     """Plan, select, snapshot and run/submit. Returns what was (or would be) launched."""
-    from cemctl.db import open_db, sync_runs
-    from cemctl.executors import jobfile
-    from cemctl.launch.snapshot import take_snapshot
+    from cemctl.db import sync_runs
+    from cemctl.db.engine import open_db
+    from cemctl.services.launch.repair import damaged_runs, repair_damaged
+    from cemctl.services.launch.snapshot import take_snapshot
 
     get_executor(req.executor)  # bad executor name: fail before planning anything
     runs_root = Path(runs_root).resolve()
-    engine = open_db(url)
+    engine = _dry_run_db(url) if req.dry_run else open_db(url)  # a dry run creates nothing
     target = resolve_target(engine, url, runs_root, req)
     runs = target.runs
     if req.run_ids is not None:
@@ -175,14 +205,28 @@ def launch(
         if unknown:
             raise CemError(f"run: {sorted(unknown)[0]!r} is not a run of {target.experiment}")
         runs = [r for r in runs if r[0] in wanted]
-    timeout_s = jobfile.heartbeat_timeout_s(req.heartbeat_timeout_s)
+    timeout_s = runfiles.heartbeat_timeout_s(req.heartbeat_timeout_s)
     executor = build_executor(req, target, runs_root, on_tick)  # bad options fail here, dry run included
-    selections = select_runs(runs, retry_failed=req.retry_failed)
+    if engine is not None and not req.dry_run:
+        sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=[rid for rid, _ in runs])
+    damaged = damaged_runs(engine, [rid for rid, _ in runs]) if engine is not None else {}
+    if req.dry_run:  # runs not planned yet have no folder: they would start
+        new = [(rid, d) for rid, d in runs if not Path(d).exists()]
+        selections = [Selection(rid, d, "start", "new run, not planned yet") for rid, d in new]
+        known = select_runs([r for r in runs if r not in new], retry_failed=req.retry_failed, damaged=damaged,
+                            redo_damaged=req.redo_damaged)
+        order = {rid: i for i, (rid, _) in enumerate(runs)}
+        selections = sorted(selections + known, key=lambda sel: order[sel.run_id])
+    else:
+        selections = select_runs(runs, retry_failed=req.retry_failed, damaged=damaged, redo_damaged=req.redo_damaged)
     report = LaunchReport(target.experiment, req.executor, selections, dry_run=req.dry_run)
     if req.dry_run or not report.launched:
         if on_selected:
             on_selected(report)
         return report
+    for sel in report.launched:
+        if sel.run_id in damaged:
+            sel.reason += "; " + repair_damaged(engine, sel.run_id, sel.run_dir)
     env: dict[str, str] = {}
     snap_hash = ""
     if req.snapshot:
@@ -194,7 +238,7 @@ def launch(
     report.snapshot = snap_hash
     jobs = []
     for sel in report.launched:
-        jobfile.clear_cancel(sel.run_dir)
+        runfiles.clear_cancel(sel.run_dir)
         jobs.append(Job(run_id=sel.run_id, run_dir=sel.run_dir, nproc=max(1, req.gpus_per_run), env=dict(env), snapshot=snap_hash))
     if on_selected:
         on_selected(report)

@@ -22,7 +22,8 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from cemctl.executors import jobfile
+from cem_core import runfiles
+from cemctl.executors.base import exit_state, pid_alive
 
 
 def slurm_job_id() -> str:
@@ -41,21 +42,21 @@ class TrainJob(Checkpointable):
     def __call__(self, run_dir: str, argv: list[str], env: dict[str, str], max_attempts: int = 4) -> dict[str, Any]:
         rd = Path(run_dir)
         job_id = slurm_job_id()
-        job = jobfile.read_job(rd) or {}
-        attempt = int(job.get("attempt") or 0) + 1
+        job = runfiles.read_job(rd)
+        attempt = (job.attempt if job else 0) + 1
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         common = {"executor": "slurm", "job_id": job_id, "attempt": attempt}
-        if jobfile.cancel_requested(rd):
-            jobfile.update_job(rd, state="cancelled", reason="cancelled before it started", job_id=job_id)
+        if runfiles.cancel_requested(rd):
+            runfiles.update_job(rd, state="cancelled", reason="cancelled before it started", job_id=job_id)
             return {"state": "cancelled"}
-        if jobfile.read_result(rd):
-            result = jobfile.read_result(rd) or {}
-            jobfile.update_job(rd, state="exited", reason="already finished", job_id=job_id)
+        result = runfiles.read_result(rd)
+        if result:
+            runfiles.update_job(rd, state="exited", reason="already finished", job_id=job_id)
             return {"state": result.get("state")}
         if attempt > max_attempts:
             reason = f"gave up after {max_attempts} attempts (requeued {restarts} times)"
-            jobfile.update_job(rd, state="exited", reason=reason, job_id=job_id, ended_time=time.time())
-            jobfile.append_event(rd, "failed", reason, **common)
+            runfiles.update_job(rd, state="exited", reason=reason, job_id=job_id, ended_time=time.time())
+            runfiles.append_event(rd, "failed", reason, **common)
             return {"state": "failed", "reason": reason}
         full_env = dict(os.environ)
         full_env.update(env)
@@ -63,12 +64,12 @@ class TrainJob(Checkpointable):
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         if cpus and "OMP_NUM_THREADS" not in env and "CEMCTL_NUM_THREADS" not in env:
             full_env["OMP_NUM_THREADS"] = full_env["CEMCTL_NUM_THREADS"] = cpus  # the cores SLURM gave the job
-        sys.stdout.write(f"=== attempt {attempt} (restart {restarts}) of job {job_id} on {jobfile.hostname()}: {' '.join(argv)}\n")
+        sys.stdout.write(f"=== attempt {attempt} (restart {restarts}) of job {job_id} on {runfiles.hostname()}: {' '.join(argv)}\n")
         sys.stdout.flush()
         # Same process group as this wrapper: SLURM's signals (requeue, scancel) reach the trainer too.
         self._proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL)
-        jobfile.update_job(
-            rd, state="running", job_id=job_id, host=jobfile.hostname(), pid=self._proc.pid, attempt=attempt,
+        runfiles.update_job(
+            rd, state="running", job_id=job_id, host=runfiles.hostname(), pid=self._proc.pid, attempt=attempt,
             started_time=time.time(), ended_time=None, exit_code=None, restart_count=restarts, reason="",
         )
         # No "running" event here: the trainer writes it (and counts its attempts from those events).
@@ -77,13 +78,14 @@ class TrainJob(Checkpointable):
         finally:
             if self._proc.poll() is None:  # the wrapper is going away: do not leave the trainer behind
                 _stop(self._proc, timeout_s=10)
-        state, reason, has_result = jobfile.exit_state(rd, returncode)
+        state, reason, has_result = exit_state(rd, returncode)
         if not has_result and returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
             # "stale": not finished, not running; SLURM requeues it (or it was scancelled); resumable.
             state, reason = "stale", f"killed by signal {-returncode} (requeue, preemption, timeout or scancel); resumable from its last checkpoint"
-        jobfile.update_job(rd, state="cancelled" if state == "cancelled" else "exited", exit_code=returncode, ended_time=time.time(), reason=reason)
+        runfiles.update_job(rd, state="cancelled" if state == "cancelled" else "exited", exit_code=returncode,
+                            ended_time=time.time(), reason=reason)
         if not has_result and state != "cancelled":
-            jobfile.append_event(rd, state, reason, exit_code=returncode, **common)
+            runfiles.append_event(rd, state, reason, exit_code=returncode, **common)
         return {"state": state, "reason": reason, "exit_code": returncode}
 
     def checkpoint(self, run_dir: str, argv: list[str], env: dict[str, str], max_attempts: int = 4) -> DelayedSubmission:
@@ -95,8 +97,8 @@ class TrainJob(Checkpointable):
         if self._proc is not None:
             _stop_unreaped(self._proc.pid, timeout_s=30)
         rd = Path(run_dir)
-        jobfile.update_job(rd, state="queued", reason="requeued after timeout or preemption")
-        jobfile.append_event(rd, "queued", "requeued after timeout or preemption", executor="slurm", job_id=slurm_job_id())
+        runfiles.update_job(rd, state="queued", reason="requeued after timeout or preemption")
+        runfiles.append_event(rd, "queued", "requeued after timeout or preemption", executor="slurm", job_id=slurm_job_id())
         fresh = TrainJob()
         return DelayedSubmission(fresh, run_dir, argv, env, max_attempts)
 
@@ -125,9 +127,9 @@ def _stop_unreaped(pid: int, timeout_s: float) -> None:
     except ProcessLookupError:
         return
     deadline = time.time() + timeout_s
-    while jobfile.pid_alive(pid) and time.time() < deadline:
+    while pid_alive(pid) and time.time() < deadline:
         time.sleep(0.2)
-    if jobfile.pid_alive(pid):
+    if pid_alive(pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -21,12 +21,13 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
+from cem_core import runfiles
+from cem_core.runfiles import FINAL_STATES, RESULT_STATES, RUN_STATES
 from cemctl.db import read_session, set_state, sync_runs
-from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Result, Run
-from cemctl.executors import jobfile
+from cemctl.db.models import Experiment, ExperimentRun, Result, Run
+from cemctl.executors import jobs_alive
 
 NO_EXPERIMENT = "(no experiment)"
-FINAL_STATES = ("done", "diverged")  # never re-read by `refresh`
 MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below SQLite's limit)
 
 
@@ -71,7 +72,7 @@ class RunRow:
     def elapsed_s(self, now: float) -> float | None:
         if self.started_at is None:
             return None
-        end = self.finished_at if self.state in ("done", "diverged", "failed") and self.finished_at else None
+        end = self.finished_at if self.state in RESULT_STATES and self.finished_at else None
         if end is None:
             end = now if self.state == "running" else (self.heartbeat_at or now)
         return max(0.0, end - self.started_at)
@@ -86,7 +87,7 @@ class RunRow:
     @property
     def error_line(self) -> str:
         """Last line of the error for failed runs, else the state's reason for stale/failed ones."""
-        text = self.error or (self.reason if self.state in ("failed", "stale", "diverged", "cancelled") else "")
+        text = self.error or (self.reason if self.state in ("failed", "stale", "diverged", "cancelled", "damaged") else "")
         lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
         return lines[-1] if lines else ""
 
@@ -126,7 +127,8 @@ _RUN_COLUMNS = (
     Run.job_id, Run.attempts, Run.error, Run.run_dir, Result.test_loss,
 )
 # With a limit, these states are shown first (then grid order).
-STATE_PRIORITY = {"running": 0, "stale": 1, "failed": 2, "diverged": 3, "queued": 4, "planned": 5, "cancelled": 6, "done": 7}
+STATE_PRIORITY = {"running": 0, "stale": 1, "damaged": 2, "failed": 3, "diverged": 4, "queued": 5, "planned": 6,
+                  "cancelled": 7, "done": 8}
 
 
 def _row(r: Any, axes: dict[str, Any] | str, scale: str = "") -> RunRow:
@@ -223,7 +225,7 @@ def refresh(
     reconcile: bool = True,
 ) -> None:
     """Sync the run dirs into the database, then mark vanished queued jobs stale."""
-    timeout_s = jobfile.heartbeat_timeout_s(heartbeat_timeout_s)
+    timeout_s = runfiles.heartbeat_timeout_s(heartbeat_timeout_s)
     # done / diverged runs never change again (a launch never restarts them), so only the
     # others are re-read: a finished experiment costs nothing to sync. `cemctl sync` reads all.
     # A planned run with no events.jsonl has never been touched by an executor or the
@@ -236,7 +238,7 @@ def refresh(
             ).where(Experiment.name == experiment)
         run_ids: list[str] | None = [
             rid for rid, state, rdir in s.execute(q)
-            if state != "planned" or not rdir or os.path.exists(os.path.join(rdir, jobfile.EVENTS_FILE))
+            if state != "planned" or not rdir or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
         ]
         if experiment is None:
             n_all = s.execute(select(func.count()).select_from(Run)).scalar_one()
@@ -254,46 +256,33 @@ def refresh(
 
 
 def reconcile_queued(engine: Engine, run_ids: list[str] | None = None) -> list[str]:
-    """Queued runs whose job is gone (left squeue, orchestrator dead) become stale; returns their ids."""
-    from cemctl.executors import get_executor
+    """Queued runs whose job is gone (left squeue, orchestrator dead) become stale; returns their ids.
 
+    Each executor answers for its own jobs in one batch (`cemctl.executors.jobs_alive`);
+    "cannot tell" (squeue failed) leaves the run queued: heartbeats decide later.
+    """
     with read_session(engine) as s:
         q = select(Run.id, Run.run_dir).where(Run.state == "queued")
         if run_ids is not None:
             q = q.where(Run.id.in_(run_ids))
-        queued = [(rid, rdir) for rid, rdir in s.execute(q) if rdir]
-    if not queued:
+        queued = [(rid, Path(rdir)) for rid, rdir in s.execute(q) if rdir]
+    records = [(rid, rdir, runfiles.read_job(rdir)) for rid, rdir in queued]
+    records = [(rid, rdir, job) for rid, rdir, job in records if job is not None and job.live]
+    if not records:
         return []
-    squeue: dict[str, tuple[str, str]] | None = None
+    alive = jobs_alive([(rdir, job) for _, rdir, job in records])
     gone: list[str] = []
-    for rid, rdir in queued:
-        job = jobfile.read_job(Path(rdir))
-        if not job or job.get("executor") not in ("local", "slurm"):
+    for (rid, rdir, job), answer in zip(records, alive):
+        if answer is not False:
             continue
-        if job.get("state") not in ("queued", "running"):
+        now = runfiles.read_job(rdir)  # the job may have started and ended since it was read
+        if runfiles.read_result(rdir) or now is None or now.state != job.state:
             continue
-        if job["executor"] == "slurm":
-            from cemctl.executors.slurm import SlurmError, SlurmExecutor, squeue_states
-
-            if squeue is None:
-                try:
-                    squeue = squeue_states()
-                except SlurmError:
-                    return gone  # cannot tell without squeue; heartbeats decide later
-            if SlurmExecutor.is_active(Path(rdir), job, queue=squeue):
-                continue
-            # Recheck the files: the job may have started and ended between sync and squeue.
-            if jobfile.read_result(Path(rdir)) or (jobfile.read_job(Path(rdir)) or {}).get("state") != job.get("state"):
-                continue
-            reason = f"SLURM job {job.get('job_id')} is no longer in the queue and never reported"
-        else:
-            if get_executor("local").is_active(Path(rdir), job):
-                continue
-            if jobfile.read_result(Path(rdir)):
-                continue
-            reason = "the local orchestrator that queued it is gone; launch again to run it"
-        set_state(engine, rid, "stale", reason, executor=job.get("executor"), job_id=job.get("job_id"))
-        jobfile.update_job(Path(rdir), state="lost", reason=reason)
+        reason = (f"{job.executor} job {job.job_id} is no longer queued and never reported"
+                  if job.executor != "local" else
+                  "the local orchestrator that queued it is gone; launch again to run it")
+        set_state(engine, rid, "stale", reason, executor=job.executor, job_id=job.job_id)
+        runfiles.update_job(rdir, state="lost", reason=reason)
         gone.append(rid)
     return gone
 

@@ -17,8 +17,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from cemctl.executors import jobfile
-from cemctl.status.render import STATE_STYLES, fmt_duration, fmt_float, fmt_rate
+from cem_core import runfiles
+from cemctl.services.status.render import STATE_STYLES, fmt_duration, fmt_float, fmt_rate
 
 _STYLES = {**STATE_STYLES, "interrupted": "yellow"}
 
@@ -64,11 +64,11 @@ class ProgressView:
         for st in shown:
             step = loss = rate = ""
             if st.state in ("running", "done", "failed", "diverged", "interrupted"):
-                hb = jobfile.read_heartbeat(st.job.run_dir) or {}
+                hb = runfiles.read_heartbeat(st.job.run_dir) or {}
                 if hb.get("step") is not None:
                     step = f"{hb.get('step')}/{hb.get('total_steps', '?')}"
                 if st.state == "running":
-                    m = jobfile.last_metrics(st.job.run_dir, ("train",)).get("train", {})
+                    m = runfiles.last_metrics(st.job.run_dir, ("train",)).get("train", {})
                     loss = fmt_float(m.get("train_loss"))
                     rate = fmt_rate(m.get("tokens_per_s"))
             end = st.ended_time or now

@@ -5,7 +5,7 @@ which slot: one job per GPU by default, `--jobs-per-gpu`, `--gpus-per-run` for
 torchrun; without a GPU, `--workers` CPU workers sharing the cores). Each job
 runs in its own session with `CUDA_VISIBLE_DEVICES` / `OMP_NUM_THREADS` set,
 its stdout+stderr appended to `<run_dir>/executor.log`, and its state recorded
-in `job.json` / `events.jsonl` (`jobfile.py`).
+in `job.json` / `events.jsonl` (`cem_core.runfiles`).
 
 A job that dies (a signal, an exit without result.json) is recorded as failed
 with the reason and the orchestrator goes on with the others. Ctrl-C (or
@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cem_core import runfiles
 from cem_core.errors import ConfigError
-from cemctl.executors import jobfile
-from cemctl.executors.base import Executor, Job, Submitted
-from cemctl.executors.pinning import Slot, SlotPool, cpu_slots, gpu_slots
+from cem_core.runfiles import JobRecord
+from cemctl.executors.base import Executor, Job, Submitted, exit_state, heartbeat_fresh, pid_alive
+from cemctl.executors.local.pinning import Slot, SlotPool, cpu_slots, gpu_slots
+
 
 @dataclass
 class LocalOptions:
@@ -104,32 +106,19 @@ class LocalExecutor(Executor):
 
     # -- records ------------------------------------------------------------
     def _job_id(self, pid: int | None = None) -> str:
-        return f"{jobfile.hostname()}:{pid or os.getpid()}"
+        return f"{runfiles.hostname()}:{pid or os.getpid()}"
 
     def _record_queued(self, st: JobStatus) -> None:
-        prev = jobfile.read_job(st.job.run_dir) or {}
-        st.attempt = int(prev.get("attempt") or 0)
-        jobfile.write_job(
-            st.job.run_dir,
-            {
-                "executor": self.name,
-                "job_id": self._job_id(),
-                "host": jobfile.hostname(),
-                "state": "queued",
-                "attempt": st.attempt,
-                "snapshot": st.job.snapshot,
-                "submitted_time": time.time(),
-                "started_time": None,
-                "ended_time": None,
-                "orchestrator_pid": os.getpid(),
-                "pid": None,
-                "exit_code": None,
-                "reason": "",
-                "logs": [str(Path(st.job.run_dir).resolve() / jobfile.EXECUTOR_LOG)],
-            },
-        )
+        prev = runfiles.read_job(st.job.run_dir)
+        st.attempt = prev.attempt if prev else 0
+        runfiles.write_job(st.job.run_dir, JobRecord(
+            executor=self.name, job_id=self._job_id(), host=runfiles.hostname(), state="queued", attempt=st.attempt,
+            snapshot=st.job.snapshot, submitted_time=time.time(), orchestrator_pid=os.getpid(),
+            logs=[str(Path(st.job.run_dir).resolve() / runfiles.EXECUTOR_LOG)],
+        ))
         reason = "local executor" + (f", code snapshot {st.job.snapshot}" if st.job.snapshot else "")
-        jobfile.append_event(st.job.run_dir, "queued", reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(), snapshot=st.job.snapshot)
+        runfiles.append_event(st.job.run_dir, "queued", reason, attempt=st.attempt, executor=self.name,
+                              job_id=self._job_id(), snapshot=st.job.snapshot)
 
     # -- process control ------------------------------------------------------
     def _start(self, st: JobStatus, slot: Slot) -> None:
@@ -140,9 +129,14 @@ class LocalExecutor(Executor):
         env.update(slot.env())
         env.update(job.env)
         env.update({"CEMCTL_EXECUTOR": self.name, "CEMCTL_ATTEMPT": str(st.attempt)})
-        log = open(Path(job.run_dir) / jobfile.EXECUTOR_LOG, "ab")
+        try:
+            log = open(Path(job.run_dir) / runfiles.EXECUTOR_LOG, "ab")
+        except OSError as e:  # a run directory deleted or made read-only under us: this run only
+            self._finish(st, None, reason=f"cannot write {Path(job.run_dir) / runfiles.EXECUTOR_LOG}: {e.strerror or e}",
+                         state="failed")
+            return
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"=== {stamp} attempt {st.attempt} on {slot.label} ({jobfile.hostname()}): {' '.join(cmd)}\n".encode())
+        log.write(f"=== {stamp} attempt {st.attempt} on {slot.label} ({runfiles.hostname()}): {' '.join(cmd)}\n".encode())
         log.flush()
         try:
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -153,19 +147,23 @@ class LocalExecutor(Executor):
         self._procs[job.run_id] = (proc, slot, log)
         st.state, st.slot, st.pid, st.started_time = "running", slot.label, proc.pid, time.time()
         job_id = self._job_id(proc.pid)
-        jobfile.update_job(job.run_dir, state="running", job_id=job_id, pid=proc.pid, attempt=st.attempt, started_time=st.started_time, slot=slot.label)
+        _quietly(runfiles.update_job, job.run_dir, state="running", job_id=job_id, pid=proc.pid, attempt=st.attempt,
+                 started_time=st.started_time, slot=slot.label)
         # No "running" event here: the trainer writes it (and counts its attempts from those events).
 
     def _finish(self, st: JobStatus, returncode: int | None, *, reason: str = "", state: str | None = None) -> None:
         run_dir = st.job.run_dir
         has_result = False
         if state is None:
-            state, reason, has_result = jobfile.exit_state(run_dir, returncode)
+            state, reason, has_result = exit_state(run_dir, returncode)
         st.state, st.reason, st.ended_time = state, reason, time.time()
-        jobfile.update_job(run_dir, state="cancelled" if state == "cancelled" else "exited", exit_code=returncode, ended_time=st.ended_time, reason=reason)
+        # A run directory deleted or made read-only under the orchestrator fails that run, never the others.
+        _quietly(runfiles.update_job, run_dir, state="cancelled" if state == "cancelled" else "exited",
+                 exit_code=returncode, ended_time=st.ended_time, reason=reason)
         # The trainer records its own terminal event with result.json; record the others.
         if not has_result and state != "cancelled":
-            jobfile.append_event(run_dir, state, reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(st.pid), exit_code=returncode)
+            _quietly(runfiles.append_event, run_dir, state, reason, attempt=st.attempt, executor=self.name,
+                     job_id=self._job_id(st.pid), exit_code=returncode)
 
     def _poll(self, by_id: dict[str, JobStatus], pool: SlotPool) -> None:
         for run_id, (proc, slot, log) in list(self._procs.items()):
@@ -192,20 +190,23 @@ class LocalExecutor(Executor):
         for run_id, (proc, _, log) in list(self._procs.items()):
             log.close()
             st = by_id[run_id]
-            result = jobfile.read_result(st.job.run_dir)
+            result = runfiles.read_result(st.job.run_dir)
             if result:
                 self._finish(st, proc.returncode)
                 continue
             st.state, st.reason, st.ended_time = "interrupted", reason, time.time()
-            jobfile.update_job(st.job.run_dir, state="interrupted", exit_code=proc.returncode, ended_time=st.ended_time, reason=reason)
+            _quietly(runfiles.update_job, st.job.run_dir, state="interrupted", exit_code=proc.returncode,
+                     ended_time=st.ended_time, reason=reason)
             # "stale": not finished, not running, resumable (events use the run states of docs/design.md).
-            jobfile.append_event(st.job.run_dir, "stale", reason, attempt=st.attempt, executor=self.name, job_id=self._job_id(st.pid))
+            _quietly(runfiles.append_event, st.job.run_dir, "stale", reason, attempt=st.attempt, executor=self.name,
+                     job_id=self._job_id(st.pid))
         self._procs.clear()
         for st in self.statuses:
             if st.state == "queued":
                 st.state, st.reason = "interrupted", "orchestrator interrupted before it started; launch again to run it"
-                jobfile.update_job(st.job.run_dir, state="interrupted", reason=st.reason)
-                jobfile.append_event(st.job.run_dir, "planned", st.reason, attempt=st.attempt, executor=self.name, job_id=self._job_id())
+                _quietly(runfiles.update_job, st.job.run_dir, state="interrupted", reason=st.reason)
+                _quietly(runfiles.append_event, st.job.run_dir, "planned", st.reason, attempt=st.attempt,
+                         executor=self.name, job_id=self._job_id())
 
     # -- the loop -------------------------------------------------------------
     def submit(self, jobs: list[Job]) -> list[Submitted]:
@@ -213,8 +214,11 @@ class LocalExecutor(Executor):
         self.statuses = [JobStatus(job=j) for j in jobs]
         by_id = {st.job.run_id: st for st in self.statuses}
         for st in self.statuses:
-            self._record_queued(st)
-        queue = deque(self.statuses)
+            try:
+                self._record_queued(st)
+            except OSError as e:  # this run's folder is gone or unwritable: report it, run the others
+                st.state, st.reason = "failed", f"cannot record the job in {st.job.run_dir}: {e.strerror or e}"
+        queue = deque(st for st in self.statuses if st.state == "queued")
         pool = SlotPool(self.slots)
         previous = signal.getsignal(signal.SIGTERM)
         previous_int = signal.getsignal(signal.SIGINT)
@@ -229,9 +233,9 @@ class LocalExecutor(Executor):
             while queue or self._procs:
                 while queue and pool.free:
                     st = queue.popleft()
-                    if jobfile.cancel_requested(st.job.run_dir):
+                    if runfiles.cancel_requested(st.job.run_dir):
                         st.state, st.reason = "cancelled", "cancelled before it started"
-                        jobfile.update_job(st.job.run_dir, state="cancelled", reason=st.reason)
+                        _quietly(runfiles.update_job, st.job.run_dir, state="cancelled", reason=st.reason)
                         continue
                     slot = pool.acquire()
                     assert slot is not None
@@ -263,28 +267,42 @@ class LocalExecutor(Executor):
 
     # -- other processes' jobs -----------------------------------------------
     @classmethod
-    def is_active(cls, run_dir: Path, job: dict[str, Any]) -> bool:
-        if job.get("state") not in ("queued", "running"):
-            return False
-        if job.get("host") != jobfile.hostname():
-            age = jobfile.heartbeat_age_s(run_dir)
-            return age is not None and age < jobfile.heartbeat_timeout_s()
-        if job.get("state") == "running":
-            return jobfile.pid_alive(job.get("pid"))
-        return jobfile.pid_alive(job.get("orchestrator_pid"))
+    def alive(cls, jobs: list[tuple[Path, JobRecord]]) -> list[bool | None]:
+        """A job on this host is alive while its process (or, still queued, its orchestrator) lives;
+        one on another host while its heartbeat is fresh."""
+        out: list[bool | None] = []
+        for run_dir, job in jobs:
+            if not job.live:
+                out.append(False)
+            elif job.host != runfiles.hostname():
+                out.append(heartbeat_fresh(run_dir))
+            elif job.state == "running":
+                out.append(pid_alive(job.pid))
+            else:
+                out.append(pid_alive(job.orchestrator_pid))
+        return out
 
     @classmethod
-    def cancel(cls, run_dir: Path, job: dict[str, Any]) -> str:
-        jobfile.request_cancel(run_dir)
+    def cancel(cls, run_dir: Path, job: JobRecord) -> str:
+        runfiles.request_cancel(run_dir)
         what = "marked cancelled"
-        if job.get("state") == "running" and job.get("host") == jobfile.hostname() and jobfile.pid_alive(job.get("pid")):
-            _signal_group(int(job["pid"]), signal.SIGTERM)
-            what = f"sent SIGTERM to process group {job['pid']}"
-        elif job.get("state") in ("running", "queued") and job.get("host") not in (None, jobfile.hostname()):
-            what = f"marked cancelled (job runs on {job.get('host')}; it will not be restarted)"
-        jobfile.update_job(run_dir, state="cancelled", reason="cancelled by user")
-        jobfile.append_event(run_dir, "cancelled", "cancelled by user", executor=cls.name, job_id=job.get("job_id"), attempt=job.get("attempt", 0))
+        if job.state == "running" and job.host == runfiles.hostname() and pid_alive(job.pid):
+            _signal_group(int(job.pid or 0), signal.SIGTERM)
+            what = f"sent SIGTERM to process group {job.pid}"
+        elif job.live and job.host not in (None, runfiles.hostname()):
+            what = f"marked cancelled (job runs on {job.host}; it will not be restarted)"
+        runfiles.update_job(run_dir, state="cancelled", reason="cancelled by user")
+        runfiles.append_event(run_dir, "cancelled", "cancelled by user", executor=cls.name, job_id=job.job_id,
+                              attempt=job.attempt)
         return what
+
+
+def _quietly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """A bookkeeping write that may fail (the run's folder is gone or read-only) without stopping the others."""
+    try:
+        fn(*args, **kwargs)
+    except OSError:
+        pass
 
 
 def _signal_group(pid: int, sig: int) -> None:

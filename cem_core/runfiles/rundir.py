@@ -1,18 +1,18 @@
-"""The files of one run directory (`python -m cem_core.train RUN_DIR`, read by `cemctl status/sync`).
+"""One run directory as an object: paths, the trainer's writers, the one-trainer lock and the heartbeat.
 
 Layout (docs/design.md, "The run directory"):
 
     config.json      resolved RunConfig (written by the planner)
     events.jsonl     append-only state transitions
     heartbeat.json   liveness, rewritten atomically every ~5 s and at each logged step
-    metrics.jsonl    append-only train / val lines
-    checkpoints/     step_XXXXXXXX.pt (see checkpoint.py)
+    metrics.jsonl    append-only train / val / energy lines
+    checkpoints/     step_XXXXXXXX.pt (cem_core/train/checkpoint.py)
     result.json      terminal result, written once, atomically
     train.log        human-readable log
+    job.json         the executor's record (runfiles/job.py)
+    .lock            flock held while a trainer works on the run
 
-Every JSON file is written atomically (temp file in the same folder + fsync +
-rename), so a reader never sees half a file. The append-only logs are flushed
-line by line; readers ignore a truncated last line.
+Torch-free: the trainer (`python -m cem_core.train RUN_DIR`) and cemctl share it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 from cem_core.config import RunConfig, load_run_config
 from cem_core.errors import ConfigError
-from cem_core.runfiles import (  # noqa: F401 - re-exported for the trainer's modules
+from cem_core.runfiles.files import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
     EVENTS_FILE,
@@ -42,14 +42,10 @@ from cem_core.runfiles import (  # noqa: F401 - re-exported for the trainer's mo
     append_jsonl,
     atomic_write_bytes,
     atomic_write_json,
-    finite_json as _finite,
-    fsync_dir,
+    finite_json,
     iter_jsonl,
-    read_json,
-    read_jsonl,
+    read_json_object,
 )
-
-TERMINAL_STATES = ("done", "diverged", "failed")
 
 
 def truncate_metrics(path: str | os.PathLike[str], max_step: int) -> int:
@@ -131,10 +127,10 @@ class RunDir:
         append_jsonl(self.metrics, obj)
 
     def read_result(self) -> dict[str, Any] | None:
-        return read_json(self.result)
+        return read_json_object(self.result)  # a JSON list or string is no result
 
     def write_result(self, result: dict[str, Any]) -> None:
-        atomic_write_json(self.result, _finite(result))
+        atomic_write_json(self.result, finite_json(result))
 
 
 class Heartbeat:

@@ -15,11 +15,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cemctl.status.collect import STATE_PRIORITY, ExperimentStatus, RunRow
+from cemctl.services.status.collect import STATE_PRIORITY, ExperimentStatus, RunRow
 
 STATE_STYLES = {
     "planned": "dim", "queued": "cyan", "running": "bold blue", "done": "green", "diverged": "magenta",
-    "failed": "bold red", "stale": "yellow", "cancelled": "dim",
+    "failed": "bold red", "stale": "yellow", "cancelled": "dim", "damaged": "bold red",
 }
 _PRIORITY = STATE_PRIORITY  # shown first when a table is cut at `limit`
 

@@ -15,6 +15,7 @@ Torch is never imported.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,14 @@ class PlanReport:
 
 def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
     """Write `config.json` of every run that has none yet (atomically); returns how many were written."""
-    from cemctl.db.rundir import CONFIG_FILE, atomic_write_json
+    from cem_core.runfiles import CONFIG_FILE, atomic_write_json
 
     root = Path(runs_root)
     written = 0
     for pr in plan.runs:
         path = root / pr.run_id / CONFIG_FILE
-        if not path.exists():  # no fsync: a lost file is rewritten by the next plan
-            atomic_write_json(path, pr.config.to_dict(), fsync=False)
+        if not os.path.lexists(path):  # no fsync: a lost file is rewritten by the next plan
+            atomic_write_json(path, pr.config.to_dict(), durable=False, indent=1, make_parents=True)
             written += 1
     return written
 
@@ -91,10 +92,13 @@ def plan_experiment(
     report = PlanReport(plan, rows)
     if record:
         from cemctl.db import open_db, record_plan
+        from cemctl.db.engine import DatabaseError, is_readonly
 
         if db_url is None:
             raise ConfigError("--db", "a database URL is needed to record the plan")
         engine = open_db(db_url)
+        if is_readonly(engine):  # refuse before writing any config.json
+            raise DatabaseError(f"--db: {db_url} is read-only here; planning records runs (use --dry-run to look only)")
         write_run_configs(plan, runs_root)
         recorded = record_plan(engine, plan, runs_root)
         for row in rows:

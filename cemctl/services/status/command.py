@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from cemctl.status.collect import collect_status, refresh
-from cemctl.status.render import render_status, status_json
+from cemctl.services.status.collect import collect_status, refresh
+from cemctl.services.status.render import render_status, status_json
 
 
 def show_status(

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from cem_core import runfiles
 from cem_core.errors import CemError, ConfigError
-from cemctl.executors import jobfile
-from cemctl.executors.base import Executor, Job, Submitted
+from cem_core.runfiles import JobRecord
+from cemctl.executors.base import Executor, Job, Submitted, heartbeat_fresh
 
 DEFAULT_MAX_ARRAY_SIZE = 1001
 ACTIVE_SQUEUE_STATES = {
@@ -216,7 +217,7 @@ class SlurmExecutor(Executor):
         return ex
 
     def submit(self, jobs: list[Job]) -> list[Submitted]:
-        from cemctl.executors.slurm_job import TrainJob
+        from cemctl.executors.slurm.job import TrainJob
 
         if not jobs:
             return []
@@ -232,13 +233,10 @@ class SlurmExecutor(Executor):
         out: list[Submitted] = []
         for chunk in chunks(jobs, max_array_size()):
             for job in chunk:
-                prev = jobfile.read_job(job.run_dir) or {}
-                jobfile.write_job(job.run_dir, {
-                    "executor": self.name, "job_id": None, "host": None, "state": "queued",
-                    "attempt": int(prev.get("attempt") or 0), "snapshot": job.snapshot,
-                    "submitted_time": time.time(), "started_time": None, "ended_time": None,
-                    "orchestrator_pid": None, "pid": None, "exit_code": None, "reason": "", "logs": [],
-                })
+                prev = runfiles.read_job(job.run_dir)
+                runfiles.write_job(job.run_dir, JobRecord(
+                    executor=self.name, state="queued", attempt=prev.attempt if prev else 0, snapshot=job.snapshot,
+                    submitted_time=time.time()))
             with ex.batch():
                 handles = [
                     ex.submit(TrainJob(), str(Path(j.run_dir).resolve()), j.command(self.python) if j.argv else _trainer(j, nproc, self.python), dict(j.env), self.options.max_attempts)
@@ -247,40 +245,50 @@ class SlurmExecutor(Executor):
             for job, handle in zip(chunk, handles):
                 job_id = str(handle.job_id)
                 logs = [str(handle.paths.stdout), str(handle.paths.stderr)]
-                jobfile.update_job(job.run_dir, job_id=job_id, logs=logs)  # keeps the job's own state if it already started
+                runfiles.update_job(job.run_dir, job_id=job_id, logs=logs)  # keeps the job's own state if it already started
                 reason = f"submitted to SLURM as {job_id}" + (f", code snapshot {job.snapshot}" if job.snapshot else "")
-                jobfile.append_event(job.run_dir, "queued", reason, executor=self.name, job_id=job_id, snapshot=job.snapshot,
-                                     attempt=int((jobfile.read_job(job.run_dir) or {}).get("attempt") or 0))
+                record = runfiles.read_job(job.run_dir)
+                runfiles.append_event(job.run_dir, "queued", reason, executor=self.name, job_id=job_id,
+                                      snapshot=job.snapshot, attempt=record.attempt if record else 0)
                 out.append(Submitted(job.run_id, job_id, "queued"))
         return out
 
     @classmethod
-    def is_active(cls, run_dir: Path, job: dict[str, Any], queue: dict[str, tuple[str, str]] | None = None) -> bool:
-        job_id = job.get("job_id")
-        if not job_id:
-            return False
-        if queue is None:
-            try:
-                queue = squeue_states()
-            except SlurmError:  # no squeue here: trust a fresh heartbeat
-                age = jobfile.heartbeat_age_s(run_dir)
-                return age is not None and age < jobfile.heartbeat_timeout_s()
-        entry = queue.get(str(job_id))
-        return entry is not None and entry[0] in ACTIVE_SQUEUE_STATES
+    def alive(cls, jobs: list[tuple[Path, JobRecord]]) -> list[bool | None]:
+        """One squeue for the whole batch. Without squeue: a job that ran is judged by its heartbeat;
+        one that never reported may still be pending, so the answer is None (cannot tell)."""
+        if not jobs:
+            return []
+        try:
+            queue: dict[str, tuple[str, str]] | None = squeue_states()
+        except SlurmError:
+            queue = None
+        out: list[bool | None] = []
+        for run_dir, job in jobs:
+            if not job.live or not job.job_id:
+                out.append(False)
+            elif queue is not None:
+                entry = queue.get(str(job.job_id))
+                out.append(entry is not None and entry[0] in ACTIVE_SQUEUE_STATES)
+            elif job.state == "queued" and runfiles.heartbeat_age_s(run_dir) is None:
+                out.append(None)
+            else:
+                out.append(heartbeat_fresh(run_dir))
+        return out
 
     @classmethod
-    def cancel(cls, run_dir: Path, job: dict[str, Any]) -> str:
-        jobfile.request_cancel(run_dir)
-        job_id = job.get("job_id")
+    def cancel(cls, run_dir: Path, job: JobRecord) -> str:
+        runfiles.request_cancel(run_dir)
         what = "marked cancelled"
-        if job_id and job.get("state") in ("queued", "running"):
+        if job.job_id and job.live:
             try:
-                _run(["scancel", str(job_id)])
-                what = f"scancel {job_id}"
+                _run(["scancel", str(job.job_id)])
+                what = f"scancel {job.job_id}"
             except SlurmError as e:
                 what = f"marked cancelled ({e})"
-        jobfile.update_job(run_dir, state="cancelled", reason="cancelled by user")
-        jobfile.append_event(run_dir, "cancelled", "cancelled by user", executor=cls.name, job_id=job_id, attempt=job.get("attempt", 0))
+        runfiles.update_job(run_dir, state="cancelled", reason="cancelled by user")
+        runfiles.append_event(run_dir, "cancelled", "cancelled by user", executor=cls.name, job_id=job.job_id,
+                              attempt=job.attempt)
         return what
 
 

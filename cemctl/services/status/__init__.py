@@ -5,7 +5,7 @@
     render_status(statuses, limit=200) -> rich renderable; status_json(statuses) -> dict
 """
 
-from cemctl.status.collect import ExperimentStatus, RunRow, collect_status, refresh
-from cemctl.status.render import render_status, status_json
+from cemctl.services.status.collect import ExperimentStatus, RunRow, collect_status, refresh
+from cemctl.services.status.render import render_status, status_json
 
 __all__ = ["ExperimentStatus", "RunRow", "collect_status", "refresh", "render_status", "status_json"]

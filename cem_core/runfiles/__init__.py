@@ -1,0 +1,83 @@
+"""The run directory contract, in one place: the trainer and every `cemctl` command use it.
+
+    from cem_core import runfiles
+    runfiles.RESULT_FILE, runfiles.RunState.DONE, runfiles.TERMINAL_STATES
+    runfiles.read_result(run_dir); runfiles.read_job(run_dir) -> JobRecord | None
+    runfiles.RunDir(path)                       # the trainer's writers, lock and heartbeat
+
+- `files`: file names, `RunState` and its sets, confined reads (`read_run_file`:
+  regular files inside the run directory only, non-blocking, size-capped),
+  atomic JSON writes, append-only JSONL, events, the heartbeat timeout.
+- `job`: `job.json` as a typed `JobRecord`, the `cancel` file, liveness readers.
+- `rundir`: `RunDir`, `Heartbeat`, `truncate_metrics`.
+
+Torch-free.
+"""
+
+from cem_core.runfiles.files import (
+    ACTIVE_STATES,
+    CANCEL_FILE,
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    EVALS_FILE,
+    EVENTS_FILE,
+    EXECUTOR_LOG,
+    FINAL_STATES,
+    HEARTBEAT_FILE,
+    JOB_FILE,
+    LOCK_FILE,
+    LOG_FILE,
+    MAX_JSON_BYTES,
+    MAX_LOG_BYTES,
+    METRICS_FILE,
+    RESULT_FILE,
+    RESULT_STATES,
+    RUN_STATES,
+    TERMINAL_STATES,
+    RunFileError,
+    RunState,
+    append_event,
+    append_jsonl,
+    atomic_write_bytes,
+    atomic_write_json,
+    confined_path,
+    finite_json,
+    fsync_dir,
+    heartbeat_timeout_s,
+    hostname,
+    iter_jsonl,
+    read_bytes,
+    read_json,
+    read_json_object,
+    read_jsonl,
+    read_run_file,
+    run_json,
+)
+from cem_core.runfiles.job import (
+    JOB_STATES,
+    LIVE_JOB_STATES,
+    JobRecord,
+    cancel_requested,
+    clear_cancel,
+    heartbeat_age_s,
+    last_metrics,
+    read_heartbeat,
+    read_job,
+    read_result,
+    request_cancel,
+    update_job,
+    write_job,
+)
+from cem_core.runfiles.rundir import Heartbeat, RunDir, call_quietly, truncate_metrics
+
+__all__ = [
+    "ACTIVE_STATES", "CANCEL_FILE", "CHECKPOINT_DIR", "CONFIG_FILE", "DEFAULT_HEARTBEAT_TIMEOUT_S", "EVALS_FILE",
+    "EVENTS_FILE", "EXECUTOR_LOG", "FINAL_STATES", "HEARTBEAT_FILE", "JOB_FILE", "JOB_STATES", "LIVE_JOB_STATES",
+    "LOCK_FILE", "LOG_FILE", "MAX_JSON_BYTES", "MAX_LOG_BYTES", "METRICS_FILE", "RESULT_FILE", "RESULT_STATES",
+    "RUN_STATES", "TERMINAL_STATES", "Heartbeat", "JobRecord", "RunDir", "RunFileError", "RunState", "append_event",
+    "append_jsonl", "atomic_write_bytes", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",
+    "confined_path", "finite_json", "fsync_dir", "heartbeat_age_s", "heartbeat_timeout_s", "hostname", "iter_jsonl",
+    "last_metrics", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
+    "read_result", "read_run_file", "request_cancel", "run_json", "truncate_metrics", "update_job", "write_job",
+]

@@ -1,0 +1,297 @@
+"""The run directory's vocabulary and its safe readers and writers (the trainer, every `cemctl` command).
+
+File names, the run states and their sets, and the two write mechanisms every
+writer uses:
+
+- JSON files are replaced atomically: a temp file in the same folder, fsync,
+  rename, fsync of the folder (`durable=False` skips the fsyncs for files that
+  are rewritten constantly and only signal liveness, like the heartbeat).
+- Logs (events.jsonl, metrics.jsonl) are append-only, one `write` per line;
+  readers skip a truncated or garbled line.
+
+Reads are confined: `read_run_file` reads only a regular file inside the run's
+own directory (a symlink leaving it, a FIFO, a device or a directory is refused
+with `RunFileError`), opened without blocking and cut at a size cap, so no
+command follows a planted link out of a run or hangs on a special file.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import socket
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from cem_core.errors import CemError
+
+CONFIG_FILE = "config.json"
+EVENTS_FILE = "events.jsonl"
+HEARTBEAT_FILE = "heartbeat.json"
+METRICS_FILE = "metrics.jsonl"
+RESULT_FILE = "result.json"
+EVALS_FILE = "evals.json"
+LOG_FILE = "train.log"
+JOB_FILE = "job.json"
+CANCEL_FILE = "cancel"
+EXECUTOR_LOG = "executor.log"
+CHECKPOINT_DIR = "checkpoints"
+LOCK_FILE = ".lock"
+
+# Size caps of what a reader takes in (a larger file is refused, never read whole).
+MAX_JSON_BYTES = 16 << 20
+MAX_LOG_BYTES = 1 << 30
+
+# A run whose heartbeat.json is older than this (and has no result) is shown `stale`, not running.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
+
+
+class RunState(str, enum.Enum):
+    """A run's state (docs/design.md): planned -> queued -> running -> done | diverged | failed; stale; cancelled."""
+
+    PLANNED = "planned"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    DIVERGED = "diverged"
+    FAILED = "failed"
+    STALE = "stale"
+    CANCELLED = "cancelled"
+    DAMAGED = "damaged"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+RUN_STATES: tuple[str, ...] = tuple(s.value for s in RunState)
+# What result.json may say: the trainer's outcomes.
+RESULT_STATES: tuple[str, ...] = ("done", "diverged", "failed")
+# No job will run it again without being asked (a result, or the user stopped it).
+TERMINAL_STATES: tuple[str, ...] = ("done", "diverged", "failed", "cancelled")
+# Results a launch never redoes (failed runs are retried with --retry-failed).
+FINAL_STATES: tuple[str, ...] = ("done", "diverged")
+# A job holds (or waits for) a worker.
+ACTIVE_STATES: tuple[str, ...] = ("queued", "running")
+
+
+class RunFileError(CemError):
+    """A run file that may not be read: outside its run directory, not a regular file, or too large."""
+
+
+def hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+# ---------------------------------------------------------------------------
+# Confined reads
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def confined_path(run_dir: str | os.PathLike[str], name: str | os.PathLike[str]) -> Path:
+    """`run_dir/name` with every symlink resolved, refused (RunFileError) if it leaves `run_dir`."""
+    root = Path(os.path.realpath(run_dir))
+    path = Path(os.path.realpath(Path(run_dir) / name))
+    if not _inside(path, root):
+        raise RunFileError(f"{Path(run_dir) / name}: refused: it leads outside the run directory (to {path})")
+    return path
+
+
+def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_JSON_BYTES, offset: int = 0) -> bytes:
+    """The bytes of a regular file (from `offset`), opened without blocking; RunFileError for anything else.
+
+    A FIFO, socket, device or directory is refused without waiting for a writer;
+    a file larger than `max_bytes` (after `offset`) is refused, not read. A
+    missing file raises FileNotFoundError.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RunFileError(f"{path}: refused: not a regular file")
+        size = st.st_size - offset
+        if size > max_bytes:
+            raise RunFileError(f"{path}: refused: {st.st_size} bytes, more than the {max_bytes}-byte limit")
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_run_file(run_dir: str | os.PathLike[str], name: str, *, max_bytes: int = MAX_JSON_BYTES,
+                  offset: int = 0) -> bytes:
+    """The bytes of `run_dir/name` if it is a regular file inside the run directory (RunFileError otherwise)."""
+    return read_bytes(confined_path(run_dir, name), max_bytes=max_bytes, offset=offset)
+
+
+def read_json(path: str | os.PathLike[str]) -> Any | None:
+    """The parsed file, or None when it is missing, unreadable, refused or not JSON."""
+    try:
+        return json.loads(read_bytes(path))
+    except (OSError, ValueError, RunFileError):
+        return None
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """A JSON object from `path`, or None if missing, unreadable or not an object."""
+    obj = read_json(path)
+    return obj if isinstance(obj, dict) else None
+
+
+def run_json(run_dir: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
+    """A JSON object from a run file, confined to the run directory; None when missing, refused or bad."""
+    try:
+        obj = json.loads(read_run_file(run_dir, name))
+    except (OSError, ValueError, RunFileError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def iter_jsonl(path: str | os.PathLike[str], *, max_bytes: int = MAX_LOG_BYTES) -> Iterator[dict[str, Any]]:
+    """Every complete, parseable object line; a truncated or garbled line is skipped."""
+    try:
+        raw = read_bytes(path, max_bytes=max_bytes)
+    except (OSError, RunFileError):
+        return
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    return list(iter_jsonl(path))
+
+
+# ---------------------------------------------------------------------------
+# Writes
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename inside `path` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see either the old or the new file, never half."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are read by other users' tools
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, durable: bool = True, indent: int = 2,
+                      make_parents: bool = False) -> None:
+    if make_parents:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(obj, indent=indent, sort_keys=True, allow_nan=False) + "\n").encode()
+    atomic_write_bytes(path, data, durable=durable)
+
+
+def finite_json(obj: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings ("nan", "inf")."""
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    return obj
+
+
+def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
+    """Append one line with a single write (O_APPEND), so concurrent writers never interleave."""
+    line = (json.dumps(finite_json(obj), allow_nan=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RunFileError(f"{path}: refused: not a regular file")
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def append_event(run_dir: str | os.PathLike[str], state: str, reason: str = "", *,
+                 time_s: float | None = None, **fields: Any) -> dict[str, Any]:
+    """Append one state transition to `run_dir/events.jsonl`; returns the event.
+
+    Fields: time (unix s), state, reason (one line), host, pid, plus any given
+    (attempt, executor, job_id, ...); None values are left out.
+    """
+    event: dict[str, Any] = {
+        "time": time.time() if time_s is None else time_s,
+        "state": str(state),
+        "reason": " ".join(str(reason).split()),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+    event.update({k: v for k, v in fields.items() if v is not None})
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    append_jsonl(Path(run_dir) / EVENTS_FILE, event)
+    return event
+
+
+def heartbeat_timeout_s(value: float | None = None) -> float:
+    """--heartbeat-timeout-s, else $CEMCTL_HEARTBEAT_TIMEOUT_S, else 120 s (every command and executor)."""
+    import math
+
+    from cem_core.errors import ConfigError
+
+    if value is None:
+        env = os.environ.get("CEMCTL_HEARTBEAT_TIMEOUT_S")
+        if not env:
+            return DEFAULT_HEARTBEAT_TIMEOUT_S
+        try:
+            value = float(env)
+        except ValueError:
+            raise ConfigError("CEMCTL_HEARTBEAT_TIMEOUT_S", f"must be a number of seconds, got {env!r}") from None
+        key = "CEMCTL_HEARTBEAT_TIMEOUT_S"
+    else:
+        key = "--heartbeat-timeout-s"
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(key, f"must be a positive, finite number of seconds, got {value}")
+    return value

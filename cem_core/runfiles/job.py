@@ -1,0 +1,165 @@
+"""The executor's files in a run directory: `job.json` (a typed `JobRecord`), the `cancel` file,
+and cheap readers of the trainer's liveness files (`cemctl launch`, `cemctl status`, `cemctl cancel`).
+
+Every executor records where a run's current job is in `<run_dir>/job.json`
+(written atomically). `JobRecord.state` is the executor's view: queued,
+running, exited, interrupted, cancelled, lost. A `cancel` file in the run
+directory asks every executor not to (re)start the run. Readers here never
+raise on a missing, truncated or refused file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cem_core.runfiles.files import (
+    CANCEL_FILE,
+    HEARTBEAT_FILE,
+    JOB_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    RESULT_STATES,
+    RunFileError,
+    atomic_write_json,
+    confined_path,
+    run_json,
+)
+
+JOB_STATES = ("queued", "running", "exited", "interrupted", "cancelled", "lost")
+LIVE_JOB_STATES = ("queued", "running")
+
+
+@dataclass
+class JobRecord:
+    """`job.json`: where the run's current job is and what became of it."""
+
+    executor: str = ""  # local | slurm
+    job_id: str | None = None
+    host: str | None = None
+    state: str = "queued"  # one of JOB_STATES
+    attempt: int = 0  # starts of the run by an executor
+    snapshot: str = ""  # code snapshot hash
+    submitted_time: float | None = None
+    started_time: float | None = None
+    ended_time: float | None = None
+    orchestrator_pid: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    slot: str = ""
+    restart_count: int | None = None
+    logs: list[str] = field(default_factory=list)  # informational; readers never open these paths
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
+        """Tolerant: unknown keys are dropped, wrongly typed values become defaults."""
+        out = cls()
+        for f in dataclasses.fields(cls):
+            if f.name not in d:
+                continue
+            value = d[f.name]
+            default = getattr(out, f.name)
+            if f.name == "logs":
+                value = [str(x) for x in value] if isinstance(value, list) else []
+            elif f.name in ("attempt",):
+                value = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+            elif f.name in ("orchestrator_pid", "pid", "exit_code", "restart_count"):
+                value = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            elif f.name.endswith("_time"):
+                value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            elif f.name == "job_id":
+                value = str(value) if value is not None else None
+            elif isinstance(default, str) or f.name == "host":
+                value = str(value) if value is not None else (None if f.name == "host" else "")
+            setattr(out, f.name, value)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def live(self) -> bool:
+        """The record says queued or running (whether that is still true is the executor's question)."""
+        return self.state in LIVE_JOB_STATES
+
+
+def read_job(run_dir: str | os.PathLike[str]) -> JobRecord | None:
+    d = run_json(run_dir, JOB_FILE)
+    return JobRecord.from_dict(d) if d is not None else None
+
+
+def write_job(run_dir: str | os.PathLike[str], job: JobRecord) -> None:
+    atomic_write_json(Path(run_dir) / JOB_FILE, job.to_dict(), durable=False, indent=1)
+
+
+def update_job(run_dir: str | os.PathLike[str], **fields: Any) -> JobRecord:
+    job = read_job(run_dir) or JobRecord()
+    job = dataclasses.replace(job, **fields)
+    write_job(run_dir, job)
+    return job
+
+
+def read_heartbeat(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    return run_json(run_dir, HEARTBEAT_FILE)
+
+
+def read_result(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """result.json if it is a JSON object with a known terminal state, else None."""
+    result = run_json(run_dir, RESULT_FILE)
+    return result if result is not None and result.get("state") in RESULT_STATES else None
+
+
+def heartbeat_age_s(run_dir: str | os.PathLike[str], now: float | None = None) -> float | None:
+    hb = read_heartbeat(run_dir)
+    if not hb or not isinstance(hb.get("time"), (int, float)):
+        return None
+    return (time.time() if now is None else now) - float(hb["time"])
+
+
+def last_metrics(run_dir: str | os.PathLike[str], kinds: tuple[str, ...] = ("train", "val"),
+                 tail_bytes: int = 16384) -> dict[str, dict[str, Any]]:
+    """The last metrics.jsonl line of each kind, read from the file's tail (cheap on big files)."""
+    from cem_core.runfiles.files import read_bytes
+
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        path = confined_path(run_dir, METRICS_FILE)
+        size = path.stat().st_size
+        data = read_bytes(path, offset=max(0, size - tail_bytes), max_bytes=tail_bytes)
+    except (OSError, RunFileError):
+        return out
+    for line in reversed(data.splitlines()):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        kind = rec.get("kind") if isinstance(rec, dict) else None
+        if kind in kinds and kind not in out:
+            out[kind] = rec
+        if len(out) == len(kinds):
+            break
+    return out
+
+
+def cancel_requested(run_dir: str | os.PathLike[str]) -> bool:
+    return os.path.lexists(Path(run_dir) / CANCEL_FILE)
+
+
+def request_cancel(run_dir: str | os.PathLike[str], reason: str = "cancelled by user") -> None:
+    path = Path(run_dir) / CANCEL_FILE
+    if path.is_symlink():  # never write through a planted link
+        path.unlink()
+    atomic_write_json(path, {"reason": reason, "time": time.time()}, durable=False)
+
+
+def clear_cancel(run_dir: str | os.PathLike[str]) -> None:
+    try:
+        (Path(run_dir) / CANCEL_FILE).unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,80 @@
+"""Damaged runs (`cemctl launch --redo-damaged`): found by the database, repaired only when asked.
+
+A run is `damaged` when its files and the database disagree or fail their
+schema (`cemctl.db.ingest`): config.json edited or copied under another id,
+result.json that is not a result, a recorded result whose file is gone. A
+launch skips such runs with the reason. `--redo-damaged` repairs each before
+it runs again, deleting nothing: every file of the run directory (except the
+lock and the executor's log) is moved into `<run_dir>/.damaged-<UTC time>/`,
+config.json is rewritten from the config the database recorded for the run id
+(the plan of record), and the run's result row is forgotten, so the run trains
+from the start under the identity it was planned with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Engine
+
+from cem_core import runfiles
+from cem_core.errors import CemError
+from cemctl.db.engine import read_session, retry_locked, write_session
+from cemctl.db.models import Metric, Result, Run, RunEvent
+
+KEEP = (runfiles.LOCK_FILE, runfiles.EXECUTOR_LOG)
+QUARANTINE_PREFIX = ".damaged-"
+
+
+def damaged_runs(engine: Engine, run_ids: list[str]) -> dict[str, str]:
+    """{run_id: reason} of the given runs the database marks damaged."""
+    out: dict[str, str] = {}
+    with read_session(engine) as s:
+        for i in range(0, len(run_ids), 500):
+            q = select(Run.id, Run.state_reason).where(Run.id.in_(run_ids[i:i + 500]), Run.state == "damaged")
+            out.update({rid: reason or "damaged" for rid, reason in s.execute(q)})
+    return out
+
+
+def repair_damaged(engine: Engine, run_id: str, run_dir: Path) -> str:
+    """Move the run's files aside, restore its recorded config, forget its result; returns what was done."""
+    with read_session(engine) as s:
+        run = s.get(Run, run_id)
+        recorded = json.loads(run.config_json) if run is not None and run.config_json else None
+    if not recorded:
+        raise CemError(f"run {run_id}: damaged, and the database holds no config for it to restore")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    quarantine = run_dir / f"{QUARANTINE_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    moved = 0
+    for entry in sorted(os.listdir(run_dir)):
+        if entry in KEEP or entry.startswith(QUARANTINE_PREFIX):
+            continue
+        quarantine.mkdir(exist_ok=True)
+        os.rename(run_dir / entry, quarantine / entry)
+        moved += 1
+    runfiles.atomic_write_json(run_dir / runfiles.CONFIG_FILE, recorded, indent=1)
+
+    def forget() -> None:
+        with write_session(engine) as s:
+            s.execute(delete(Result).where(Result.run_id == run_id))
+            s.execute(delete(Metric).where(Metric.run_id == run_id))
+            s.execute(delete(RunEvent).where(RunEvent.run_id == run_id, RunEvent.source == "file"))
+            row = s.get(Run, run_id)
+            if row is not None:
+                for col in ("result_mtime", "config_mtime", "heartbeat_at", "finished_at", "started_at", "error",
+                            "last_step", "last_train_loss", "last_val_loss", "tokens_per_s", "evals_mtime"):
+                    setattr(row, col, None)
+                row.metrics_offset = row.events_offset = row.events_lines = 0
+                row.metrics_fingerprint = row.events_fingerprint = ""
+                row.state, row.state_reason, row.state_at = "planned", "repaired by --redo-damaged", time.time()
+                s.add(RunEvent(run_id=run_id, time=time.time(), state="planned", source="derived",
+                               reason=f"repaired: files moved to {quarantine.name}, recorded config restored"))
+
+    retry_locked(forget)
+    return (f"repaired: {moved} file(s) moved to {quarantine.name}/, recorded config restored" if moved
+            else "repaired: recorded config restored")

@@ -1,0 +1,125 @@
+"""A run's logs (`cemctl logs RUN [--follow]`): train.log plus the executor's stdout/stderr.
+
+`log_files(run_dir, runs_root)` lists them: the run's own train.log and
+executor.log, and for a SLURM job its stdout/stderr, found by the job id under
+the runs root's `.slurm/` folder (paths written inside job.json are never
+opened). Every file is read through `cem_core.runfiles`: regular files inside
+their folder only, never following a symlink out of it and never blocking on a
+special file; a refused file is named with the reason instead of printed.
+`tail_logs` prints the last lines of each under a header; `follow_logs` keeps
+printing new lines (Ctrl-C to stop).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from cem_core import runfiles
+from cem_core.runfiles import RunFileError
+
+SLURM_FOLDER = ".slurm"  # cemctl.services.launch.launcher gives this folder to the SLURM executor
+
+
+def find_run_dir(run: str, runs_root: Path, url: str | None = None) -> Path:
+    """The run directory of a run id (or a unique prefix of one), through the one target resolver."""
+    from cemctl.db.engine import DatabaseError, open_existing_db
+    from cemctl.services.targets import resolve_runs
+
+    engine = None
+    if url is not None:
+        try:
+            engine = open_existing_db(url)
+        except DatabaseError as e:
+            if "no results database" not in str(e):
+                raise
+    if engine is None:  # no database yet: the runs folder alone
+        from cemctl.db.engine import open_db
+
+        engine = open_db("sqlite://")  # in-memory: resolve_runs then looks in runs_root
+    return resolve_runs(engine, run, runs_root, runs_only=True).runs[0].run_dir
+
+
+def _slurm_logs(run_dir: Path, runs_root: Path | None) -> list[tuple[Path, Path]]:
+    """(folder, file) of the current SLURM job's stdout/stderr, located by its job id (never by a recorded path)."""
+    job = runfiles.read_job(run_dir)
+    if job is None or job.executor != "slurm" or not job.job_id or runs_root is None:
+        return []
+    array_id, _, task = str(job.job_id).partition("_")
+    if not array_id.isdigit() or (task and not task.isdigit()):
+        return []
+    folder = Path(runs_root) / SLURM_FOLDER / str(job.job_id)  # submitit's folder "%j", files "%j_%t_log.*"
+    return [(folder, folder / f"{job.job_id}_0_log.{ext}") for ext in ("out", "err")]
+
+
+def log_files(run_dir: Path, runs_root: Path | None = None) -> list[tuple[Path, Path]]:
+    """(confining folder, file) of each log a run may have, in print order."""
+    run_dir = Path(run_dir)
+    own = [(run_dir, run_dir / runfiles.LOG_FILE), (run_dir, run_dir / runfiles.EXECUTOR_LOG)]
+    return own + _slurm_logs(run_dir, runs_root)
+
+
+def _read_tail(folder: Path, path: Path, n: int) -> list[str]:
+    data = runfiles.read_run_file(folder, path.name, max_bytes=runfiles.MAX_LOG_BYTES)
+    lines = data.decode(errors="replace").splitlines()
+    return lines if n <= 0 else lines[-n:]
+
+
+def tail_logs(run_dir: Path, lines: int = 50, write: Callable[[str], None] = print,
+              runs_root: Path | None = None) -> int:
+    """Print each log's last lines under a `==> file <==` header; returns how many files were shown."""
+    found = 0
+    for folder, path in log_files(run_dir, runs_root):
+        if not os.path.lexists(path):
+            continue
+        try:
+            tail = _read_tail(folder, path, lines)
+        except (RunFileError, OSError) as e:
+            write(f"==> {path} <== not shown: {str(e).split(': ', 1)[-1]}")
+            continue
+        found += 1
+        write(f"==> {path} <==")
+        for line in tail:
+            write(line)
+    return found
+
+
+def follow_logs(run_dir: Path, write: Callable[[str], None] = print, poll_s: float = 0.5,
+                stop: Callable[[], bool] | None = None, runs_root: Path | None = None) -> None:
+    """Print new lines of every log as they appear (new log files of a requeued job included)."""
+    offsets: dict[Path, int] = {}
+    for _, path in log_files(run_dir, runs_root):
+        try:
+            offsets[path] = path.stat().st_size
+        except OSError:
+            offsets[path] = 0
+    current: Path | None = None
+    while not (stop and stop()):
+        for folder, path in log_files(run_dir, runs_root):
+            offsets.setdefault(path, 0)
+            for line in _new_lines(folder, path, offsets):
+                if path != current:
+                    write(f"==> {path} <==")
+                    current = path
+                write(line)
+        time.sleep(poll_s)
+
+
+def _new_lines(folder: Path, path: Path, offsets: dict[Path, int]) -> Iterator[str]:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return
+    if size < offsets[path]:
+        offsets[path] = 0  # rewritten
+    if size == offsets[path]:
+        return
+    try:
+        data = runfiles.read_run_file(folder, path.name, offset=offsets[path], max_bytes=runfiles.MAX_LOG_BYTES)
+    except (RunFileError, OSError):
+        return
+    end = data.rfind(b"\n") + 1
+    offsets[path] += end
+    yield from data[:end].decode(errors="replace").splitlines()
