@@ -20,7 +20,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from typing import Any
 
 from cem_core.errors import ConfigError
 from cem_core.sizes import SIZES

@@ -131,7 +131,7 @@ INSERT INTO results (run_id, state, test_loss, test_ppl, steps, result_json, rec
 def test_v1_database_is_migrated_in_place_keeping_data(tmp_path, db_url, runs_root, with_version_table):
     path = tmp_path / "results.db"
     con = sqlite3.connect(path)
-    schema = V1_SCHEMA if with_version_table else "\n".join(l for l in V1_SCHEMA.splitlines() if "schema_version" not in l)
+    schema = V1_SCHEMA if with_version_table else "\n".join(ln for ln in V1_SCHEMA.splitlines() if "schema_version" not in ln)
     con.executescript(schema)
     con.close()
     engine = open_db(db_url)
@@ -163,7 +163,7 @@ def test_newer_schema_is_refused(tmp_path, db_url):
 
 
 def _writer(db_url: str, run_dir: str, n_steps: int, barrier) -> None:
-    from cemctl.db import ingest_run, open_db, set_state
+    from cemctl.db import open_db, set_state
 
     engine = open_db(db_url)
     rid = Path(run_dir).name

@@ -19,7 +19,7 @@ if not PG_URL:
 pytest.importorskip("psycopg")
 
 from cemctl.db import Metric, RunEvent, list_runs, open_db, read_session, record_plan, set_state, sync_runs  # noqa: E402
-from cemctl.grid import load_grid
+from cemctl.grid import load_grid  # noqa: E402
 from cemctl.services.plan import write_run_configs  # noqa: E402
 from tests.test_db import GRID, V1_SCHEMA, _writer  # noqa: E402
 

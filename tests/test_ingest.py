@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from cemctl.db import Metric, Result, Run, RunEvent, ingest_run, list_runs, open_db, read_session, set_state, sync_runs
+from cemctl.db import Metric, Result, RunEvent, ingest_run, list_runs, open_db, read_session, set_state, sync_runs
 from cem_core.runfiles import append_event
 from tests.helpers import write_json as atomic_write_json
 from cemctl.grid import load_grid

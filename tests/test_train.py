@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from cem_core.config import DataConfig, RunConfig, resolve, total_steps
-from cem_core.model import build_model
 from cem_core.train import run_training
 from cem_core.train.checkpoint import list_checkpoints, load_latest, save_checkpoint
 from cem_core.train.optim import lr_multiplier, warmup_steps

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cem_core.config import DataConfig, TrainConfig, tokenizer_vocab_size
-from cem_core.errors import CemError, ConfigError
+from cem_core.errors import CemError
 from cem_core.data.cache import atomic_write_json, file_lock, make_temp_dir, publish_dir, remove_dir
 from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, SplitWriter, token_dtype
 from cem_core.data.sources import SPLITS, TEST_FRACTION, VAL_FRACTION, Source, make_source, split_of

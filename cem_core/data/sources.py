@@ -70,7 +70,7 @@ def _datasets():
         import datasets
     except ImportError:
         raise CemError(
-            f"data.corpus needs the Hugging Face 'datasets' package (pip install '.[hf]'); "
+            "data.corpus needs the Hugging Face 'datasets' package (pip install '.[hf]'); "
             "or set data.corpus='builtin' to use the built-in corpus"
         ) from None
     return datasets

@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 import numpy as np
 
 from cem_core.config import BYTE_VOCAB_SIZE, DataConfig
-from cem_core.errors import CemError, ConfigError
+from cem_core.errors import CemError
 from cem_core.data.cache import atomic_write_bytes, file_lock
 
 BPE_SPECIAL = "<|endoftext|>"

@@ -49,11 +49,15 @@ class GPEvalResult:
 
 
 class GPTask:
-    """The GP dataset on a device, with the batches and evaluation the engine calls."""
+    """The GP dataset on a device, with the batches and evaluation the engine calls (`cem_core.train.tasks.Task`)."""
 
-    def __init__(self, cfg: RunConfig, device: torch.device | str = "cpu", data: GPData | None = None) -> None:
+    unit = "examples"
+
+    def __init__(self, cfg: RunConfig, device: torch.device | str = "cpu", world: Any = None,
+                 data: GPData | None = None) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
+        self.tokens_per_step = cfg.train.batch_seqs  # an example plays the part of a token
         self.data = data if data is not None else make_gp_dataset(cfg.gp, cache_dir=cfg.data.cache_dir)
         self._tensors = {}
         for name in SPLITS:
@@ -68,6 +72,28 @@ class GPTask:
     def build_model(self) -> GPRegressor:
         return GPRegressor(self.cfg.model, self.cfg.gp)
 
+    def train_batch(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batch("train", idx)
+
+    def diagnostics(self, rd: Any, model: torch.nn.Module, step: int, tokens: int) -> None:
+        """No per-evaluation extras for the GP study."""
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What result.json records of the task itself: the GP posterior mean's test RMSE."""
+        return {"bayes_rmse": self.data.bayes_rmse}
+
+    @staticmethod
+    def result_fields(cfg: RunConfig, *, examples: int, val_loss: float | None, test_loss: float | None,
+                      bayes_rmse: float | None = None, **_: Any) -> dict[str, Any]:
+        return gp_result_fields(cfg, examples=examples, val_loss=val_loss, test_loss=test_loss, bayes_rmse=bayes_rmse)
+
+    @staticmethod
+    def quality(loss: float | None) -> str:
+        if loss is None:
+            return "n/a"
+        return f"rmse {math.sqrt(loss):.4f}" if loss >= 0 else "rmse nan"
+
     def batch(self, split: str, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """(x [n, D], y [n]) of the examples `idx` of a split, on the device."""
         x, y = self._tensors[split]
@@ -75,11 +101,12 @@ class GPTask:
         return x.index_select(0, index), y.index_select(0, index)
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, split: str, *, micro_batch: int,
+    def evaluate(self, model: torch.nn.Module, split: str, *, micro_batch: int | None = None,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
                  rank: int = 0, world_size: int = 1) -> GPEvalResult:
         """MSE over the whole split (examples shared round-robin between ranks, sums all-reduced)."""
         x_all, y_all = self._tensors[split]
+        micro_batch = micro_batch or self.cfg.train.micro_batch_seqs
         was_training = model.training
         model.eval()
         total = torch.zeros(2, dtype=torch.float64, device=self.device)  # (sum of squared errors, count)

@@ -8,10 +8,12 @@ norm, exit 3), `failed` (an exception, exit 1); each is written once,
 atomically, to result.json and appended to events.jsonl. Bad configuration
 raises `ConfigError` before anything is written (exit 2).
 
-task = "gp" (the synthetic GP study) swaps in cem_core/gp/task.py for the data,
-the model, the batches (examples instead of token sequences) and the evaluation
-(MSE over the whole val / test split); result.json then carries `test_rmse`,
-`val_rmse` and the GP counts, with null perplexities.
+The run is setup (task, model, optimizer), resume (newest checkpoint), then
+per optimizer step `_step` (forward/backward over the micro-batches, clip,
+update) and `_step_end` (log, evaluate, checkpoint). What differs between tasks
+is a `cem_core.train.tasks.Task`: `LMTask` (language modelling) or the GP
+study's `GPTask` (examples instead of token sequences, MSE evaluation;
+result.json then carries `test_rmse`, `val_rmse` and the GP counts).
 
 Data parallelism: under `torchrun` (WORLD_SIZE > 1) each process joins the
 process group (NCCL on CUDA, gloo on CPU), takes its slice of each global
@@ -35,23 +37,21 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from cem_core.config import RunConfig, energy_layers, resolve, run_id, tokens_per_step, total_steps
-from cem_core.counts import flops_per_token, param_counts
+from cem_core.config import RunConfig, resolve, run_id, total_steps
+from cem_core.counts import run_counts
 from cem_core.errors import ConfigError, RunDiverged
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
-from cem_core.train.evaluate import evaluate
 from cem_core.train.hooks import TestHooks
 from cem_core.train.optim import build_optimizer, build_scheduler
 from cem_core.runfiles import Heartbeat, RunDir, call_quietly, read_result, truncate_metrics
 from cem_core.train.sampler import BatchSampler
+from cem_core.train.tasks import make_task, task_class
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -195,7 +195,7 @@ class RunState:
     val_tokens: int | None = None
     test_loss: float | None = None
     test_tokens: int | None = None
-    bayes_rmse: float | None = None  # task = "gp": the GP posterior mean's test RMSE
+    task_info: dict[str, Any] = field(default_factory=dict)  # Task.info, once the task is up
 
     def elapsed_s(self) -> float:
         return self.elapsed_prev_s + (time.time() - self.start_time)
@@ -210,13 +210,13 @@ def _ppl(loss: float | None) -> float | None:
 def make_result(cfg: RunConfig, st: RunState, state: str, *, error: str | None = None,
                 diverged_step: int | None = None, attempt: int = 1, world: World | None = None,
                 device: torch.device | None = None) -> dict[str, Any]:
-    counts = param_counts(cfg.model)
-    fpt = flops_per_token(cfg.model)
+    counts = run_counts(cfg)
+    fpt = counts["flops_per_token"]
     return {
         "state": state,
         "test_loss": st.test_loss, "test_ppl": _ppl(st.test_loss),
         "val_loss": st.val_loss, "val_ppl": _ppl(st.val_loss),
-        "params_total": counts["total"], "params_non_embedding": counts["non_embedding"],
+        "params_total": counts["params_total"], "params_non_embedding": counts["params_non_embedding"],
         "flops_per_token": fpt, "train_flops": 3 * fpt * st.tokens,
         "tokens": st.tokens, "steps": st.step, "total_steps": total_steps(cfg),
         "wall_time_s": round(st.elapsed_s(), 3),
@@ -225,57 +225,13 @@ def make_result(cfg: RunConfig, st: RunState, state: str, *, error: str | None =
         "attempt": attempt, "world_size": world.size if world else 1,
         "device": str(device) if device is not None else None,
         "host": socket.gethostname(), "run_id": run_id(cfg),
-    } | _task_result_fields(cfg, st)
-
-
-def _task_result_fields(cfg: RunConfig, st: RunState) -> dict[str, Any]:
-    """task = "gp": GP counts, test/val RMSE, no perplexities (cem_core.gp.task)."""
-    if cfg.task != "gp":
-        return {}
-    from cem_core.gp.task import gp_result_fields
-
-    return gp_result_fields(cfg, examples=st.tokens, val_loss=st.val_loss, test_loss=st.test_loss,
-                            bayes_rmse=st.bayes_rmse)
-
-
-def _quality(cfg: RunConfig, loss: float | None) -> str:
-    """'ppl X' of a language model's NLL, 'rmse X' of a GP run's MSE."""
-    if loss is None:
-        return "n/a"
-    if cfg.task == "gp":
-        return f"rmse {math.sqrt(loss):.4f}" if loss >= 0 else "rmse nan"
-    return f"ppl {_ppl(loss):.2f}"
+    } | task_class(cfg).result_fields(cfg, examples=st.tokens, val_loss=st.val_loss, test_loss=st.test_loss,
+                                      **st.task_info)
 
 
 def error_tail(exc: BaseException, lines: int = ERROR_TAIL_LINES) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
     return "\n".join(text.splitlines()[-lines:])
-
-
-def write_energy_lines(rd: RunDir, model: torch.nn.Module, data: Any, seq_len: int, n_seqs: int,
-                       dev: torch.device, layers: list[int], step: int, tokens: int) -> None:
-    """`train.energy_layers`: energies along the CEM recursion on the first val sequences.
-
-    One metrics line per (layer, sublayer, recursion step t): {"kind": "energy",
-    "step" (optimizer step), "tokens", "layer", "sublayer", "t", "energy",
-    "descent_frac"}; nothing for layers without CEM sublayers.
-    """
-    from cem_core.model.energy import energy_diagnostics
-
-    n = min(n_seqs, int(data.num_sequences("val", seq_len)))
-    if n < 1:
-        return
-    batch = torch.as_tensor(np.asarray(data.sequences("val", seq_len, np.arange(n))), dtype=torch.long).to(dev)
-    was_training = model.training
-    model.eval()
-    try:
-        rows = energy_diagnostics(model, batch[:, :-1], layers)
-    finally:
-        model.train(was_training)
-    for row in rows:
-        rd.append_metrics({"kind": "energy", "step": step, "tokens": tokens, "layer": row["layer"],
-                           "sublayer": row["sublayer"], "t": row["step"], "energy": row["energy"],
-                           "descent_frac": row["descent_frac"]})
 
 
 def run_training(run_dir: str | os.PathLike[str], device: str | None = None) -> dict[str, Any]:
@@ -334,8 +290,9 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
             try:
                 _train(cfg, rd, world, dev, attempt, st, ui, heartbeat)
                 result = make_result(cfg, st, "done", attempt=attempt, world=world, device=dev)
-                log.info("done: test loss %.4f (%s) over %s %s, %.1f s", st.test_loss, _quality(cfg, st.test_loss),
-                         st.test_tokens, "examples" if cfg.task == "gp" else "tokens", st.elapsed_s())
+                log.info("done: test loss %.4f (%s) over %s %s, %.1f s", st.test_loss,
+                         task_class(cfg).quality(st.test_loss), st.test_tokens,
+                         "examples" if cfg.task == "gp" else "tokens", st.elapsed_s())
             except RunDiverged as e:
                 log.error("diverged: %s", e)
                 result = make_result(cfg, st, "diverged", error=str(e), diverged_step=e.step,
@@ -363,49 +320,59 @@ def _final_heartbeat(heartbeat: Heartbeat | None, st: RunState) -> None:
         heartbeat.beat()
 
 
-def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt: int, st: RunState,
-           ui: RunConsole, heartbeat: Heartbeat | None) -> None:
-    from cem_core.data import prepare_data
-    from cem_core.model import build_model
+@dataclass
+class _Training:
+    """Everything one attempt trains with (built by `_setup`)."""
 
-    t, m = cfg.train, cfg.model
-    total, tps, seq_len = total_steps(cfg), tokens_per_step(cfg), m.context_len
-    accum = grad_accum_steps(cfg, world.size)
-    rank0 = world.rank == 0
-    hooks = TestHooks.from_env(attempt)
+    task: Any  # cem_core.train.tasks.Task
+    model: torch.nn.Module
+    train_model: torch.nn.Module  # compiled and/or DDP-wrapped view of `model`
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    sampler: BatchSampler
+    autocast: Callable[[], contextlib.AbstractContextManager]
+    accum: int
+    total: int
+    eval_every: int
+    ckpt_every: int
+    clip: float
 
-    # Data: rank 0 builds the cache first, the others then open it.
-    data, gp = None, None
-    if cfg.task == "gp":  # GP regression: an example plays the part of a token (cem_core/gp/task.py)
-        from cem_core.gp.task import GPTask
 
-        gp = GPTask(cfg, dev)
-        tps, n_train, st.bayes_rmse = t.batch_seqs, gp.num_train, gp.data.bayes_rmse
-    else:
-        if rank0:
-            data = prepare_data(cfg.data, min_train_tokens=total * tps)
-        world.barrier()
-        if data is None:
-            data = prepare_data(cfg.data, min_train_tokens=total * tps)
-        if data.vocab_size > m.vocab_size:
-            raise ConfigError("model.vocab_size", f"is {m.vocab_size} but the tokenizer has {data.vocab_size} tokens")
-        n_train = int(data.num_sequences("train", seq_len))
-        if n_train < 1:
-            raise ValueError(f"the train split has fewer than {seq_len + 1} tokens (model.context_len={seq_len})")
-
-    # Model, optimizer, schedule; then the newest valid checkpoint.
+def _setup(cfg: RunConfig, world: World, dev: torch.device, st: RunState) -> _Training:
+    """The task (data), the model, optimizer and schedule of this run."""
+    t = cfg.train
+    task = make_task(cfg, dev, world)
+    st.task_info = dict(task.info)
     torch.manual_seed(t.seed)
-    model = (gp.build_model() if gp is not None else build_model(m)).to(dev)
+    model = task.build_model().to(dev)
     if t.activation_checkpointing and hasattr(model, "checkpoint_blocks"):
         model.checkpoint_blocks = True
     optimizer = build_optimizer(model, t, dev)
+    total = total_steps(cfg)
     scheduler = build_scheduler(optimizer, t, total)
+    fwd_model = maybe_compile(model, t.compile, dev)
+    if world.size > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        train_model: torch.nn.Module = DDP(fwd_model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    else:
+        train_model = fwd_model
+    sampler = BatchSampler(seed=t.seed, num_sequences=task.num_train, batch_seqs=t.batch_seqs,
+                           micro_batch_seqs=t.micro_batch_seqs, world_size=world.size)
+    return _Training(task, model, train_model, optimizer, scheduler, sampler, autocast_factory(t.precision, dev),
+                     grad_accum_steps(cfg, world.size), total, schedule_every(t.eval_every_steps, total),
+                     schedule_every(t.ckpt_every_steps, total), t.grad_clip if t.grad_clip > 0 else float("inf"))
+
+
+def _resume(tr: _Training, rd: RunDir, world: World, dev: torch.device, st: RunState,
+            heartbeat: Heartbeat | None) -> int:
+    """Load the newest valid checkpoint (every rank the same one); returns the step to continue after."""
     ckpt = load_latest(rd.checkpoints)
     start_step = 0
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
+        tr.model.load_state_dict(ckpt["model"])
+        tr.optimizer.load_state_dict(ckpt["optimizer"])
+        tr.scheduler.load_state_dict(ckpt["scheduler"])
         set_rng_state(ckpt.get("rng"), dev)
         start_step = int(ckpt["step"])
         st.elapsed_prev_s = float(ckpt.get("elapsed_s", 0.0))
@@ -417,113 +384,110 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
         if int(steps[0]) != -int(steps[1]):
             raise RuntimeError("ranks resumed from different checkpoints")
-    st.step, st.tokens = start_step, start_step * tps
-    if rank0:
+    st.step, st.tokens = start_step, start_step * tr.task.tokens_per_step
+    if world.rank == 0:
         truncate_metrics(rd.metrics, start_step)
     if heartbeat is not None:
         heartbeat.update(step=st.step, tokens=st.tokens)
         heartbeat.beat()
+    return start_step
 
-    fwd_model = maybe_compile(model, t.compile, dev)
-    if world.size > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
 
-        train_model: torch.nn.Module = DDP(fwd_model, device_ids=[dev.index] if dev.type == "cuda" else None)
-    else:
-        train_model = fwd_model
-    autocast = autocast_factory(t.precision, dev)
-    sampler = BatchSampler(seed=t.seed, num_sequences=n_train, batch_seqs=t.batch_seqs,
-                           micro_batch_seqs=t.micro_batch_seqs, world_size=world.size)
-    eval_every = schedule_every(t.eval_every_steps, total)
-    ckpt_every = schedule_every(t.ckpt_every_steps, total)
-    clip = t.grad_clip if t.grad_clip > 0 else float("inf")
-    e_layers = energy_layers(cfg) if gp is None else []
+def _step(tr: _Training, step: int, world: World, hooks: TestHooks) -> tuple[float, float, float]:
+    """One optimizer step over `accum` micro-batches: (train loss, grad norm, lr used)."""
+    loss_sum = torch.zeros((), dtype=torch.float32, device=next(tr.model.parameters()).device)
+    for a in range(tr.accum):
+        x, y = tr.task.train_batch(tr.sampler.indices(step, a, world.rank))
+        sync = tr.train_model.no_sync() if (world.size > 1 and a < tr.accum - 1) else contextlib.nullcontext()
+        with sync:
+            with tr.autocast():
+                _, loss = tr.train_model(x, y)
+            loss = hooks.loss(step, loss)
+            (loss / tr.accum).backward()
+        loss_sum += loss.detach().float()
+    world.all_sum(loss_sum)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(tr.model.parameters(), tr.clip))
+    train_loss = float(loss_sum) / (tr.accum * world.size)
+    if not (math.isfinite(train_loss) and math.isfinite(grad_norm)):
+        raise RunDiverged(step, train_loss if not math.isfinite(train_loss) else grad_norm)
+    lr = tr.optimizer.param_groups[0]["lr"]
+    tr.optimizer.step()
+    tr.scheduler.step()
+    tr.optimizer.zero_grad(set_to_none=True)
+    return train_loss, grad_norm, lr
 
-    def run_eval(split: str, n_tokens: int):
-        if gp is not None:  # the whole (fixed) val / test split
-            return gp.evaluate(model, split, micro_batch=t.micro_batch_seqs, autocast=autocast,
-                               rank=world.rank, world_size=world.size)
-        return evaluate(model, data, split, seq_len=seq_len, n_tokens=n_tokens, micro_batch_seqs=t.micro_batch_seqs,
-                        device=dev, autocast=autocast, rank=world.rank, world_size=world.size)
 
-    model.train()
+def _evaluate(tr: _Training, split: str, world: World) -> Any:
+    return tr.task.evaluate(tr.model, split, autocast=tr.autocast, rank=world.rank, world_size=world.size)
+
+
+def _step_end(tr: _Training, cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, st: RunState,
+              ui: RunConsole, step: int, losses: tuple[float, float, float], tokens_per_s: float | None) -> None:
+    """After an optimizer step: the metrics line and progress, evaluation, checkpoint (rank 0 writes)."""
+    rank0 = world.rank == 0
+    if tokens_per_s is not None and rank0:
+        train_loss, grad_norm, lr = losses
+        rd.append_metrics({"kind": "train", "step": step, "tokens": st.tokens, "train_loss": train_loss,
+                           "lr": lr, "grad_norm": grad_norm, "tokens_per_s": round(tokens_per_s, 1),
+                           "time_s": round(st.elapsed_s(), 3)})
+        info = f"loss {train_loss:.4f} lr {lr:.2e} gnorm {grad_norm:.3f} {tokens_per_s:,.0f} tok/s"
+        ui.progress(step, info)
+        log.info("step %d/%d %s", step, tr.total, info, extra={PROGRESS_LINE: True})
+    if step % tr.eval_every == 0 or step == tr.total:
+        val = _evaluate(tr, "val", world)
+        st.val_loss, st.val_tokens = val.loss, val.tokens
+        if rank0:
+            rd.append_metrics({"kind": "val", "step": step, "tokens": st.tokens, "val_loss": val.loss,
+                               "time_s": round(st.elapsed_s(), 3)})
+            log.info("step %d/%d val loss %.4f (%s)", step, tr.total, val.loss, task_class(cfg).quality(val.loss))
+            tr.task.diagnostics(rd, tr.model, step, st.tokens)
+    if (step % tr.ckpt_every == 0 or step == tr.total) and rank0:
+        path = save_checkpoint(rd.checkpoints, {
+            "model": tr.model.state_dict(), "optimizer": tr.optimizer.state_dict(),
+            "scheduler": tr.scheduler.state_dict(), "step": step, "tokens": st.tokens,
+            "rng": rng_state(dev), "metrics_offset": rd.metrics.stat().st_size if rd.metrics.exists() else 0,
+            "elapsed_s": st.elapsed_s(), "val_loss": st.val_loss, "val_tokens": st.val_tokens,
+            "config": cfg.to_dict(),
+        }, keep=cfg.train.ckpt_keep)
+        log.info("checkpoint %s", path.name)
+
+
+def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt: int, st: RunState,
+           ui: RunConsole, heartbeat: Heartbeat | None) -> None:
+    tr = _setup(cfg, world, dev, st)
+    start_step = _resume(tr, rd, world, dev, st, heartbeat)
+    hooks = TestHooks.from_env(attempt)
+    log_every = cfg.train.log_every_steps
+    tr.model.train()
     interval_tokens, interval_time = 0, 0.0
-    for step in range(start_step + 1, total + 1):
+    for step in range(start_step + 1, tr.total + 1):
         hooks.before_step(step)
         t0 = time.perf_counter()
-        loss_sum = torch.zeros((), dtype=torch.float32, device=dev)
-        for a in range(accum):
-            idx = sampler.indices(step, a, world.rank)
-            if gp is not None:
-                x, y = gp.batch("train", idx)
-            else:
-                batch = torch.as_tensor(np.asarray(data.sequences("train", seq_len, idx)), dtype=torch.long)
-                batch = batch.to(dev, non_blocking=True)
-                x, y = batch[:, :-1], batch[:, 1:]
-            sync = train_model.no_sync() if (world.size > 1 and a < accum - 1) else contextlib.nullcontext()
-            with sync:
-                with autocast():
-                    _, loss = train_model(x, y)
-                loss = hooks.loss(step, loss)
-                (loss / accum).backward()
-            loss_sum += loss.detach().float()
-        world.all_sum(loss_sum)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
-        train_loss = float(loss_sum) / (accum * world.size)
-        if not (math.isfinite(train_loss) and math.isfinite(grad_norm)):
+        try:
+            losses = _step(tr, step, world, hooks)
+        except RunDiverged:
             st.step = step - 1
-            raise RunDiverged(step, train_loss if not math.isfinite(train_loss) else grad_norm)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+            raise
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         interval_time += time.perf_counter() - t0
-        interval_tokens += tps
-        st.step, st.tokens = step, step * tps
+        interval_tokens += tr.task.tokens_per_step
+        st.step, st.tokens = step, step * tr.task.tokens_per_step
         if heartbeat is not None:
             heartbeat.update(step=step, tokens=st.tokens)
-
-        if step % t.log_every_steps == 0 or step == total:
+        tokens_per_s = None
+        if step % log_every == 0 or step == tr.total:
             tokens_per_s = interval_tokens / max(interval_time, 1e-9)
             interval_tokens, interval_time = 0, 0.0
-            if rank0:
-                rd.append_metrics({"kind": "train", "step": step, "tokens": st.tokens, "train_loss": train_loss,
-                                   "lr": lr, "grad_norm": grad_norm, "tokens_per_s": round(tokens_per_s, 1),
-                                   "time_s": round(st.elapsed_s(), 3)})
-                if heartbeat is not None:
-                    heartbeat.beat()
-                info = f"loss {train_loss:.4f} lr {lr:.2e} gnorm {grad_norm:.3f} {tokens_per_s:,.0f} tok/s"
-                ui.progress(step, info)
-                log.info("step %d/%d %s", step, total, info, extra={PROGRESS_LINE: True})
-        if step % eval_every == 0 or step == total:
-            val = run_eval("val", t.val_tokens)
-            st.val_loss, st.val_tokens = val.loss, val.tokens
-            if rank0:
-                rd.append_metrics({"kind": "val", "step": step, "tokens": st.tokens, "val_loss": val.loss,
-                                   "time_s": round(st.elapsed_s(), 3)})
-                log.info("step %d/%d val loss %.4f (%s)", step, total, val.loss, _quality(cfg, val.loss))
-                if e_layers:
-                    try:
-                        write_energy_lines(rd, model, data, seq_len, t.micro_batch_seqs, dev, e_layers, step, st.tokens)
-                    except Exception as e:  # noqa: BLE001 - a diagnostic must not end the run
-                        log.warning("energy diagnostics failed at step %d: %s", step, e)
-        if (step % ckpt_every == 0 or step == total) and rank0:
-            path = save_checkpoint(rd.checkpoints, {
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "step": step, "tokens": st.tokens,
-                "rng": rng_state(dev), "metrics_offset": rd.metrics.stat().st_size if rd.metrics.exists() else 0,
-                "elapsed_s": st.elapsed_s(), "val_loss": st.val_loss, "val_tokens": st.val_tokens,
-                "config": cfg.to_dict(),
-            }, keep=t.ckpt_keep)
-            log.info("checkpoint %s", path.name)
+            if heartbeat is not None:
+                heartbeat.beat()
+        _step_end(tr, cfg, rd, world, dev, st, ui, step, losses, tokens_per_s)
 
-    ui.progress(total)
-    test = run_eval("test", t.test_tokens)
+    ui.progress(tr.total)
+    test = _evaluate(tr, "test", world)
     st.test_loss, st.test_tokens = test.loss, test.tokens
     if st.val_loss is None:  # resumed from the final checkpoint of an older format
-        val = run_eval("val", t.val_tokens)
+        val = _evaluate(tr, "val", world)
         st.val_loss, st.val_tokens = val.loss, val.tokens
     if not math.isfinite(st.test_loss):
-        raise RunDiverged(total, st.test_loss)
+        raise RunDiverged(tr.total, st.test_loss)

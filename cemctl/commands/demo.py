@@ -15,22 +15,15 @@ import typer
 
 from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, fail
 
-DEMO_GRID = Path("experiments") / "demo.toml"
-
-
 def find_demo_grid(explicit: str | None = None) -> Path:
-    """The demo grid: --grid, else ./experiments/demo.toml, else the one beside the installed package."""
-    if explicit:
-        candidates = [Path(explicit)]
-    else:
-        import cemctl
+    """The demo grid: --grid, else ./experiments/demo.toml, else the one the package ships."""
+    from cemctl.grid.files import find_grid
 
-        candidates = [DEMO_GRID, Path(cemctl.__file__).resolve().parent.parent / DEMO_GRID]
-    for path in candidates:
-        if path.is_file():
-            return path
-    fail(f"{candidates[0]}: no such grid file (run from the repository root, or pass --grid FILE)")
-    raise AssertionError  # unreachable: fail() exits
+    path = find_grid(explicit or "demo")
+    if path is None or not path.is_file():
+        fail(f"{explicit or 'demo'}: no such grid file (give --grid FILE)")
+        raise AssertionError  # unreachable: fail() exits
+    return path
 
 
 def register(app: typer.Typer) -> None:

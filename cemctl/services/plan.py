@@ -14,7 +14,6 @@ Torch is never imported.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,18 @@ def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
     return written
 
 
+def grid_path(target: str | Path) -> Path:
+    """The grid file a command-line target names (`cemctl.grid.files.find_grid`); a one-line error listing
+    the packaged grids when it names none."""
+    from cemctl.grid.files import find_grid, packaged_grids
+
+    found = find_grid(str(target))
+    if found is None:
+        names = ", ".join(packaged_grids()) or "none"
+        raise ConfigError("file", f"no such grid file (packaged grids: {names})", source=str(target))
+    return found
+
+
 def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float) -> list[dict[str, Any]]:
     rows = []
     for pr in plan.runs:
@@ -87,7 +98,7 @@ def plan_experiment(
         raise ConfigError("--gpu-tflops", f"must be > 0, got {gpu_tflops}")
     if not 0 < mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
-    plan = load_grid(path, scale, overrides)
+    plan = load_grid(grid_path(path), scale, overrides)
     rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu)
     report = PlanReport(plan, rows)
     if record:

@@ -1,5 +1,6 @@
 """Write the hostile grid corpus (one file per case). Each file's first line: `# expect: <substring of the error line>`."""
-import os, sys
+import os
+import sys
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_grids")
 HEAD = '[experiment]\nname = "hostile"\nfigure = "curves"\n'
 BASE = '[base]\n"model.size" = "nano"\n"data.tokenizer" = "byte"\n"train.max_steps" = 4\n'

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from cem_core.errors import CemError, ConfigError
+from cem_core.errors import ConfigError
 from cemctl.cli import app
 from cemctl.db import list_runs, open_db, record_plan
 from cemctl.grid import load_grid

@@ -133,13 +133,17 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
     from cemctl.db.runs import pick_scale, scale_summaries
     from cemctl.services.targets import looks_like_file, resolve_runs
 
-    if looks_like_file(req.target):
+    from cemctl.grid.files import find_grid
+
+    is_grid = looks_like_file(req.target) or (
+        find_grid(req.target) is not None and (engine is None or get_experiment(engine, req.target) is None))
+    if is_grid:
         from cemctl.grid import DEFAULT_SCALE, load_grid
-        from cemctl.services.plan import plan_experiment
+        from cemctl.services.plan import grid_path, plan_experiment
 
         scale = req.scale or DEFAULT_SCALE
         if req.dry_run:  # validate and show, write nothing (no database, no config.json)
-            plan = load_grid(req.target, scale, req.overrides)
+            plan = load_grid(grid_path(req.target), scale, req.overrides)
         else:
             plan = plan_experiment(req.target, scale=scale, overrides=req.overrides, db_url=url,
                                    runs_root=runs_root).plan

@@ -1,0 +1,7 @@
+"""The services behind the commands (`cemctl plan`, `launch`, `status`, `cancel`, `logs`, `eval`).
+
+Each command parses its options and calls one function here:
+`plan.plan_experiment`, `launch.launcher.launch`, `status.command.show_status`,
+`cancel.cancel_target`, `logs.tail_logs`, `eval.evaluate_target`. Which runs a
+target names is answered once, by `targets.resolve_runs`.
+"""
