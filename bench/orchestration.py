@@ -101,7 +101,7 @@ def _run_cli(s: Settings, section: Section, work: Path) -> None:
     floor = _python_floor(n)
     _add(section, "python -c pass (interpreter floor)", "-", {"wall_s": floor, "min_wall_s": floor, "cpu_s": None,
                                                              "rc": 0, "error": ""}, None)
-    _add(section, "cemctl --help", "-", time_command(["--help"], n, work), 0.3)
+    _add(section, "cemctl --help", "-", time_command(["--help"], n, work), 0.2)
 
     big = dbgen.build(s.cache_dir, s.scale, log=lambda m: print(m, flush=True))
     db_desc = f"{big.runs:,} runs, {big.metric_points:,} points"
@@ -117,7 +117,7 @@ def _run_cli(s: Settings, section: Section, work: Path) -> None:
             section.rows.append({"command": f"cemctl {cmd}", "verdict": "not measured: command not implemented yet"})
             section.targets.append(Target(f"cemctl {cmd}", "-", "-", None, "command not implemented yet"))
     if "status" in available:
-        _add(section, "cemctl status", db_desc, time_command(["status", *db], n, work), 0.5)
+        _add(section, "cemctl status", db_desc, time_command(["status", *db], n, work), 0.3)
         _add(section, "cemctl status --no-sync", db_desc, time_command(["status", "--no-sync", *db], n, work), None)
         _add(section, f"cemctl status {big.report_experiment}", db_desc,
              time_command(["status", big.report_experiment, *db], n, work), None)

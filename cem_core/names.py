@@ -14,6 +14,7 @@ from cem_core.errors import ConfigError
 
 EXPERIMENT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+RUN_ID_RE = re.compile(r"[0-9a-f]{12}")  # cem_core.config.run_id: 12 hex of the config's sha256
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -37,3 +38,8 @@ def check_experiment_name(name: Any, source: str | None = None) -> str:
 def is_run_name(text: str) -> bool:
     """Whether `text` can be a run id (or a prefix of one): a plain folder name."""
     return bool(RUN_NAME_RE.fullmatch(text or ""))
+
+
+def is_run_id(name: str) -> bool:
+    """Whether a folder is named by a run id (then it must hold the config that hashes to that id)."""
+    return bool(RUN_ID_RE.fullmatch(name or ""))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def _version() -> str:
     """The installed distribution's version: one version string, from the package metadata."""
@@ -13,4 +15,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-__version__ = _version()
+def __getattr__(name: str) -> Any:  # `cemctl.__version__`, read lazily (metadata costs ~50 ms at start-up)
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module 'cemctl' has no attribute {name!r}")

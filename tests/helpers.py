@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+HOSTILE_DIR = ROOT / "tests" / "reliability" / "hostile_grids"
 
 
 @dataclass
@@ -71,6 +72,27 @@ def cli(where: Path | None, *args: str, subprocess: bool = False, env: dict[str,
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         raise res.exception
     return CliResult(res.exit_code, res.stdout, res.stderr)
+
+
+def assert_clean_error(proc: Any, *, code: int = 2, contains: str = "") -> str:
+    """The process failed with `code` and printed exactly one non-empty line, no traceback; returns it."""
+    stderr = getattr(proc, "stderr", "") or ""
+    stdout = getattr(proc, "stdout", "") or ""
+    rc = getattr(proc, "returncode", getattr(proc, "exit_code", None))
+    assert rc == code, f"exit code {rc}, expected {code}\nstdout: {stdout}\nstderr: {stderr}"
+    lines = [ln for ln in (stderr + stdout).splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one line, got {len(lines)}:\n" + "\n".join(lines[:20])
+    assert "Traceback" not in stderr + stdout
+    assert lines[0].startswith("error: "), lines[0]
+    assert contains in lines[0], f"{contains!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every parseable object line of a JSONL file (a truncated line is skipped)."""
+    from cem_core.runfiles import read_jsonl as _read
+
+    return _read(path)
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout_s: float = 60, poll_s: float = 0.1, what: str = "") -> Any:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import CliResult, cli, wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TINY_GRID = """
@@ -53,11 +55,9 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def cemctl(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cemctl.cli", *args], cwd=tmp_path, env=env or cli_env(tmp_path),
-        capture_output=True, text=True, timeout=timeout,
-    )
+def cemctl(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> CliResult:
+    """`cemctl ARGS` in a subprocess with CEMCTL_DB / CEMCTL_RUNS under tmp_path (tests.helpers.cli)."""
+    return cli(None, *args, subprocess=True, cwd=tmp_path, env=env or cli_env(tmp_path), timeout=timeout)
 
 
 def status_json(tmp_path: Path, env: dict[str, str] | None = None) -> dict:
@@ -143,16 +143,6 @@ def test_launch_completes_and_relaunch_starts_nothing(tmp_path):
     assert table.returncode == 0 and "2 runs: 2 done" in table.stdout and "attention" in table.stdout
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 def heartbeat_step(run_dir: Path) -> int:
     try:
         return int(json.loads((run_dir / "heartbeat.json").read_text()).get("step") or 0)
@@ -172,8 +162,8 @@ def test_kill_9_is_detected_by_heartbeat_and_relaunch_resumes(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         runs = tmp_path / "runs"
-        run_dir = wait_for(lambda: next((p for p in runs.iterdir() if not p.name.startswith(".")), None) if runs.exists() else None, 60, "run dir")
-        wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 6, 120, "a checkpoint and step 6")
+        run_dir = wait_for(lambda: next((p for p in runs.iterdir() if not p.name.startswith(".")), None) if runs.exists() else None, timeout_s=60, what="run dir")
+        wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 6, timeout_s=120, what="a checkpoint and step 6")
         trainer_pid = int(json.loads((run_dir / "heartbeat.json").read_text())["pid"])
         os.kill(orch.pid, signal.SIGKILL)
         orch.wait(timeout=10)
@@ -208,8 +198,8 @@ def test_ctrl_c_stops_children_and_restart_resumes(tmp_path):
     orch = subprocess.Popen([sys.executable, "-m", "cemctl.cli", "launch", str(grid)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     runs = tmp_path / "runs"
-    run_dir = wait_for(lambda: next((p for p in runs.iterdir() if not p.name.startswith(".")), None) if runs.exists() else None, 60, "run dir")
-    wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 4, 120, "a checkpoint")
+    run_dir = wait_for(lambda: next((p for p in runs.iterdir() if not p.name.startswith(".")), None) if runs.exists() else None, timeout_s=60, what="run dir")
+    wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 4, timeout_s=120, what="a checkpoint")
     trainer_pid = int(json.loads((run_dir / "job.json").read_text())["pid"])
     orch.send_signal(signal.SIGINT)
     assert orch.wait(timeout=60) == 130
@@ -230,8 +220,8 @@ def test_cancel_stops_a_running_local_job(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         runs = tmp_path / "runs"
-        run_dir = wait_for(lambda: next((p for p in runs.iterdir() if not p.name.startswith(".")), None) if runs.exists() else None, 60, "run dir")
-        wait_for(lambda: heartbeat_step(run_dir) >= 1, 120, "the first step")
+        run_dir = wait_for(lambda: next((p for p in runs.iterdir() if not p.name.startswith(".")), None) if runs.exists() else None, timeout_s=60, what="run dir")
+        wait_for(lambda: heartbeat_step(run_dir) >= 1, timeout_s=120, what="the first step")
         out = cemctl(tmp_path, "cancel", "cancelme", env=env)
         assert out.returncode == 0 and "SIGTERM" in out.stdout, out.stdout + out.stderr
         assert orch.wait(timeout=60) == 0  # the orchestrator ends: nothing left to run
@@ -258,8 +248,8 @@ def test_detach_runs_the_orchestrator_in_the_background(tmp_path):
         st = run_states(status_json(tmp_path, env), "detached") if (tmp_path / "results.db").exists() else {}
         return st and all(r["state"] == "done" for r in st.values())
 
-    wait_for(done, 300, "the detached launch to finish")
-    wait_for(lambda: "launched 1 of 1" in log.read_text(), 60, "the orchestrator's summary in its log")
+    wait_for(done, timeout_s=300, what="the detached launch to finish")
+    wait_for(lambda: "launched 1 of 1" in log.read_text(), timeout_s=60, what="the orchestrator's summary in its log")
 
 
 def test_failed_run_is_recorded_and_rerun_only_with_retry_failed(tmp_path):

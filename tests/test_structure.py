@@ -199,3 +199,23 @@ def test_an_unexpected_error_is_one_line_naming_a_crash_log(tmp_path):
     assert line.startswith("error: internal error (ZeroDivisionError") and str(tmp_path / "crashes") in line
     (log,) = list((tmp_path / "crashes").iterdir())
     assert "ZeroDivisionError" in log.read_text() and "Traceback" in log.read_text()
+
+
+def test_ingest_moves_a_run_between_running_stale_and_done_by_now_alone(tmp_path, recorded):
+    """The same files read at later `now`s: running, then stale past the timeout, then done (no sleeping)."""
+    import os
+
+    from cemctl.db import ingest_run
+
+    engine, _, ids = recorded
+    run_dir = tmp_path / "runs" / ids[0]
+    t0 = 1_800_000_000.0
+    runfiles.append_event(run_dir, "running", "attempt 1", attempt=1, time_s=t0)
+    runfiles.atomic_write_json(run_dir / runfiles.HEARTBEAT_FILE, {"time": t0, "step": 1})
+    for name in (runfiles.EVENTS_FILE, runfiles.HEARTBEAT_FILE):
+        os.utime(run_dir / name, (t0, t0))
+    assert ingest_run(engine, run_dir, heartbeat_timeout_s=60, now=t0 + 30) == "running"
+    assert ingest_run(engine, run_dir, heartbeat_timeout_s=60, now=t0 + 61) == "stale"
+    assert ingest_run(engine, run_dir, heartbeat_timeout_s=600, now=t0 + 61) == "running"  # a longer timeout
+    finish_run(run_dir)
+    assert ingest_run(engine, run_dir, heartbeat_timeout_s=60, now=t0 + 10_000) == "done"

@@ -45,6 +45,7 @@ import torch.distributed as dist
 from cem_core.config import RunConfig, resolve, run_id, total_steps
 from cem_core.counts import run_counts
 from cem_core.errors import ConfigError, RunDiverged
+from cem_core.names import is_run_id
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.hooks import TestHooks
@@ -259,7 +260,7 @@ def check_run_dir(rd: RunDir, cfg: RunConfig) -> None:
     """Refuse (ConfigError, exit 2, nothing written) a run directory that is damaged: named by a run id that
     is not its config's hash (an edited config.json, a copied folder), or holding a result.json that is no result."""
     name = rd.path.name
-    if len(name) == 12 and all(c in "0123456789abcdef" for c in name) and run_id(cfg) != name:
+    if is_run_id(name) and run_id(cfg) != name:
         raise ConfigError("config.json", f"hashes to run id {run_id(cfg)}, not {name}: the run directory is damaged "
                           "(an edited config, or a folder copied under another name); `cemctl launch --redo-damaged` "
                           "restores the recorded config", source=str(rd.config))

@@ -13,25 +13,42 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from typing import Any
+
 import typer
-from rich.console import Console
 
 from cem_core.errors import CemError
 
-console = Console()
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _LazyConsole:
+    """A rich Console made on first use: commands that print nothing rich (and `--help`) never import rich."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._kwargs)
+        return getattr(self._console, name)
+
+
+console: Any = _LazyConsole()
+err_console: Any = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 DEFAULT_DB_URL = "sqlite:///results.db"
 DEFAULT_RUNS_DIR = "runs"
 
 # The options every command shares: one definition each, so every command honours the same env vars.
 DbOption = typer.Option(None, "--db", envvar="CEMCTL_DB", show_envvar=False,
-                        help="SQLAlchemy URL or SQLite path of the results database \\[env: CEMCTL_DB; default: results.db].")
+                        help="SQLAlchemy URL or SQLite path of the results database [env: CEMCTL_DB; default: results.db].")
 RunsDirOption = typer.Option(None, "--runs-dir", envvar="CEMCTL_RUNS", show_envvar=False,
-                             help="Folder holding one directory per run \\[env: CEMCTL_RUNS; default: ./runs].")
+                             help="Folder holding one directory per run [env: CEMCTL_RUNS; default: ./runs].")
 HeartbeatTimeoutOption = typer.Option(
     None, "--heartbeat-timeout-s", envvar="CEMCTL_HEARTBEAT_TIMEOUT_S", show_envvar=False,
-    help="A running run whose heartbeat is older is shown as stale \\[env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120].")
+    help="A running run whose heartbeat is older is shown as stale [env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120].")
 ScaleFilterOption = typer.Option(None, "--scale", help="Only the runs planned at this scale (tiny, cpu, gpu, paper).")
 
 

@@ -60,7 +60,7 @@ def eval_command(
     steps: str = typer.Option(..., "--steps", help="Recursion steps T to evaluate, comma-separated (e.g. 1,2,4,8)."),
     sublayer: str = typer.Option("both", "--sublayer", help="Which CEM sublayer's T to vary: attention, mlp or both "
                                  "(both = every CEM sublayer the model has)."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N \\[default: $CEMCTL_DEVICE, else CUDA when available]."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N [default: $CEMCTL_DEVICE, else CUDA when available]."),
     scale: Optional[str] = ScaleFilterOption,
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,

@@ -15,15 +15,15 @@ from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console,
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
-        experiment: str = typer.Argument(..., help="Experiment name (the \\[experiment] name of its grid file)."),
-        out: str = typer.Option(None, "--out", "-o", help="Output folder \\[default: reports/EXPERIMENT]."),
+        experiment: str = typer.Argument(..., help="Experiment name (the [experiment] name of its grid file)."),
+        out: str = typer.Option(None, "--out", "-o", help="Output folder [default: reports/EXPERIMENT]."),
         formats: str = typer.Option("png,pdf", "--format", help="Figure formats, comma-separated (png, pdf, svg)."),
         curves: bool = typer.Option(True, "--curves/--no-curves", help="Include training-loss curves."),
         where: list[str] = typer.Option(None, "--where", help="Only runs with KEY=VALUE (repeatable), e.g. model.size=nano."),
         db: str = DbOption,
         runs: str = RunsDirOption,
         no_sync: bool = typer.Option(False, "--no-sync", help="Report the database as it is, without reading run dirs."),
-        scale: str = typer.Option(None, "--scale", help="Report the runs of this scale \\[default: the most recently planned scale with finished runs]."),
+        scale: str = typer.Option(None, "--scale", help="Report the runs of this scale [default: the most recently planned scale with finished runs]."),
     ) -> None:
         """Write the experiment's figures, tables and index (missing and failed runs listed with reasons)."""
         with cli_errors():

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from cemctl.cli import app
 
-from .helpers import assert_clean_error, env
+from tests.helpers import assert_clean_error, subprocess_env as env
 
 GRID = """seeds = [0, 1]
 [experiment]

@@ -27,7 +27,7 @@ from typing import Callable
 
 import pytest
 
-from .helpers import env, read_jsonl
+from tests.helpers import subprocess_env as env, read_jsonl
 
 STEPS = 12
 SLEEP_S = 0.15  # per step (CEMCTL_TEST_SLEEP_PER_STEP_S): a 12-step attempt trains for ~2 s

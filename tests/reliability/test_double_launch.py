@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import env, read_jsonl, tiny_grid
+from tests.helpers import subprocess_env as env, read_jsonl, tiny_grid
 from .test_orchestrator_kill import check_history, launch_env, run_dirs
 
 STEPS = 8

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cemctl.cli import app
 from cemctl.grid import load_grid
 
-from .helpers import HOSTILE_DIR, assert_clean_error, cemctl
+from tests.helpers import HOSTILE_DIR, assert_clean_error, cli
 
 CORPUS = sorted(HOSTILE_DIR.glob("*.toml"))
 
@@ -49,7 +49,8 @@ def test_hostile_grid_is_one_clean_error_and_writes_nothing(path: Path, tmp_path
 @pytest.mark.parametrize("name", ["syntax_invalid_utf8", "name_parent_traversal", "grid_of_ten_million_runs", "nan_lr"])
 def test_hostile_grid_in_a_real_process(name: str, tmp_path: Path):
     """The same through a real `cemctl` process: exit status 2, one stderr line, no traceback, no files."""
-    proc = cemctl("plan", str(HOSTILE_DIR / f"{name}.toml"), "--db", "results.db", "--runs-dir", "runs", cwd=tmp_path)
+    proc = cli(None, "plan", str(HOSTILE_DIR / f"{name}.toml"), "--db", "results.db", "--runs-dir", "runs", cwd=tmp_path,
+               subprocess=True, timeout=120)
     assert proc.stdout == ""
     assert_clean_error(proc, contains=expected_text(HOSTILE_DIR / f"{name}.toml"))
     assert list(tmp_path.iterdir()) == []

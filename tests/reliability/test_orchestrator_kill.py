@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import env, read_jsonl, tiny_grid
+from tests.helpers import read_jsonl, tiny_grid, wait_for
+from tests.helpers import subprocess_env as env
 
 STEPS = 8
 END_STATES = ("failed", "stale", "planned", "cancelled", "diverged", "done")
@@ -36,16 +37,6 @@ def launch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def run_dirs(tmp_path: Path) -> list[Path]:
     root = tmp_path / "runs"
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.exists() else []
-
-
-def wait_for(pred, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -84,11 +75,11 @@ def scenario(tmp_path: Path, sig: signal.Signals, moment: str, seed: int) -> dic
     orch = subprocess.Popen([sys.executable, "-m", "cemctl.cli", "launch", str(grid), "--workers", "2"], cwd=tmp_path,
                             env=slow, stdout=log1, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: len(run_dirs(tmp_path)) == 4, 120, "the run dirs")
+        wait_for(lambda: len(run_dirs(tmp_path)) == 4, timeout_s=120, what="the run dirs")
         if moment == "checkpoint":
-            wait_for(lambda: any(has_checkpoint(d) for d in run_dirs(tmp_path)), 240, "a first checkpoint")
+            wait_for(lambda: any(has_checkpoint(d) for d in run_dirs(tmp_path)), timeout_s=240, what="a first checkpoint")
         else:  # a random moment once the first trainers have started
-            wait_for(lambda: any((d / "heartbeat.json").exists() for d in run_dirs(tmp_path)), 240, "a first heartbeat")
+            wait_for(lambda: any((d / "heartbeat.json").exists() for d in run_dirs(tmp_path)), timeout_s=240, what="a first heartbeat")
             time.sleep(random.Random(seed).uniform(0.0, 3.0))
         killed_at = {d.name: (result_state(d), has_checkpoint(d)) for d in run_dirs(tmp_path)}
         orch.send_signal(sig)
@@ -106,7 +97,7 @@ def scenario(tmp_path: Path, sig: signal.Signals, moment: str, seed: int) -> dic
     again = subprocess.run([sys.executable, "-m", "cemctl.cli", "launch", str(grid), "--workers", "2"], cwd=tmp_path,
                            env=fast, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
-    wait_for(lambda: all(result_state(d) == "done" for d in run_dirs(tmp_path)), 300, "every run done (orphans included)")
+    wait_for(lambda: all(result_state(d) == "done" for d in run_dirs(tmp_path)), timeout_s=300, what="every run done (orphans included)")
     # a third launch starts nothing
     third = subprocess.run([sys.executable, "-m", "cemctl.cli", "launch", str(grid), "--dry-run"], cwd=tmp_path, env=fast,
                            capture_output=True, text=True, timeout=300)

@@ -21,7 +21,7 @@ from cemctl.db import list_runs, open_db, record_plan
 from cemctl.grid import load_grid
 from cemctl.services.plan import plan_experiment
 
-from .helpers import assert_clean_error
+from tests.helpers import assert_clean_error
 
 HOSTILE_NAMES = ["../x", "/etc/x", "a/../../b", "..", ".", ".hidden", "x/y", "..\\x", "~/x", "a\x00b", "a\nb", "fig\u202e2a",
                  " padded", "", "x" * 201]

@@ -24,7 +24,7 @@ from cem_core.runfiles import append_event
 from tests.helpers import write_json as atomic_write_json
 from cemctl.services.plan import plan_experiment
 
-from .helpers import env
+from tests.helpers import subprocess_env as env
 
 GRID = """[experiment]
 name = "states"

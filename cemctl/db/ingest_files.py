@@ -1,0 +1,333 @@
+"""One function per run file: its new rows into the database, its evidence for the state (`cemctl sync`).
+
+    _ingest_metrics   metrics.jsonl  -> `metrics` rows, the run's progress columns
+    _ingest_events    events.jsonl   -> `run_events` rows (attempts, executor, job id)
+    _ingest_heartbeat heartbeat.json -> progress, host, pid; its mtime (a sign of life)
+    _ingest_result    result.json    -> the `results` row, or why it is no result
+    _ingest_evals     evals.json     -> `evals` rows (`cemctl eval`)
+
+The logs are read incrementally from a stored byte offset, with a fingerprint
+of the bytes before it (a rewritten file is read again from the start); a
+truncated last line waits for the next call. Every read goes through
+`cem_core.runfiles` (regular files inside the run directory, never blocking).
+Used by `cemctl.db.ingest`; upserts work on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from cem_core import runfiles
+from cem_core.runfiles import EVALS_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, RESULT_STATES, RUN_STATES, RunFileError
+from cemctl.db.models import Eval, Metric, Result, Run, RunEvent
+
+_FINGERPRINT_BYTES = 256
+_METRIC_COLUMNS = ("tokens", "time_s", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
+_INT_METRIC_COLUMNS = ("tokens",)
+_RESULT_FLOATS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "train_flops", "wall_time_s")
+_RESULT_INTS = ("params_total", "params_non_embedding", "flops_per_token", "tokens", "steps", "diverged_step")
+_EVAL_FLOATS = ("test_loss", "test_ppl")
+_EVAL_INTS = ("eval_steps", "test_tokens", "flops_per_token", "trained_attn_steps", "trained_mlp_steps")
+
+
+def _fingerprint(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16] if data else ""
+
+
+@dataclass
+class _Lines:
+    items: list[dict[str, Any] | None]  # None for an unreadable complete line
+    start_offset: int
+    new_offset: int
+    fingerprint: str
+    restarted: bool  # the file was rewritten: re-read from the start
+
+
+def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> _Lines:
+    """The complete lines after `offset` (all of them when the bytes before it changed)."""
+    try:
+        head = max(0, offset - _FINGERPRINT_BYTES)
+        data = runfiles.read_run_file(run_dir, name, offset=head, max_bytes=runfiles.MAX_LOG_BYTES)
+    except FileNotFoundError:
+        return _Lines([], 0, 0, "", restarted=offset > 0)
+    start = offset
+    if offset > 0 and (len(data) < offset - head or _fingerprint(data[: offset - head]) != fingerprint):
+        start = 0
+        data = runfiles.read_run_file(run_dir, name, max_bytes=runfiles.MAX_LOG_BYTES)
+    else:
+        data = data[offset - head:]
+    complete = data[: data.rfind(b"\n") + 1]
+    new_offset = start + len(complete)
+    if start == 0:
+        tail = complete[-_FINGERPRINT_BYTES:]
+    else:  # the fingerprint is taken over the bytes just before new_offset
+        tail = (runfiles.read_run_file(run_dir, name, offset=max(0, new_offset - _FINGERPRINT_BYTES),
+                                       max_bytes=runfiles.MAX_LOG_BYTES)[: min(new_offset, _FINGERPRINT_BYTES)])
+    items: list[dict[str, Any] | None] = []
+    for raw in complete.split(b"\n")[:-1]:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            obj = None
+        items.append(obj if isinstance(obj, dict) else None)
+    return _Lines(items, start, new_offset, _fingerprint(tail), restarted=(start == 0 and offset > 0))
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _num(value: Any, kind: type) -> Any:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if kind is int:
+            return int(value)
+        v = float(value)
+        return v if math.isfinite(v) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _series(obj: dict[str, Any]) -> str:
+    """The sub-key of a metrics line: "" for train/val, "<layer>/<sublayer>/<t>" for energy lines."""
+    if obj.get("series") is not None:
+        return str(obj["series"])[:64]
+    if obj.get("kind") == "energy":
+        return f"{obj.get('layer', '')}/{obj.get('sublayer', '')}/{obj.get('t', '')}"[:64]
+    return ""
+
+
+# ---------------------------------------------------------------------------
+# Upserts (SQLite and PostgreSQL both speak INSERT .. ON CONFLICT)
+
+
+def _insert(session: Session, model: type) -> Any:
+    name = session.get_bind().dialect.name
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(model)
+
+
+def _upsert(session: Session, model: type, rows: list[dict[str, Any]], keys: list[str], update: Iterable[str] | None) -> None:
+    if not rows:
+        return
+    stmt = _insert(session, model)
+    if update is None:
+        stmt = stmt.on_conflict_do_nothing(index_elements=keys)
+    else:
+        stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
+    for i in range(0, len(rows), 500):
+        session.execute(stmt, rows[i : i + 500])
+
+
+# ---------------------------------------------------------------------------
+# One run
+
+
+@dataclass
+class _Outcome:
+    created: bool = False
+    changed: bool = False
+    metric_rows: int = 0
+    event_rows: int = 0
+    result: bool = False
+    eval_rows: int = 0
+    bad_lines: int = 0
+    state: str = ""
+
+
+# ---------------------------------------------------------------------------
+# One function per run file: rows into the database, evidence for the state
+
+
+def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: _Outcome) -> bool:
+    """New metrics.jsonl lines -> `metrics` rows and the run's progress columns; True if the file was rewritten."""
+    rid = run.id
+    lines = _read_new_lines(run_dir, METRICS_FILE, run.metrics_offset or 0, run.metrics_fingerprint or "")
+    if lines.restarted:
+        session.execute(delete(Metric).where(Metric.run_id == rid))
+    rows: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for obj in lines.items:
+        if obj is None or not isinstance(obj.get("kind"), str) or _num(obj.get("step"), int) is None:
+            out.bad_lines += 1
+            continue
+        row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": _num(obj["step"], int), "series": _series(obj)}
+        for col in _METRIC_COLUMNS:
+            row[col] = _num(obj.get(col), int if col in _INT_METRIC_COLUMNS else float)
+        extra = {k: v for k, v in obj.items() if k not in ("kind", "step", "series", *_METRIC_COLUMNS)}
+        row["extra_json"] = json.dumps(extra, sort_keys=True) if extra else None
+        rows[(row["kind"], row["step"], row["series"])] = row  # a re-logged step: the last line wins
+    ordered = sorted(rows.values(), key=lambda r: (r["kind"], r["step"], r["series"]))
+    _upsert(session, Metric, ordered, ["run_id", "kind", "step", "series"], ["tokens", "extra_json", *_METRIC_COLUMNS])
+    out.metric_rows += len(ordered)
+    run.metrics_offset, run.metrics_fingerprint = lines.new_offset, lines.fingerprint
+    for r in ordered:
+        if r["kind"] == "train":
+            if (run.last_step or 0) <= r["step"]:
+                run.last_step = r["step"]
+                run.tokens = r["tokens"] if r["tokens"] is not None else run.tokens
+                run.last_train_loss = r["train_loss"] if r["train_loss"] is not None else run.last_train_loss
+                run.tokens_per_s = r["tokens_per_s"] if r["tokens_per_s"] is not None else run.tokens_per_s
+        elif r["kind"] == "val" and r["val_loss"] is not None:
+            run.last_val_loss = r["val_loss"]
+    if lines.restarted:
+        out.changed = True
+    return lines.restarted
+
+
+def _ingest_events(session: Session, run: Run, run_dir: Path, out: _Outcome) -> RunEvent | None:
+    """New events.jsonl lines -> `run_events` rows (attempts, executor, job id); returns the last file event."""
+    rid = run.id
+    ev_lines = _read_new_lines(run_dir, EVENTS_FILE, run.events_offset or 0, run.events_fingerprint or "")
+    first_line = run.events_lines or 0
+    if ev_lines.restarted:
+        session.execute(delete(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "file"))
+        first_line = 0
+        out.changed = True
+    ev_rows = []
+    for i, obj in enumerate(ev_lines.items):
+        if obj is None or obj.get("state") not in RUN_STATES or _num(obj.get("time"), float) is None:
+            out.bad_lines += 1
+            continue
+        ev_rows.append(
+            {
+                "run_id": rid, "time": _num(obj["time"], float), "state": obj["state"],
+                "reason": str(obj.get("reason") or "")[:2000], "attempt": _num(obj.get("attempt"), int),
+                "host": (str(obj["host"])[:255] if obj.get("host") else None), "pid": _num(obj.get("pid"), int),
+                "source": "file", "line": first_line + i,
+            }
+        )
+        if obj.get("executor"):
+            run.executor = str(obj["executor"])[:32]
+        if obj.get("job_id") is not None:
+            run.job_id = str(obj["job_id"])[:128]
+        if ev_rows[-1]["attempt"] is not None:
+            run.attempts = max(run.attempts or 0, ev_rows[-1]["attempt"])
+        if obj["state"] == "running" and run.started_at is None:
+            run.started_at = ev_rows[-1]["time"]
+    # A derived event is a placeholder for a line the writer had not appended yet (e.g. result.json
+    # was read before the trainer's "done" line): the line replaces it, so a state is recorded once.
+    prev_time = None if ev_lines.restarted else session.scalars(
+        select(RunEvent.time).where(RunEvent.run_id == rid, RunEvent.source == "file").order_by(RunEvent.line.desc()).limit(1)
+    ).first()
+    for row in ev_rows:
+        placeholder = delete(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "derived", RunEvent.state == row["state"])
+        session.execute(placeholder if prev_time is None else placeholder.where(RunEvent.time >= prev_time))
+        prev_time = row["time"]
+    _upsert(session, RunEvent, ev_rows, ["run_id", "line"], None)
+    out.event_rows += len(ev_rows)
+    run.events_offset, run.events_fingerprint = ev_lines.new_offset, ev_lines.fingerprint
+    run.events_lines = first_line + len(ev_lines.items)
+    return session.scalars(
+        select(RunEvent).where(RunEvent.run_id == rid, RunEvent.source == "file").order_by(RunEvent.line.desc()).limit(1)
+    ).first()
+
+
+def _ingest_heartbeat(run: Run, run_dir: Path, metrics_rewritten: bool) -> float | None:
+    """heartbeat.json -> progress, host, pid, attempts; returns its mtime (None when missing or unreadable)."""
+    hb_mtime = _mtime(run_dir / HEARTBEAT_FILE)
+    hb = runfiles.run_json(run_dir, HEARTBEAT_FILE) if hb_mtime is not None else None
+    if hb is None:
+        run.heartbeat_at = hb_mtime  # None, or an unreadable file being replaced
+        return None
+    run.heartbeat_at = hb_mtime
+    for col, key in (("last_step", "step"), ("total_steps", "total_steps"), ("tokens", "tokens")):
+        value = _num(hb.get(key), int)
+        if value is not None and not (col == "last_step" and (run.last_step or 0) > value and not metrics_rewritten):
+            setattr(run, col, value)
+    if hb.get("host"):
+        run.host = str(hb["host"])[:255]
+    run.pid = _num(hb.get("pid"), int) or run.pid
+    attempt = _num(hb.get("attempt"), int)
+    if attempt is not None:
+        run.attempts = max(run.attempts or 0, attempt)
+    if run.started_at is None:
+        run.started_at = _num(hb.get("time"), float) or hb_mtime
+    return hb_mtime
+
+
+def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> tuple[dict | None, float | None, str]:
+    """result.json -> the `results` row; returns (result or None, its mtime, damage reason or "")."""
+    res_mtime = _mtime(run_dir / RESULT_FILE)
+    if res_mtime is None:
+        return None, None, ""
+    try:
+        res: Any = json.loads(runfiles.read_run_file(run_dir, RESULT_FILE))
+    except RunFileError as e:
+        return None, res_mtime, f"result.json: {str(e).split(': ', 1)[-1]}"
+    except (OSError, ValueError):  # being replaced, or garbled: judged again next time
+        return None, res_mtime, "result.json: not valid JSON" if res_mtime < now - 60 else ""
+    if not isinstance(res, dict) or res.get("state") not in RESULT_STATES:
+        what = f"a JSON {type(res).__name__}" if not isinstance(res, dict) else f"state {res.get('state')!r}"
+        return None, res_mtime, f"result.json: not a result ({what}; allowed states: {', '.join(RESULT_STATES)})"
+    if res_mtime != run.result_mtime:
+        values: dict[str, Any] = {"run_id": run.id, "state": res["state"], "recorded_at": now,
+                                  "result_json": json.dumps(res, sort_keys=True, default=str),
+                                  "error": (str(res["error"])[:4000] if res.get("error") else None)}
+        for key in _RESULT_FLOATS:
+            values[key] = _num(res.get(key), float)
+        for key in _RESULT_INTS:
+            values[key] = _num(res.get(key), int)
+        _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
+        out.result = True
+        run.result_mtime = res_mtime
+        run.finished_at = res_mtime
+        run.error = values["error"]
+        for key in ("params_total", "params_non_embedding", "flops_per_token", "tokens"):
+            if values[key] is not None:
+                setattr(run, key, values[key])
+        if values["steps"] is not None:
+            run.last_step = values["steps"]
+    return res, res_mtime, ""
+
+
+def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
+    """Mirror RUN_DIR/evals.json into `evals` when its mtime changed (upsert; rows gone from the file deleted)."""
+    mtime = _mtime(run_dir / EVALS_FILE)
+    if mtime == run.evals_mtime:
+        return
+    data = runfiles.run_json(run_dir, EVALS_FILE) if mtime is not None else {"evals": []}
+    if data is None:  # unreadable (being replaced): try again next time
+        return
+    items = data.get("evals") if isinstance(data.get("evals"), list) else []
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    for obj in items:
+        attn, mlp = (_num(obj.get(k), int) if isinstance(obj, dict) else None for k in ("attn_steps", "mlp_steps"))
+        if attn is None or mlp is None:
+            out.bad_lines += 1
+            continue
+        row: dict[str, Any] = {"run_id": run.id, "attn_steps": attn, "mlp_steps": mlp,
+                               "sublayer": str(obj.get("sublayer") or "both")[:16],
+                               "evaluated_at": _num(obj.get("time"), float), "recorded_at": now}
+        for key in _EVAL_FLOATS:
+            row[key] = _num(obj.get(key), float)
+        for key in _EVAL_INTS:
+            row[key] = _num(obj.get(key), int)
+        rows[(attn, mlp)] = row
+    stale = select(Eval.id, Eval.attn_steps, Eval.mlp_steps).where(Eval.run_id == run.id)
+    gone = [i for i, a, m in session.execute(stale).all() if (a, m) not in rows]
+    if gone:
+        session.execute(delete(Eval).where(Eval.id.in_(gone)))
+    ordered = [rows[k] for k in sorted(rows)]
+    _upsert(session, Eval, ordered, ["run_id", "attn_steps", "mlp_steps"],
+            [k for k in (ordered[0] if ordered else {}) if k not in ("run_id", "attn_steps", "mlp_steps")])
+    out.eval_rows += len(ordered) + len(gone)
+    run.evals_mtime = mtime
+
+
