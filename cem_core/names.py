@@ -8,6 +8,7 @@ name, never a path (no '/', '..', spaces or control characters).
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 from cem_core.errors import ConfigError
@@ -43,3 +44,17 @@ def is_run_name(text: str) -> bool:
 def is_run_id(name: str) -> bool:
     """Whether a folder is named by a run id (then it must hold the config that hashes to that id)."""
     return bool(RUN_ID_RE.fullmatch(name or ""))
+
+
+def printable(text: Any) -> str:
+    """`text` with control and invisible format characters (ESC, NUL, newlines, RTL overrides, zero-width
+    spaces) written as escapes (\\x1b, \\u202e): user text shown on a terminal or in Markdown can neither
+    drive the terminal nor hide or reorder what is shown."""
+    out = []
+    for ch in str(text):
+        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import typer
 
+from cem_core.names import printable
 from cemctl.commands import register_all
 
 app = typer.Typer(
@@ -84,7 +85,7 @@ def main() -> None:
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - a bug: one line and a crash log, never a traceback
         path = write_crash_log(e, sys.argv[1:])
-        message = " ".join(str(e).split())[:200]
+        message = printable(" ".join(str(e).split())[:200])
         print(f"error: internal error ({type(e).__name__}: {message}); the details are in {path}", file=sys.stderr)
         sys.exit(1)
 
@@ -110,7 +111,7 @@ def _run_app() -> None:
         envvar = getattr(getattr(e, "param", None), "envvar", None)
         source = f" (from ${envvar}={os.environ[envvar]!r})" if isinstance(envvar, str) and envvar in os.environ else ""
         message = " ".join(e.format_message().split())  # type: ignore[attr-defined]
-        print(f"error: {where}{message}{source}", file=sys.stderr)
+        print(f"error: {printable(where + message + source)}", file=sys.stderr)
         sys.exit(e.exit_code)  # type: ignore[attr-defined]
 
 

@@ -110,23 +110,34 @@ def test_bad_format_is_rejected_before_anything_is_written(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_report_is_replaced_as_a_whole(tmp_path):
+def test_an_earlier_report_is_replaced_as_a_whole(tmp_path):
     runs, curves = synthetic_frames("curves", sizes=("nano",), seeds=(0,), steps=4, failures=False)
     out = tmp_path / "rep"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
+    build_report(ExperimentInfo("x", "curves"), runs, curves, out, formats="png,pdf")
+    assert (out / "figures" / "test_perplexity.pdf").exists()
     build_report(ExperimentInfo("x", "curves"), runs, curves, out, formats="png")
-    assert not (out / "stale.txt").exists()
+    assert not (out / "figures" / "test_perplexity.pdf").exists()  # the old report's files went with it
     assert (out / "index.md").exists() and (out / "figures" / "test_perplexity.png").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no temporary folders left
 
 
 def test_no_finished_runs_is_an_error(tmp_path):
-    runs = runs_frame([_record(0, None, state="running"), _record(1, None, state="failed")])
+    runs = runs_frame([_record(0, None, state="running"), _record(1, None, state="queued")])
     with pytest.raises(NoResults) as info:
         build_report(ExperimentInfo("empty", "components"), runs, None, tmp_path / "out")
     assert "no finished runs" in str(info.value) and "1 running" in str(info.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_report_of_runs_that_all_failed_lists_them_with_their_reasons(tmp_path):
+    """It used to refuse ("no finished runs yet"), hiding why every run had failed."""
+    failed = _record(1, None, state="failed")
+    failed["error"] = "RuntimeError: CUDA out of memory"
+    runs = runs_frame([_record(0, None, state="running"), failed])
+    result = build_report(ExperimentInfo("allfailed", "components"), runs, None, tmp_path / "out", formats="png")
+    md = result.index_md.read_text()
+    assert "no run has a usable result" in md and "failed: RuntimeError: CUDA out of memory" in md
+    assert not result.figures
 
 
 # -- Akima optimum -----------------------------------------------------------------------------------------

@@ -92,6 +92,11 @@ def test_queued_run_whose_orchestrator_is_gone_becomes_stale(tmp_path, db_url, e
 
 def test_status_cli_unknown_experiment_and_empty_db(tmp_path):
     env = cli_env(tmp_path)
+    missing = cemctl(tmp_path, "status", env=env)  # status never creates a database
+    assert missing.returncode == 2 and "no results database" in missing.stderr and not (tmp_path / "results.db").exists()
+    from cemctl.db import open_db
+
+    open_db(f"sqlite:///{tmp_path / 'results.db'}")
     out = cemctl(tmp_path, "status", env=env)
     assert out.returncode == 0 and "no experiments yet" in out.stdout
     bad = cemctl(tmp_path, "status", "nope", env=env)
@@ -101,6 +106,9 @@ def test_status_cli_unknown_experiment_and_empty_db(tmp_path):
 def test_status_does_not_import_torch(tmp_path):
     import subprocess
 
+    from cemctl.db import open_db
+
+    open_db(f"sqlite:///{tmp_path / 'x.db'}")
     code = (
         "import sys; from cemctl.cli import app; from typer.testing import CliRunner; "
         f"r = CliRunner().invoke(app, ['status', '--db', {str(tmp_path / 'x.db')!r}, '--runs-dir', {str(tmp_path)!r}]); "

@@ -203,6 +203,14 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def test_write_pause() -> None:
+    """`CEMCTL_TEST_WRITE_PAUSE_S=x` (tests only): hold every atomic write x seconds between its temp file and
+    the rename, so a crash test's kill lands inside the write window every time, on any machine."""
+    value = os.environ.get("CEMCTL_TEST_WRITE_PAUSE_S")
+    if value:
+        time.sleep(float(value))
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
     """Write `data` to `path` so that readers see either the old or the new file, never half."""
     path = Path(path)
@@ -214,6 +222,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bo
             f.flush()
             if durable:
                 os.fsync(f.fileno())
+        test_write_pause()
         os.replace(tmp, path)
     except BaseException:
         try:

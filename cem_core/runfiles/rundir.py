@@ -79,7 +79,7 @@ class RunDir:
         """The run's config; `ConfigError` (one line) when missing or invalid."""
         if not self.path.is_dir():
             raise ConfigError("RUN_DIR", f"run directory {str(self.path)!r} does not exist")
-        if not self.config.is_file():
+        if not os.path.lexists(self.config):
             raise ConfigError(CONFIG_FILE, f"missing in run directory {str(self.path)!r} (the planner writes it)")
         try:
             return load_run_config(str(self.config))

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from cem_core.runfiles import fsync_dir
+from cem_core.runfiles.files import fsync_dir, test_write_pause
 
 log = logging.getLogger("cem_core.train")
 
@@ -60,6 +60,7 @@ def save_checkpoint(ckpt_dir: str | os.PathLike[str], state: dict[str, Any], *, 
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        test_write_pause()
         os.replace(tmp, final)
     except BaseException:
         try:

@@ -73,7 +73,9 @@ def heartbeat_timeout(value: float | None) -> float:
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
     """Print one line to stderr and exit with `code`."""
-    err_console.print(f"error: {' '.join(str(message).split())}", markup=False)
+    from cem_core.names import printable
+
+    err_console.print(f"error: {printable(' '.join(str(message).split()))}", markup=False)
     raise typer.Exit(code)
 
 

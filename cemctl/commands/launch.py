@@ -40,9 +40,9 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Show what would start; start nothing."),
         run: Optional[List[str]] = typer.Option(None, "--run", help="Only this run id of the experiment (repeatable)."),
         gpus: Optional[str] = typer.Option(None, "--gpus", help="local: GPU indices, e.g. 0,1,3 (default: all visible; 'none' = CPU)."),
-        jobs_per_gpu: int = typer.Option(1, "--jobs-per-gpu", help="local: concurrent jobs per GPU."),
-        gpus_per_run: int = typer.Option(1, "--gpus-per-run", help="local: GPUs per run (torchrun)."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="local, no GPU: CPU workers sharing the cores (default: one per 4 cores)."),
+        jobs_per_gpu: int = typer.Option(1, "--jobs-per-gpu", min=1, help="local: concurrent jobs per GPU."),
+        gpus_per_run: int = typer.Option(1, "--gpus-per-run", min=1, help="local: GPUs per run (torchrun)."),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local, no GPU: CPU workers sharing the cores (default: one per 4 cores)."),
         detach: bool = typer.Option(False, "--detach", help="local: run the orchestrator in the background, log to runs/.launch/."),
         partition: Optional[str] = typer.Option(None, "--partition", help="slurm: partition."),
         account: Optional[str] = typer.Option(None, "--account", help="slurm: account."),
@@ -108,14 +108,16 @@ def _sbatch_flags(items: list[str]) -> dict[str, object]:
 
 
 def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from cem_core.names import printable
     from cemctl.services.launch.launcher import launch
 
     def show_selection(report) -> None:  # type: ignore[no-untyped-def]
         if as_json:
             return
         for s in report.selections:
-            if s.launches or report.dry_run:
-                console.print(f"  {s.run_id}  {s.action:6s}  {s.reason}", markup=False, highlight=False, soft_wrap=True)
+            if s.launches or report.dry_run or s.reason != "done":  # a skip with a reason is worth a line
+                console.print(f"  {s.run_id}  {s.action:6s}  {printable(s.reason)}", markup=False, highlight=False,
+                              soft_wrap=True)
         if report.dry_run or not report.launched:
             console.print(report.summary(), markup=False, soft_wrap=True)
 

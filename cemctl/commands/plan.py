@@ -39,6 +39,8 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
 
     plan = report.plan
     varied = plan.varied
+    from cem_core.names import printable
+
     title = f"{plan.name} ({plan.figure}, scale {plan.scale}): {len(report.rows)} runs, {report.new_runs} new"
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("run", no_wrap=True)
@@ -53,14 +55,14 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
     for r in report.rows:
         table.add_row(
             r["run_id"],
-            *[str(r["axes"].get(k)) for k in varied],
+            *[printable(r["axes"].get(k)) for k in varied],
             _params(r["params_total"]),
             _params(r["params_non_embedding"]),
             _si(r["tokens"]),
             _si(r["train_flops"]),
             f"{r['gpu_hours']:.2g}",
             ("new" if r["new"] else r["state"]),
-            *(["; ".join(r["marks"])] if marked else []),
+            *([printable("; ".join(r["marks"]))] if marked else []),
         )
     out = console if console.is_terminal else Console(width=max(console.width, 200))
     out.print(table)

@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         db: str = DbOption,
         runs: str = RunsDirOption,
         interval_s: float = typer.Option(2.0, "--interval-s", help="Refresh period of --watch, in seconds."),
-        limit: int = typer.Option(50, "--limit", help="At most this many runs per experiment (unfinished first; shared by all experiments when none is named); 0 = all."),
+        limit: int = typer.Option(50, "--limit", min=0, help="At most this many runs per experiment (unfinished first; shared by all experiments when none is named); 0 = all."),
         no_sync: bool = typer.Option(False, "--no-sync", help="Show the database as it is, without reading run dirs."),
         scale: str = ScaleFilterOption,
         heartbeat_timeout_s: float = HeartbeatTimeoutOption,

@@ -25,6 +25,7 @@ from sqlalchemy import case, delete, func, select
 from sqlalchemy.engine import Engine
 
 from cem_core.config import RunConfig, canonical_json
+from cem_core.runfiles import CONFIG_FILE
 from cem_core.errors import CemError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
@@ -76,6 +77,13 @@ def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | None, now: float) -
         events_lines=0,
         **run_counts(cfg),
     )
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def overrides_key(overrides: dict[str, Any]) -> str:
@@ -150,6 +158,7 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
             for pr in plan.runs:
                 if pr.run_id not in known:
                     run = new_run_row(pr.run_id, pr.config, root / pr.run_id, now)
+                    run.config_mtime = _mtime(root / pr.run_id / CONFIG_FILE)  # the config.json just planned
                     s.add(run)
                     s.add(RunEvent(run_id=pr.run_id, time=now, state="planned", reason=f"planned by {plan.name}", source="derived"))
                     known[pr.run_id] = run

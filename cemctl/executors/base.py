@@ -118,10 +118,30 @@ def heartbeat_fresh(run_dir: Path) -> bool:
     return age is not None and age < runfiles.heartbeat_timeout_s()
 
 
+def _last_log_line(run_dir: Path) -> str:
+    """The last non-empty line of the job's executor.log (the trainer's one-line refusal), '' if none."""
+    try:
+        data = runfiles.read_run_file(run_dir, runfiles.EXECUTOR_LOG, max_bytes=runfiles.MAX_LOG_BYTES)
+    except (OSError, runfiles.RunFileError):
+        return ""
+    lines = [ln.strip() for ln in data[-8192:].decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    try:
+        return any(p.name.startswith("step_") and p.name.endswith(".pt")
+                   for p in (Path(run_dir) / runfiles.CHECKPOINT_DIR).iterdir())
+    except OSError:
+        return False
+
+
 def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
     """(state, reason, has_result) of a finished job process, from result.json and its exit code.
 
-    A job killed by a signal without result.json is resumable: its reason says so.
+    The reason is the real one: a refused configuration (exit 2) gives the trainer's own
+    one-line error; a job killed without a result is "resumable from its last checkpoint"
+    only when it has one.
     """
     result = runfiles.read_result(run_dir)
     if runfiles.cancel_requested(run_dir):
@@ -132,7 +152,7 @@ def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
     if returncode == 0:
         return "failed", "exited 0 without writing result.json", False
     if returncode == 2:
-        return "failed", "exit code 2: the run's configuration was refused (see its logs)", False
+        return "failed", f"refused to start: {_last_log_line(run_dir) or 'bad configuration (see its logs)'}", False
     if returncode == 3:
         return "diverged", "exit code 3 (diverged) without result.json", False
     rc = returncode if returncode is not None else -1
@@ -143,4 +163,5 @@ def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
             what = f"killed by signal {-rc}"
     else:
         what = f"exit code {rc}"
-    return "failed", f"{what} before finishing; resumable from its last checkpoint", False
+    then = "resumable from its last checkpoint" if _has_checkpoint(run_dir) else "no checkpoint yet: launch again to restart it"
+    return "failed", f"{what} before finishing; {then}", False

@@ -6,16 +6,15 @@ takes the tidy frames of `cemctl.report.frame`, renders the experiment's figure
 kind (`cemctl.report.figures`), the training curves and the list of missing and
 failed runs, and writes everything into `out_dir` at once: the report is built
 in a temporary sibling folder and swapped in, so a failure never leaves a
-half-written report behind. `report_experiment(...)` is the same from the
+half-written report behind; it only ever replaces a folder an earlier report
+wrote (`cemctl.report.outdir`). `report_experiment(...)` is the same from the
 results database.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 from cem_core.errors import CemError, ConfigError
 from cemctl.report.figures import FIGURE_KINDS, get_figure_kind
 from cemctl.report.index import IndexContent, IndexFigure, IndexTable, git_commit, render_html, render_markdown
+from cemctl.report.outdir import check_output_dir, new_build_dir, swap_in
 from cemctl.report.parts import ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -196,25 +196,27 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     """
     formats = parse_formats(formats)
     get_figure_kind(info.figure)  # unknown kinds fail before any work
+    out_dir = check_output_dir(out_dir)  # never replace anything an earlier report did not write
     from cemctl.report.aggregate import finished
 
     value = "test_rmse" if info.figure == "gp_table" else "test_ppl"
+    states = runs["state"].value_counts().to_dict() if "state" in runs.columns else {}
     if finished(runs, value).empty:
-        states = runs["state"].value_counts().to_dict() if "state" in runs.columns else {}
         summary = ", ".join(f"{n} {s}" for s, n in states.items()) or "no runs"
-        raise NoResults(f"experiment {info.name!r} has no finished runs yet ({summary})")
-    parts = render_parts(info, runs, curves, include_curves=include_curves)
+        if not any(s in ("failed", "diverged", "damaged", "stale", "cancelled", "done") for s in states):
+            raise NoResults(f"experiment {info.name!r} has no finished runs yet ({summary})")
+        # Every run ended without a usable result: the report lists them with their reasons.
+        parts = ReportParts(notes=[f"no run has a usable result ({summary}): the runs are listed below with reasons"])
+    else:
+        parts = render_parts(info, runs, curves, include_curves=include_curves)
     if extras is not None:
         parts.extend(extras)
     parts.notes += mark_notes(runs)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    tmp.chmod(0o755)
+    tmp = new_build_dir(out_dir)
     try:
         result = _write(info, runs, parts, problems, tmp, formats, dpi)
-        _swap_in(tmp, out_dir)
+        swap_in(tmp, out_dir)
     finally:
         for fp in parts.figures:  # free the figures' memory
             fp.figure.clear()
@@ -278,24 +280,6 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
     return result
 
 
-def _swap_in(tmp: Path, out_dir: Path) -> None:
-    """Replace `out_dir` by `tmp` (rename; the old report is removed only after the new one is in place)."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        if old.exists():
-            shutil.rmtree(old)
-        out_dir.rename(old)
-    try:
-        tmp.rename(out_dir)
-    except OSError:
-        if old is not None:
-            old.rename(out_dir)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | None = None,
                       runs_root: Path | str | None = None, formats: str | Sequence[str] = ("png", "pdf"),
                       include_curves: bool = True, sync: bool = True, where: Sequence[str] = (),
@@ -308,14 +292,12 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     Raises CemError (one line) for a missing database, an unknown experiment or no finished runs.
     """
     formats = parse_formats(formats)
-    from cemctl.db.engine import open_db, sqlite_path
+    from cemctl.db.engine import is_readonly, open_existing_db
     from cemctl.db.runs import get_experiment, list_experiments, list_runs, pick_scale, scale_summaries
     from cemctl.report.frame import curves_from_run_dirs, load_curves, load_runs
 
-    path = sqlite_path(db_url)
-    if path is not None and not path.exists():
-        raise CemError(f"--db: no results database at {path} (plan an experiment first: cemctl plan FILE)")
-    engine = open_db(db_url)
+    engine = open_existing_db(db_url)  # never creates a database; read-only where it cannot be written
+    sync = sync and not is_readonly(engine)
     exp = get_experiment(engine, experiment)
     if exp is None:
         known = ", ".join(e.name for e in list_experiments(engine)) or "none yet; run cemctl plan FILE"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cem_core.names import printable
 from cemctl.report.tables import to_markdown
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,11 +62,11 @@ def _links(files: dict[str, str], skip: str = "") -> list[tuple[str, str]]:
 
 
 def render_markdown(c: IndexContent) -> str:
-    out = [f"# {c.title}", ""]
-    out += [f"- **{k}**: {v}" for k, v in c.header]
+    out = [f"# {printable(c.title)}", ""]
+    out += [f"- **{k}**: {printable(v)}" for k, v in c.header]
     out.append("")
     if c.notes:
-        out += ["## Notes", ""] + [f"- {n}" for n in c.notes] + [""]
+        out += ["## Notes", ""] + [f"- {printable(n)}" for n in c.notes] + [""]
     if c.figures:
         out += ["## Figures", ""]
         for f in c.figures:
@@ -97,7 +98,9 @@ dt{font-weight:bold;float:left;clear:left;width:9em}dd{margin-left:10em}"""
 
 
 def render_html(c: IndexContent) -> str:
-    e = html.escape
+    def e(text: object) -> str:
+        return html.escape(printable(text))
+
     out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">", f"<title>{e(c.title)}</title>",
            f"<style>{_CSS}</style></head><body>", f"<h1>{e(c.title)}</h1>", "<dl>"]
     out += [f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in c.header]
@@ -131,7 +134,7 @@ def render_html(c: IndexContent) -> str:
 def _html_table(frame: "pd.DataFrame") -> str:
     from cemctl.report.tables import format_cell
 
-    head = "".join(f"<th>{html.escape(str(col))}</th>" for col in frame.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in row) + "</tr>"
+    head = "".join(f"<th>{html.escape(printable(col))}</th>" for col in frame.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(printable(format_cell(v)))}</td>" for v in row) + "</tr>"
                    for row in frame.itertuples(index=False, name=None))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

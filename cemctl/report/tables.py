@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from cem_core.names import printable
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -48,7 +50,7 @@ def _rows(frame: "pd.DataFrame") -> Iterable[list[str]]:
 def to_markdown(frame: "pd.DataFrame") -> str:
     """A GitHub-flavoured Markdown table (pipes in cells escaped)."""
     def esc(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
+        return printable(s.replace("\n", " ")).replace("|", "\\|")
 
     header = [esc(str(c)) for c in frame.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

@@ -14,6 +14,7 @@ Torch is never imported.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,8 +95,8 @@ def plan_experiment(
     record: bool = True,
 ) -> PlanReport:
     """Validate and expand the grid, then (if `record`) write config.json files and record the runs."""
-    if not gpu_tflops > 0:
-        raise ConfigError("--gpu-tflops", f"must be > 0, got {gpu_tflops}")
+    if not (gpu_tflops > 0 and math.isfinite(gpu_tflops)):
+        raise ConfigError("--gpu-tflops", f"must be a positive, finite number, got {gpu_tflops}")
     if not 0 < mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
     plan = load_grid(grid_path(path), scale, overrides)

@@ -31,6 +31,11 @@ from tests.helpers import subprocess_env as env, read_jsonl
 
 STEPS = 12
 SLEEP_S = 0.15  # per step (CEMCTL_TEST_SLEEP_PER_STEP_S): a 12-step attempt trains for ~2 s
+# Every atomic write (checkpoint, heartbeat, result) holds its temp file this long before the rename
+# (CEMCTL_TEST_WRITE_PAUSE_S): the kill windows of "checkpoint write", "heartbeat write" and "result write"
+# are then 50 ms wide, not the fraction of a millisecond a fast disk takes, so the 1 ms poll cannot miss
+# them. (A miss let the attempt run to the end, which skipped the later phases: the flake.)
+WRITE_PAUSE_S = 0.05
 
 
 def tiny_config(cache: str) -> dict:
@@ -69,7 +74,8 @@ class Trainer:
         self.log = open(run_dir.parent / f"{run_dir.name}.stderr", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cem_core.train", str(run_dir), "--device", "cpu"],
-            env=env(CEMCTL_TEST_SLEEP_PER_STEP_S=str(sleep_s), CEMCTL_HEARTBEAT_S="0.3"),
+            env=env(CEMCTL_TEST_SLEEP_PER_STEP_S=str(sleep_s), CEMCTL_HEARTBEAT_S="0.3",
+                    CEMCTL_TEST_WRITE_PAUSE_S=str(WRITE_PAUSE_S if sleep_s else 0)),
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 
@@ -322,5 +328,5 @@ def test_sigkill_in_every_phase_then_resume_matches_an_uninterrupted_run(tmp_pat
     print("\ncrash kills:", json.dumps(kills, indent=None))
     phases = {k["phase"] for k in hit}
     # the targeted phases that have a window of milliseconds must have been hit
-    assert {"checkpoint write", "metrics line", "random"} <= phases, kills
-    assert len(hit) >= 7, kills
+    assert {"checkpoint write", "metrics line", "random", "heartbeat write", "result write"} <= phases, kills
+    assert len(hit) >= 9, kills

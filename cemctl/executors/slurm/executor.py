@@ -86,8 +86,9 @@ class SlurmOptions:
             if getattr(self, key) < 1:
                 raise ConfigError(f"slurm.{key}", f"must be >= 1, got {getattr(self, key)}", source=source)
         for key in ("mem_gb", "gpus_per_job", "cpus_per_task", "signal_delay_s"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"slurm.{key}", f"must be >= 0, got {getattr(self, key)}", source=source)
+            value = getattr(self, key)
+            if not value >= 0 or value == float("inf"):  # NaN fails the comparison
+                raise ConfigError(f"slurm.{key}", f"must be a finite number >= 0, got {value}", source=source)
 
     def submitit_parameters(self) -> dict[str, Any]:
         """Parameters for `submitit.SlurmExecutor.update_parameters`."""

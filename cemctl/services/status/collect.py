@@ -226,19 +226,21 @@ def refresh(
 ) -> None:
     """Sync the run dirs into the database, then mark vanished queued jobs stale."""
     timeout_s = runfiles.heartbeat_timeout_s(heartbeat_timeout_s)
-    # done / diverged runs never change again (a launch never restarts them), so only the
-    # others are re-read: a finished experiment costs nothing to sync. `cemctl sync` reads all.
-    # A planned run with no events.jsonl has never been touched by an executor or the
-    # trainer (both append an event first), so it is skipped too: one stat instead of an ingest.
+    # done / diverged runs never change again (a launch never restarts them): they are re-read
+    # only when their result.json is not the one recorded (deleted, replaced: damaged), one stat
+    # each. A planned run with no events.jsonl has never been touched by an executor or the
+    # trainer (both append an event first), so it is skipped too. `cemctl sync` reads all.
     with read_session(engine) as s:
-        q = select(Run.id, Run.state, Run.run_dir).where(Run.state.not_in(FINAL_STATES))
+        q = select(Run.id, Run.state, Run.run_dir, Run.result_mtime, Run.config_mtime).distinct()
         if experiment is not None:
             q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).join(
                 Experiment, Experiment.id == ExperimentRun.experiment_id
             ).where(Experiment.name == experiment)
         run_ids: list[str] | None = [
-            rid for rid, state, rdir in s.execute(q)
-            if state != "planned" or not rdir or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
+            rid for rid, state, rdir, result_mtime, config_mtime in s.execute(q)
+            if (_changed(rdir, runfiles.RESULT_FILE, result_mtime) if state in FINAL_STATES else
+                state != "planned" or not rdir or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
+                or _changed(rdir, runfiles.CONFIG_FILE, config_mtime))
         ]
         if experiment is None:
             n_all = s.execute(select(func.count()).select_from(Run)).scalar_one()
@@ -253,6 +255,16 @@ def refresh(
     sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=run_ids)
     if reconcile:
         reconcile_queued(engine, run_ids)
+
+
+def _changed(run_dir: str | None, name: str, recorded_mtime: float | None) -> bool:
+    """A run file is gone or is not the one the database recorded (one stat)."""
+    if not run_dir:
+        return False
+    try:
+        return os.stat(os.path.join(run_dir, name)).st_mtime != recorded_mtime
+    except OSError:
+        return True
 
 
 def reconcile_queued(engine: Engine, run_ids: list[str] | None = None) -> list[str]:

@@ -27,12 +27,17 @@ def show_status(
     console: Console | None = None,
     scale: str | None = None,
 ) -> None:
-    from cemctl.db import open_db
+    from cemctl.db.engine import is_readonly, open_existing_db
 
+    if not (interval_s > 0 and interval_s < float("inf")):
+        from cem_core.errors import ConfigError
+
+        raise ConfigError("--interval-s", f"must be a positive number of seconds, got {interval_s}")
     console = console or Console()
     if not console.is_terminal and not watch:
         console = Console(width=max(console.width, 200), highlight=False)  # pipes and files: no truncated columns
-    engine = open_db(url)
+    engine = open_existing_db(url)  # never creates a database; read-only where it cannot be written
+    sync = sync and not is_readonly(engine)
 
     def snapshot() -> list:
         if sync:

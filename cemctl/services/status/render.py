@@ -15,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cem_core.names import printable
 from cemctl.services.status.collect import STATE_PRIORITY, ExperimentStatus, RunRow
 
 STATE_STYLES = {
@@ -54,7 +55,7 @@ def fmt_rate(x: float | None) -> str:
 def fmt_axis(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
-    return str(value)
+    return printable(value)
 
 
 def _progress(r: RunRow) -> str:
@@ -116,7 +117,7 @@ def experiment_table(exp: ExperimentStatus, *, limit: int = 200, now: float | No
             fmt_duration(r.eta_s()),
             job,
             str(r.attempts or ""),
-            r.error_line,
+            printable(r.error_line),
         )
     if hidden:
         return Group(table, Text(f"... {hidden} more runs not shown (use --limit 0 to show all)", style="dim"))
