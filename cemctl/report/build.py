@@ -148,6 +148,21 @@ def select_runs(runs: "pd.DataFrame", where: Sequence[str] = ()) -> "pd.DataFram
     return out
 
 
+def claims_tables(runs: "pd.DataFrame") -> list[TablePart]:
+    """The paper's findings these runs can test (`cemctl.report.claims`): a table, if any part has runs."""
+    from cemctl.report.claims import TOLERANCE, evaluate_claims
+
+    table = evaluate_claims(runs)
+    table = table[table["n"] > 0]
+    if table.empty:
+        return []
+    shown = table[["claim", "part", "scale", "expect", "effect", "ci95_low", "ci95_high", "n", "verdict"]]
+    return [TablePart("claims", shown.reset_index(drop=True),
+                      "The paper's findings these runs test: difference of test loss (nats) between the arms, paired "
+                      f"by setting and seed, with a 95% interval and a verdict (tolerance +-{TOLERANCE} nats); "
+                      "`cemctl claims` tests them on every run in the database.")]
+
+
 def mark_notes(runs: "pd.DataFrame") -> list[str]:
     """One note per [[mark]] label: which variants and sizes carry it (e.g. 'beyond the paper')."""
     from cemctl.report.style import variant_label
@@ -212,6 +227,7 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     if extras is not None:
         parts.extend(extras)
     parts.notes += mark_notes(runs)
+    parts.tables += claims_tables(runs)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
     tmp = new_build_dir(out_dir)
     try:

@@ -91,9 +91,10 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def load_runs(engine: Any, experiment: str, *, scale: str | None = None) -> "pd.DataFrame":
+def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) -> "pd.DataFrame":
     """The runs frame of one experiment (grid order; each run once), read with `pd.read_sql` from the
     `experiment_runs`, `runs` and `results` tables; only the runs planned at `scale` when given.
+    With `experiment=None`: the runs of every experiment, each (run, scale) once (`cemctl claims`).
     Result values come from `results` (the run's result.json) with the run row's summary as
     fallback; scalar keys of result.json the table has no column for (e.g. `test_rmse`) become
     columns too. `scale` and `marks` (the grid's [[mark]] labels, "; "-joined) are columns.
@@ -119,18 +120,20 @@ def load_runs(engine: Any, experiment: str, *, scale: str | None = None) -> "pd.
         .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
         .join(Run, Run.id == ExperimentRun.run_id)
         .outerjoin(Result, Result.run_id == Run.id)
-        .where(Experiment.name == experiment)
         .order_by(ExperimentRun.planned_at.desc(), ExperimentRun.position)
     )
+    if experiment is not None:
+        stmt = stmt.where(Experiment.name == experiment)
     if scale is not None:
         stmt = stmt.where(ExperimentRun.scale == scale)
     with engine.connect() as conn:
         raw = pd.read_sql(stmt, conn)
     records, seen = [], set()
     for rec in raw.to_dict("records"):
-        if rec["run_id"] in seen:  # linked by several plan keys: once, from its latest plan
+        key = rec["run_id"] if experiment is not None else (rec["run_id"], rec["scale"])
+        if key in seen:  # linked by several plan keys (or experiments): once, from its latest plan
             continue
-        seen.add(rec["run_id"])
+        seen.add(key)
         rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
         rec["error"] = rec.get("error") or rec.pop("run_error", None)
         extra = json.loads(rec.pop("result_json", None) or "{}")

@@ -82,9 +82,12 @@ def test_report_refuses_a_symlinked_output_folder(tmp_path, finished):
     assert os.listdir(real) == []
 
 
-def test_report_refuses_a_device(tmp_path, finished):
-    assert_clean_error(cli(tmp_path, "report", "exp", "--out", "/dev/null"), contains="special file")
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+def test_report_refuses_a_special_file(tmp_path, finished):
+    """A device or a FIFO (a FIFO here: the old code renamed /dev/null aside and made it a folder)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert_clean_error(cli(tmp_path, "report", "exp", "--out", str(fifo)), contains="special file")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_an_earlier_report_with_the_users_file_added_is_not_replaced(tmp_path, finished):
@@ -123,7 +126,7 @@ def test_logs_never_prints_files_named_in_job_json(tmp_path, finished, secret, l
     _, ids = finished
     run_dir = tmp_path / "runs" / ids[0]
     entry = str(secret) if logs_entry == "abs" else "../../secret.txt"
-    runfiles.write_job(run_dir, runfiles.JobRecord(executor="local", job_id="x", state="exited", logs=[entry]))
+    (run_dir / "job.json").write_text(json.dumps({"executor": "local", "job_id": "x", "state": "exited", "logs": [entry]}))
     res = cli(tmp_path, "logs", ids[0], subprocess=True)
     assert res.returncode == 0 and "TOP-SECRET" not in res.output
 
