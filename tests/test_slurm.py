@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason
 
 
 def wait_queue_empty(job_ids: list[str], timeout_s: float = 120) -> None:
-    wait_for(lambda: not (set(job_ids) & set(squeue_states())), timeout_s, f"jobs {job_ids} to leave the queue")
+    wait_for(lambda: not (set(job_ids) & set(squeue_states())), timeout_s=timeout_s, what=f"jobs {job_ids} to leave the queue")
 
 
 def release_requeued(job_id: str) -> None:
@@ -50,15 +50,16 @@ def release_requeued(job_id: str) -> None:
     A few seconds pass first: a requeued job started again at once can be refused by
     slurmctld ("Job credential revoked") while the previous start is still being cleaned up.
     """
-    wait_for(lambda: squeue_states().get(job_id, ("",))[0] == "PENDING", 60, f"job {job_id} to be pending again")
+    wait_for(lambda: squeue_states().get(job_id, ("",))[0] == "PENDING", timeout_s=60,
+             what=f"job {job_id} to be pending again")
     time.sleep(5)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
 
 
 def test_arrays_are_split_below_max_array_size_with_a_concurrency_limit(tmp_path, monkeypatch):
-    import cemctl.executors.slurm as slurm
+    import cemctl.executors.slurm.executor as slurm_executor
 
-    monkeypatch.setattr(slurm, "max_array_size", lambda: 2)
+    monkeypatch.setattr(slurm_executor, "max_array_size", lambda: 2)  # where submit() looks it up
     jobs = []
     for i in range(3):
         d = tmp_path / f"r{i}"
@@ -96,9 +97,12 @@ def test_slurm_options_from_the_grid_table_are_checked():
 def test_launch_on_slurm_completes_and_relaunch_starts_nothing(tmp_path):
     grid = write_grid(tmp_path, name="slurmgrid", steps=6, ckpt=3)
     env = cli_env(tmp_path)
+    # The cluster workflow: prepare the data on this (login) node, then submit; the jobs never tokenize.
+    prep = cemctl(tmp_path, "data", "prepare", str(grid), "--workers", "1", env=env)
+    assert prep.returncode == 0, prep.stdout + prep.stderr
     out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--timeout-min", "10", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "queued 2" in out.stdout
+    assert "queued 2" in out.stdout and "preparing data" not in out.stdout
 
     def all_done():
         st = run_states(status_json(tmp_path, env), "slurmgrid")
@@ -106,7 +110,7 @@ def test_launch_on_slurm_completes_and_relaunch_starts_nothing(tmp_path):
         assert not bad, bad
         return st if all(r["state"] == "done" for r in st.values()) else None
 
-    st = wait_for(all_done, 300, "both SLURM runs to finish")
+    st = wait_for(all_done, timeout_s=300, what="both SLURM runs to finish")
     for r in st.values():
         assert r["executor"] == "slurm" and r["job_id"] and r["test_loss"] > 0 and r["step"] == 6
     import sqlite3
@@ -120,11 +124,12 @@ def test_launch_on_slurm_completes_and_relaunch_starts_nothing(tmp_path):
 def test_requeued_job_resumes_from_its_checkpoint_with_the_same_test_loss(tmp_path):
     grid = write_grid(tmp_path, name="requeue", steps=16, ckpt=4, attention='["llama"]')
     env = cli_env(tmp_path, CEMCTL_TEST_SLEEP_PER_STEP_S="0.4", CEMCTL_HEARTBEAT_TIMEOUT_S="60")
-    out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--timeout-min", "10", env=env)
+    out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--prepare", "--timeout-min", "10", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
     job_id = runfiles.read_job(run_dir).job_id
-    wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 6, 180, "a checkpoint and step 6")
+    wait_for(lambda: checkpoint_steps(run_dir) and heartbeat_step(run_dir) >= 6, timeout_s=180,
+             what="a checkpoint and step 6")
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     # Skip SLURM's two-minute delay before a requeued job may start again.
     release_requeued(job_id)
@@ -134,7 +139,7 @@ def test_requeued_job_resumes_from_its_checkpoint_with_the_same_test_loss(tmp_pa
         assert st["state"] not in ("failed", "cancelled"), st
         return st if st["state"] == "done" else None
 
-    st = wait_for(finished, 300, "the requeued run to finish")
+    st = wait_for(finished, timeout_s=300, what="the requeued run to finish")
     assert st["attempts"] == 2 and st["job_id"] == job_id
     runs_ev = [e for e in events(run_dir) if e["state"] == "running"]
     assert [e["attempt"] for e in runs_ev] == [1, 2]
@@ -158,7 +163,8 @@ def test_cancel_and_vanished_pending_jobs(tmp_path):
     """`cemctl cancel` scancels a pending job; a job scancelled behind cemctl's back shows stale with the reason."""
     grid = write_grid(tmp_path, name="pending", steps=6, ckpt=3)
     env = cli_env(tmp_path)
-    out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--sbatch", "begin=now+1hour", env=env)
+    out = cemctl(tmp_path, "launch", str(grid), "--executor", "slurm", "--prepare", "--sbatch", "begin=now+1hour",
+                 env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     st = run_states(status_json(tmp_path, env), "pending")
     assert [r["state"] for r in st.values()] == ["queued", "queued"]
@@ -170,7 +176,7 @@ def test_cancel_and_vanished_pending_jobs(tmp_path):
     wait_queue_empty([ja, jb], 60)
     st = run_states(status_json(tmp_path, env), "pending")
     assert st[a]["state"] == "cancelled"
-    assert st[b]["state"] == "stale" and "no longer in the queue" in st[b]["error"]
+    assert st[b]["state"] == "stale" and "no longer queued and never reported" in st[b]["error"]
     # Both are relaunched by the next launch.
     dry = cemctl(tmp_path, "launch", "pending", "--executor", "slurm", "--dry-run", env=env)
     assert "would launch 2 of 2" in dry.stdout, dry.stdout + dry.stderr
@@ -186,7 +192,8 @@ def test_preemption_requeues_through_checkpoint_with_bounded_attempts(tmp_path):
     (sub,) = ex.submit([Job(run_id="r0", run_dir=d, argv=[sys.executable, "-c", code])])
     job_id = sub.job_id
     for attempt in (1, 2):
-        wait_for(lambda: (runfiles.read_job(d) or runfiles.JobRecord()).state == "running" and runfiles.read_job(d).attempt == attempt, 90, f"attempt {attempt}")
+        wait_for(lambda: (runfiles.read_job(d) or runfiles.JobRecord()).state == "running" and runfiles.read_job(d).attempt == attempt,
+                 timeout_s=90, what=f"attempt {attempt}")
         time.sleep(1)  # let submitit install its signal handler
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
         release_requeued(job_id)
