@@ -1,7 +1,10 @@
 """`python -m bench [--quick] [--out DIR] [--only NAMES]`: run the benchmarks, write the tables.
 
-Writes DIR/latest.md and DIR/latest.json (default DIR: bench/results). Each
-benchmark that fails is recorded as skipped with its error; the others still run.
+Writes DIR/latest.md and DIR/latest.json (default DIR: bench/results). With
+`--only`, the sections measured now replace theirs in the existing files and the
+others are kept, each section saying when, at which commit and under what load it
+was measured. Each benchmark that fails is recorded as skipped with its error;
+the others still run.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from bench import env
 from bench.settings import Settings
 from bench.table import Section, write_results
 
-BENCHMARKS = ("train", "variants", "mfu", "gpu", "cli", "ingest")
+BENCHMARKS = ("train", "variants", "mfu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest", "data")
+GPU_BENCHMARKS = ("gpu", "gpu_attention", "gpu_memory")
 
 
 def _runners() -> dict[str, Callable[[Settings, dict[str, Section]], Section]]:
-    from bench import gpu, mfu, train_speed, variants
+    from bench import data_prepare, gpu, mfu, train_speed, variants
 
     def orchestration(name: str) -> Callable[[Settings, dict[str, Section]], Section]:
         def run(s: Settings, done: dict[str, Section]) -> Section:
@@ -35,8 +39,11 @@ def _runners() -> dict[str, Callable[[Settings, dict[str, Section]], Section]]:
         "variants": lambda s, done: variants.run(s),
         "mfu": lambda s, done: mfu.run(s, done.get("train") or Section("train", "")),
         "gpu": lambda s, done: gpu.run(s),
+        "gpu_attention": lambda s, done: gpu.run_sublayer(s),
+        "gpu_memory": lambda s, done: gpu.run_memory(s),
         "cli": orchestration("cli"),
         "ingest": orchestration("ingest"),
+        "data": lambda s, done: data_prepare.run(s),
     }
 
 
@@ -45,6 +52,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, list[str]]:
     p.add_argument("--quick", action="store_true", help="smallest inputs, only checks that everything runs")
     p.add_argument("--out", type=Path, default=None, help="output folder (default bench/results)")
     p.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma list of: {', '.join(BENCHMARKS)}")
+    p.add_argument("--gpu", action="store_true", help=f"only the GPU benchmarks ({', '.join(GPU_BENCHMARKS)})")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default 1)")
     p.add_argument("--repeats", type=int, default=None, help="timed rounds per model")
     p.add_argument("--sizes", default=None, help="comma list of sizes for the HF comparison")
@@ -62,7 +70,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, list[str]]:
         s.sizes = a.sizes.split(",")
     if a.no_memory:
         s.memory = False
-    only = [x for x in a.only.split(",") if x]
+    only = list(GPU_BENCHMARKS) if a.gpu else [x for x in a.only.split(",") if x]
     unknown = sorted(set(only) - set(BENCHMARKS))
     if unknown:
         p.error(f"--only: unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
@@ -90,12 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             section = Section(name, name, skipped=f"failed: {type(e).__name__}: {e}"[:300])
         section.seconds = time.perf_counter() - t0
+        section.measured = (f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, commit {meta['git_commit']}, "
+                            f"load {env.load_average()}")
         done[name] = section
         print(f"[bench] {name} done in {section.seconds:.0f} s", flush=True)
         # Write after every benchmark so an interrupted run keeps what it measured.
         meta["load_end"] = env.load_average()
         meta["total_seconds"] = round(time.perf_counter() - t_all, 1)
-        md, js = write_results(s.out_dir, meta, list(done.values()))
+        md, js = write_results(s.out_dir, meta, list(done.values()), merge=len(selected) < len(BENCHMARKS))
     print(f"[bench] wrote {md} and {js} in {time.perf_counter() - t_all:.0f} s")
     return 0
 

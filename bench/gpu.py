@@ -1,75 +1,242 @@
-"""GPU training speed (`python -m bench` on a machine with CUDA): 134M baseline and full CEM at context 2048.
+"""GPU training speed and memory (`python -m bench --gpu` on a machine with CUDA): the paper-scale path.
 
-bf16 autocast, `torch.compile` off and on, fused AdamW, batch `GPU_BATCH_SEQS`
-sequences of 2048 tokens, vocab 32,000 (the Llama tokenizer, as in the paper).
-MFU = train FLOPs/token (cem_core.counts) x tokens/s over the best measured
-bf16 8192^3 matmul on the same GPU. Without CUDA the section is skipped with
-the reason recorded.
+Training rows (bf16 autocast, fused AdamW, batch `GPU_BATCH_SEQS` x 2048 tokens, vocab 32,000):
+- 134M Llama: ours (compile off and on) and Hugging Face `LlamaForCausalLM` (sdpa attention, compiled alike);
+- CEM attention T=1 and T=2 (shared KQ diagonal) and full CEM T=2, each with FlexAttention and with the
+  SDPA float-mask path (`$CEMCTL_ATTENTION_KERNEL`), compiled.
+MFU = train FLOPs/token (cem_core.counts) x tokens/s over the best measured bf16 8192^3 matmul of this GPU.
+The CEM attention sublayer alone (forward + backward, T=1, shared diagonal, ALiBi) is timed with both
+kernels for the FlexAttention target. Memory: the largest micro-batch at context 2048 that trains (forward,
+backward, optimizer step) on this GPU, per Table 1 size, for Llama and full CEM T=2.
+Without CUDA every section is skipped with the reason recorded.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
-
-from cem_core.counts import train_flops_per_token
 
 from bench.mfu import matmul_peak_flops
 from bench.models import make_step, model_config
 from bench.settings import Settings
-from bench.table import Section
+from bench.table import Section, Target
 
 GPU_BATCH_SEQS = 8
-GPU_MODELS: dict[str, dict[str, Any]] = {
-    "134M llama baseline": {},
-    "134M full CEM (attn T=2 kq shared diag, mlp T=2 diag)": {
-        "attention": "cem", "attn_steps": 2, "kq_diagonal": "shared", "attn_precond": "diag",
-        "mlp": "cem", "mlp_steps": 2, "mlp_precond": "diag"},
-}
+CONTEXT = 2048
+CEM_ATTN = {"attention": "cem", "kq_diagonal": "shared"}
+FULL_CEM = {"attention": "cem", "attn_steps": 2, "kq_diagonal": "shared", "attn_precond": "diag",
+            "mlp": "cem", "mlp_steps": 2, "mlp_precond": "diag"}
+# (row name, implementation, model overrides, compile, attention kernel)
+GPU_ROWS: list[tuple[str, str, dict[str, Any], bool, str]] = [
+    ("134M Llama, ours", "ours", {}, False, "-"),
+    ("134M Llama, ours", "ours", {}, True, "-"),
+    ("134M Llama, Hugging Face", "hf", {}, True, "-"),
+    ("134M CEM attention T=1 (shared diag)", "ours", {**CEM_ATTN, "attn_steps": 1}, True, "flex"),
+    ("134M CEM attention T=1 (shared diag)", "ours", {**CEM_ATTN, "attn_steps": 1}, True, "sdpa"),
+    ("134M CEM attention T=2 (shared diag)", "ours", {**CEM_ATTN, "attn_steps": 2}, True, "flex"),
+    ("134M CEM attention T=2 (shared diag)", "ours", {**CEM_ATTN, "attn_steps": 2}, True, "sdpa"),
+    ("134M full CEM T=2", "ours", FULL_CEM, True, "flex"),
+    ("134M full CEM T=2", "ours", FULL_CEM, True, "sdpa"),
+]
+MEMORY_SIZES = ("86M", "108M", "134M", "162M")
+
+
+def _no_cuda(section: Section) -> Section:
+    section.skipped = ("no CUDA device on this machine (torch.cuda.is_available() is False); "
+                       "GPU numbers still to be measured")
+    return section
+
+
+@contextmanager
+def _kernel(kernel: str) -> Iterator[None]:
+    from cem_core.model import flex
+
+    before = os.environ.get(flex.KERNEL_ENV)
+    if kernel != "-":
+        os.environ[flex.KERNEL_ENV] = kernel
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(flex.KERNEL_ENV, None)
+        else:
+            os.environ[flex.KERNEL_ENV] = before
+
+
+def _time_step(impl: str, m: Any, batch: int, compile_: bool, steps: int) -> tuple[float, float]:
+    """(seconds per training step, peak GiB) after warm-up (compilation happens in the first calls)."""
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    step = make_step(impl, m, batch, device="cuda", autocast_dtype=torch.bfloat16, compile=compile_)
+    try:
+        for _ in range(3 if compile_ else 2):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / steps, torch.cuda.max_memory_allocated() / 2**30
+    finally:
+        del step
+        gc.collect()
 
 
 def run(s: Settings) -> Section:
-    section = Section("gpu", "GPU training speed (bf16 autocast, torch.compile off/on, context 2048)",
-                      columns=["model", "compile", "batch x context", "ms/step", "tokens/s", "peak GiB",
-                               "achieved TFLOP/s", "bf16 matmul peak TFLOP/s", "MFU"])
+    from cem_core.counts import train_flops_per_token
+
+    section = Section("gpu", "GPU training speed, 134M at context 2048 (bf16, fused AdamW)",
+                      columns=["model", "compile", "attention kernel", "batch x context", "ms/step", "tokens/s",
+                               "peak GiB", "achieved TFLOP/s", "MFU", "vs Llama ours (compiled)"])
     if not torch.cuda.is_available():
-        section.skipped = "no CUDA device on this machine (torch.cuda.is_available() is False); GPU numbers still to be measured"
-        return section
-    device = "cuda"
+        return _no_cuda(section)
     size = "nano" if s.quick else "134M"
-    n_peak = 1024 if s.quick else 8192
-    peak, _ = matmul_peak_flops(n_peak, dtype=torch.bfloat16, device=device, repeats=5)
-    steps_timed = 3 if s.quick else 20
-    for name, overrides in GPU_MODELS.items():
-        m = model_config(size, **overrides, **({} if s.quick else {"vocab_size": 32000}))
-        for compile_ in (False, True):
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            try:
-                step = make_step("ours", m, GPU_BATCH_SEQS, device=device, autocast_dtype=torch.bfloat16,
-                                 compile=compile_)
-                for _ in range(3 if compile_ else 2):  # compile happens in the first call
-                    step()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(steps_timed):
-                    step()
-                torch.cuda.synchronize()
-                t = (time.perf_counter() - t0) / steps_timed
-            except Exception as e:  # a failed configuration is recorded, the others still run
-                section.rows.append({"model": name, "compile": compile_, "ms/step": f"failed: {type(e).__name__}: {e}"[:200]})
-                continue
-            finally:
-                step = None
+    peak, _ = matmul_peak_flops(1024 if s.quick else 8192, dtype=torch.bfloat16, device="cuda", repeats=5)
+    steps = 3 if s.quick else 20
+    base_t = None
+    by_name: dict[tuple[str, str, bool], float] = {}
+    for name, impl, overrides, compile_, kernel in GPU_ROWS:
+        m = model_config(size, **overrides, context_len=256 if s.quick else CONTEXT,
+                         **({} if s.quick else {"vocab_size": 32000}))
+        try:
+            with _kernel(kernel):
+                t, peak_gib = _time_step(impl, m, GPU_BATCH_SEQS, compile_, steps)
+        except Exception as e:  # a failed configuration is recorded, the others still run
+            section.rows.append({"model": name, "compile": compile_, "attention kernel": kernel,
+                                 "ms/step": f"failed: {type(e).__name__}: {e}"[:200]})
+            continue
+        tokens = GPU_BATCH_SEQS * m.context_len
+        achieved = train_flops_per_token(m) * tokens / t
+        if impl == "ours" and not overrides and compile_:
+            base_t = t
+        by_name[(name, kernel, compile_)] = t
+        section.rows.append({
+            "model": name, "compile": compile_, "attention kernel": kernel,
+            "batch x context": f"{GPU_BATCH_SEQS} x {m.context_len}", "ms/step": 1e3 * t, "tokens/s": tokens / t,
+            "peak GiB": peak_gib, "achieved TFLOP/s": achieved / 1e12, "MFU": f"{100 * achieved / peak:.1f}%",
+            "vs Llama ours (compiled)": f"{t / base_t:.2f}x" if base_t else "-"})
+    section.targets = _targets(by_name, peak, size)
+    section.notes.append(f"Device: {torch.cuda.get_device_name(0)}; bf16 matmul peak {peak / 1e12:.0f} TFLOP/s; "
+                         f"{steps} timed steps after warm-up.")
+    return section
+
+
+def _targets(t: dict[tuple[str, str, bool], float], peak: float, size: str) -> list[Target]:
+    from cem_core.counts import train_flops_per_token
+
+    def ratio(a: tuple[str, str, bool], b: tuple[str, str, bool]) -> float | None:
+        return t[a] / t[b] if a in t and b in t else None
+
+    llama = ("134M Llama, ours", "-", True)
+    out = []
+    hf = ratio(("134M Llama, Hugging Face", "-", True), llama)
+    out.append(Target("ours vs HF Llama tokens/s (134M, compiled)", ">= 1.3x", f"{hf:.2f}x" if hf else "-",
+                      hf >= 1.3 if hf else None))
+    if llama in t:
+        mfu = train_flops_per_token(model_config(size, vocab_size=32000)) * GPU_BATCH_SEQS * CONTEXT / t[llama] / peak
+        out.append(Target("Llama 134M MFU", ">= 45%", f"{100 * mfu:.1f}%", mfu >= 0.45))
+    a1 = ratio(("134M CEM attention T=1 (shared diag)", "flex", True), llama)
+    out.append(Target("CEM attention T=1 step vs Llama", "<= 1.0x", f"{a1:.2f}x" if a1 else "-", a1 <= 1.0 if a1 else None))
+    full = ratio(("134M full CEM T=2", "flex", True), llama)
+    out.append(Target("full CEM T=2 step vs Llama", "<= 1.6x", f"{full:.2f}x" if full else "-",
+                      full <= 1.6 if full else None))
+    return out
+
+
+def run_sublayer(s: Settings) -> Section:
+    """CEM attention alone, forward + backward: FlexAttention vs the SDPA float-mask path."""
+    section = Section("gpu_attention", "CEM attention sublayer forward + backward on the GPU: FlexAttention vs SDPA",
+                      columns=["diagonal", "position", "T", "kernel", "ms", "speed-up vs sdpa"])
+    if not torch.cuda.is_available():
+        return _no_cuda(section)
+    B, L = (2, 256) if s.quick else (8, CONTEXT)
+    speedups = []
+    for diagonal in ("none", "shared", "per_head"):
+        for steps in (1, 2):
+            m = model_config("nano" if s.quick else "134M", attention="cem", kq_diagonal=diagonal, attn_steps=steps)
+            times = {}
+            for kernel in ("sdpa", "flex"):
+                try:
+                    with _kernel(kernel):
+                        times[kernel] = _time_sublayer(m, B, L)
+                except Exception as e:  # noqa: BLE001 - recorded, the other rows still run
+                    times[kernel] = None
+                    section.notes.append(f"{diagonal} T={steps} {kernel}: {type(e).__name__}: {e}"[:200])
                 gc.collect()
-            achieved = train_flops_per_token(m) * GPU_BATCH_SEQS * m.context_len / t
-            section.rows.append({
-                "model": name, "compile": compile_, "batch x context": f"{GPU_BATCH_SEQS} x {m.context_len}",
-                "ms/step": 1e3 * t, "tokens/s": GPU_BATCH_SEQS * m.context_len / t,
-                "peak GiB": torch.cuda.max_memory_allocated() / 2**30, "achieved TFLOP/s": achieved / 1e12,
-                "bf16 matmul peak TFLOP/s": peak / 1e12, "MFU": f"{100 * achieved / peak:.1f}%"})
-    section.notes.append(f"Device: {torch.cuda.get_device_name(0)}; {steps_timed} timed steps after warm-up.")
+                torch.cuda.empty_cache()
+            for kernel, t in times.items():
+                sp = times["sdpa"] / t if t and times.get("sdpa") else None
+                if kernel == "flex" and sp:
+                    speedups.append(sp)
+                section.rows.append({"diagonal": diagonal, "position": "alibi", "T": steps, "kernel": kernel,
+                                     "ms": 1e3 * t if t else "failed", "speed-up vs sdpa": f"{sp:.2f}x" if sp else "-"})
+    worst = min(speedups) if speedups else None
+    section.targets = [Target("FlexAttention vs SDPA float mask, CEM attention fwd+bwd", ">= 1.5x",
+                              f"worst {worst:.2f}x" if worst else "-", worst >= 1.5 if worst else None)]
+    section.notes.append(f"Device: {torch.cuda.get_device_name(0)}; batch {B} x {L}, 10 timed calls.")
+    return section
+
+
+def _time_sublayer(m: Any, B: int, L: int, calls: int = 10) -> float:
+    """Seconds per forward + backward of one CEM attention sublayer (bf16 autocast) on [B, L, d]."""
+    from cem_core.model.attention import CEMAttention
+
+    torch.manual_seed(0)
+    layer = CEMAttention(m).cuda()
+    h = torch.randn(B, L, m.d_model, device="cuda", requires_grad=True)
+
+    def call() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = layer(h)
+        out.float().sum().backward()
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls
+
+
+def _fits(m: Any, batch: int) -> bool:
+    try:
+        _time_step("ours", m, batch, False, 1)
+        return True
+    except torch.OutOfMemoryError:
+        return False
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def run_memory(s: Settings) -> Section:
+    """The largest micro-batch (sequences of 2048) that trains on this GPU, per size: Llama and full CEM T=2."""
+    section = Section("gpu_memory", "Largest micro-batch at context 2048 that trains on this GPU (bf16, eager)",
+                      columns=["size", "model", "largest micro-batch", "peak GiB at it"])
+    if not torch.cuda.is_available():
+        return _no_cuda(section)
+    sizes = ("nano",) if s.quick else MEMORY_SIZES
+    for size in sizes:
+        for name, overrides in (("Llama", {}), ("full CEM T=2", FULL_CEM)):
+            m = model_config(size, **overrides, context_len=256 if s.quick else CONTEXT,
+                             **({} if s.quick else {"vocab_size": 32000}))
+            lo, hi = 0, 1
+            while _fits(m, hi) and hi < 1024:  # doubling, then bisection
+                lo, hi = hi, hi * 2
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if _fits(m, mid) else (lo, mid)
+            peak = None
+            if lo:
+                _, peak = _time_step("ours", m, lo, False, 1)
+            section.rows.append({"size": size, "model": name, "largest micro-batch": lo, "peak GiB at it": peak})
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    section.notes.append(f"Device: {torch.cuda.get_device_name(0)}, {total:.0f} GiB; eager (compiled models use less).")
     return section

@@ -35,6 +35,13 @@ class Section:
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None  # why the whole benchmark did not run
     seconds: float = 0.0  # wall time the benchmark took
+    measured: str = ""  # when, at which commit, under what load (sections kept from an earlier run keep theirs)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Section":
+        targets = [Target(**{k: v for k, v in t.items() if k != "verdict"}) for t in d.get("targets", [])]
+        fields = {f.name for f in dataclasses.fields(cls)} - {"targets"}
+        return cls(**{k: v for k, v in d.items() if k in fields}, targets=targets)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -93,7 +100,7 @@ def render_markdown(meta: dict[str, Any], sections: list[Section]) -> str:
             out += [markdown_table(s.columns, s.rows), ""]
         for note in s.notes:
             out.append(f"- {note}")
-        out += [f"- Took {s.seconds:.0f} s.", ""]
+        out += [f"- Took {s.seconds:.0f} s" + (f"; measured {s.measured}." if s.measured else "."), ""]
     return "\n".join(out)
 
 
@@ -103,9 +110,32 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_results(out_dir: Path, meta: dict[str, Any], sections: list[Section], stem: str = "latest") -> tuple[Path, Path]:
+def _merged(js: Path, sections: list[Section]) -> list[Section]:
+    """The sections of an earlier `latest.json`, with those measured now replacing theirs (order kept)."""
+    try:
+        old = json.loads(js.read_text())
+    except (OSError, ValueError):
+        return sections
+    old_meta = old.get("meta", {})
+    fresh = {s.key: s for s in sections}
+    out = []
+    for d in old.get("sections", []):
+        if d.get("key") in fresh:
+            out.append(fresh.pop(d["key"]))
+            continue
+        kept = Section.from_dict(d)
+        kept.measured = kept.measured or (f"{old_meta.get('date_utc', '?')}, commit {old_meta.get('git_commit', '?')}, "
+                                          f"load {old_meta.get('load_start')}")
+        out.append(kept)
+    return out + list(fresh.values())
+
+
+def write_results(out_dir: Path, meta: dict[str, Any], sections: list[Section], stem: str = "latest",
+                  *, merge: bool = False) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+    if merge:
+        sections = _merged(js, sections)
     _atomic_write(js, json.dumps({"meta": meta, "sections": [s.to_dict() for s in sections]}, indent=1) + "\n")
     _atomic_write(md, render_markdown(meta, sections) + "\n")
     return md, js

@@ -66,7 +66,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     corpus: str = "builtin"
-    path: str = ""  # local file for corpus=jsonl
+    path: str = ""  # corpus=jsonl: a local file; corpus=files: a glob of .jsonl / .parquet / .txt files
     hf_dataset: str = "gmongaras/SlimPajama-627B_Reupload"
     tokenizer: str = "bpe"
     bpe_vocab_size: int = 4096
@@ -310,8 +310,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     V.TOKENIZERS.check(dt.tokenizer)
     if dt.tokenizer_path and dt.tokenizer != "hf":
         raise ConfigError("data.tokenizer_path", f"needs data.tokenizer='hf' (got {dt.tokenizer!r})", allowed=("hf",))
-    if dt.corpus == "jsonl" and not dt.path:
-        raise ConfigError("data.path", "is required when data.corpus='jsonl'")
+    if dt.corpus in ("jsonl", "files") and not dt.path:
+        raise ConfigError("data.path", f"is required when data.corpus={dt.corpus!r}"
+                          + (" (a glob of .jsonl / .parquet / .txt files)" if dt.corpus == "files" else ""))
     if not 256 < dt.bpe_vocab_size <= 1_000_000:
         raise ConfigError("data.bpe_vocab_size", f"must be in (256, 1000000], got {dt.bpe_vocab_size}")
     if ".." in dt.cache_dir.split("/") and dt.cache_dir:

@@ -52,6 +52,8 @@ GP_KERNELS.register_lazy("gibbs", "cem_core.gp.data:gibbs_kernel", "non-stationa
 CORPORA: Registry = Registry("corpus", "data.corpus")
 CORPORA.register_lazy("builtin", "cem_core.data.sources:builtin_source", "English prose shipped with CPython (offline)")
 CORPORA.register_lazy("jsonl", "cem_core.data.sources:jsonl_source", "one local JSONL file (data.path)")
+CORPORA.register_lazy("files", "cem_core.data.sources:files_source",
+                      "local JSON-lines / Parquet / text files matching a glob (data.path)")
 CORPORA.register_lazy("slimpajama", "cem_core.data.sources:slimpajama_source",
                       "SlimPajama-627B streamed from the Hugging Face hub (data.hf_dataset)")
 

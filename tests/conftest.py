@@ -12,6 +12,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_data_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Every test (and every process it starts) prepares data in a cache of this session, never the user's
+    ~/.cache/cemctl: a test of `cemctl data clean` must not be able to remove a real cache."""
+    import os
+
+    before = os.environ.get("CEMCTL_CACHE")
+    os.environ["CEMCTL_CACHE"] = str(tmp_path_factory.mktemp("session-cache"))
+    yield
+    if before is None:
+        os.environ.pop("CEMCTL_CACHE", None)
+    else:
+        os.environ["CEMCTL_CACHE"] = before
+
+
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     """URL of a results database file that does not exist yet."""

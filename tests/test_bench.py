@@ -88,8 +88,29 @@ def test_quick_mode_runs_every_benchmark(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((tmp_path / "latest.json").read_text())
     keys = [s["key"] for s in data["sections"]]
-    assert keys == ["train_vs_hf", "cem_variants", "mfu_cpu", "gpu", "cli", "ingest"]
+    assert keys == ["train_vs_hf", "cem_variants", "mfu_cpu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest",
+                    "data_prepare"]
     for s in data["sections"]:
         assert not (s["skipped"] or "").startswith("failed"), (s["key"], s["skipped"])
     ingest = next(s for s in data["sections"] if s["key"] == "ingest")
     assert all(r["stored"] == r["points"] and r["failed workers"] == 0 for r in ingest["rows"])
+    prep = next(s for s in data["sections"] if s["key"] == "data_prepare")
+    assert [r["workers"] for r in prep["rows"]][:2] == [1, 2] and all(r["identical to 1 worker"] for r in prep["rows"])
+    assert prep["rows"][0]["tokens"] == prep["rows"][1]["tokens"] > 0
+
+
+def test_a_subset_run_replaces_only_its_sections(tmp_path: Path) -> None:
+    from bench.table import Section, Target, write_results
+
+    meta = {"date_utc": "2026-01-01 00:00:00 UTC", "git_commit": "aaa", "load_start": [1, 1, 1],
+            "machine": {"cpu": "x", "cpu_count": 2, "hostname": "h", "os": "o"}, "versions": {}}
+    old = [Section("a", "A", ["x"], [{"x": 1}], [Target("t", "< 1", "0.5", True)]), Section("b", "B", ["x"], [{"x": 2}])]
+    write_results(tmp_path, meta, old)
+    new_b = Section("b", "B", ["x"], [{"x": 3}], measured="now")
+    write_results(tmp_path, {**meta, "git_commit": "bbb"}, [new_b, Section("c", "C")], merge=True)
+    data = json.loads((tmp_path / "latest.json").read_text())
+    assert [s["key"] for s in data["sections"]] == ["a", "b", "c"]
+    a, b, _ = data["sections"]
+    assert a["rows"] == [{"x": 1}] and a["targets"][0]["verdict"] == "met" and "commit aaa" in a["measured"]
+    assert b["rows"] == [{"x": 3}] and b["measured"] == "now"
+    assert "measured 2026-01-01 00:00:00 UTC, commit aaa" in (tmp_path / "latest.md").read_text()

@@ -140,7 +140,7 @@ def test_unknown_names_are_rejected_with_the_known_ones(tmp_path):
     assert "data.tokenizer" in str(e.value) and "byte, bpe, hf" in str(e.value)
     with pytest.raises(ConfigError) as e:
         prepare_data(DataConfig(corpus="wikipedia", cache_dir=str(tmp_path)))
-    assert "data.corpus" in str(e.value) and "builtin, jsonl, slimpajama" in str(e.value)
+    assert "data.corpus" in str(e.value) and "builtin, jsonl, files, slimpajama" in str(e.value)
     assert not list(tmp_path.iterdir()), "nothing written for bad input"
 
 

@@ -14,12 +14,15 @@ writes), `prepare` (`prepare_data`).
 """
 
 from cem_core.data.packing import PackedData
-from cem_core.data.prepare import prepare_data
+from cem_core.data.prepare import DataNotPrepared, data_for_run, find_prepared, prepare_data
 from cem_core.data.sources import SPLITS, split_of
 from cem_core.data.tokenizer import HubUnavailable, build_tokenizer
 
 __all__ = [
     "prepare_data",
+    "data_for_run",
+    "find_prepared",
+    "DataNotPrepared",
     "PackedData",
     "SPLITS",
     "split_of",

@@ -19,48 +19,38 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from cem_core.runfiles.files import fsync_dir
+
 
 @contextlib.contextmanager
-def file_lock(path: Path | str) -> Iterator[None]:
-    """Exclusive advisory lock held for the `with` block (blocks until available)."""
+def file_lock(path: Path | str, *, blocking: bool = True) -> Iterator[bool]:
+    """Exclusive advisory lock held for the `with` block; yields True when held.
+
+    Blocking (default): waits for it. `blocking=False`: yields False at once when another process holds it.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file + rename (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    """Write `data` to `path` via a temporary file + rename (never half-written); the folder is created."""
+    from cem_core.runfiles.files import atomic_write_bytes as _write
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    _write(path, data)
 
 
 def atomic_write_json(path: Path | str, obj: Any) -> None:
@@ -79,7 +69,7 @@ def publish_dir(tmp_dir: Path, final: Path) -> None:
             with open(child, "rb") as f:
                 os.fsync(f.fileno())
     os.rename(tmp_dir, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
 
 
 def remove_dir(path: Path) -> None:

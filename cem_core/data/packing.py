@@ -55,6 +55,7 @@ class PackedData:
 
     def __init__(self, path: Path | str, meta: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
+        self.built_here = False  # True when this process's `prepare_data` built it (not found ready)
         if meta is None:
             meta = json.loads((self.path / META_FILE).read_text())
         self.meta = meta

@@ -19,19 +19,22 @@ documents of the stream that hash into them) and removes the older one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import itertools
 import json
 import logging
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from cem_core.config import DataConfig, TrainConfig, tokenizer_vocab_size
+from cem_core.config import DataConfig, RunConfig, TrainConfig, tokenizer_vocab_size, tokens_per_step, total_steps
 from cem_core.errors import CemError
+from cem_core.data.build import CHUNK_DOCS, Progress, TokenizerSpec, build_splits
 from cem_core.data.cache import atomic_write_json, file_lock, make_temp_dir, publish_dir, remove_dir
-from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, SplitWriter, token_dtype
-from cem_core.data.sources import SPLITS, TEST_FRACTION, VAL_FRACTION, Source, make_source, split_of
+from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, token_dtype
+from cem_core.data.sources import TEST_FRACTION, VAL_FRACTION, Source, make_source, split_of
 from cem_core.data.tokenizer import build_tokenizer, default_cache_root, tokenizer_identity
 
 log = logging.getLogger(__name__)
@@ -40,7 +43,7 @@ DEFAULT_VAL_TOKENS = TrainConfig.val_tokens
 DEFAULT_TEST_TOKENS = TrainConfig.test_tokens
 DEFAULT_STREAM_TRAIN_TOKENS = 1 << 24  # streamed corpora, when the caller names no budget
 BPE_TRAIN_MAX_BYTES = 256 << 20  # streamed corpora: BPE learns from at most this much train text
-BATCH_DOCS = 256
+SHARDS = ".shards"  # the finished chunks of a build in progress (kept across an interrupt)
 
 
 def _check_names(data_cfg: DataConfig) -> None:
@@ -81,24 +84,81 @@ def _usable(gen: Path, train_needed: int) -> PackedData | None:
         return None
 
 
-def prepare_data(
-    data_cfg: DataConfig,
-    *,
-    min_train_tokens: int = 0,
-    val_tokens: int = DEFAULT_VAL_TOKENS,
-    test_tokens: int = DEFAULT_TEST_TOKENS,
-) -> PackedData:
-    """Tokenized, packed train/val/test splits of `data_cfg`'s corpus, built once and cached.
+@dataclass(frozen=True)
+class CacheKey:
+    """Where the prepared data of a data config lives, and how much of a stream a run needs."""
 
-    `min_train_tokens`, `val_tokens`, `test_tokens` only bound how much of a
-    streamed corpus is read; finite corpora are always prepared whole.
-    """
+    base: Path  # <cache root>/packed/<corpus>-<tokenizer>-<key>
+    train_needed: int  # tokens of a streamed corpus's train split (0: a finite corpus, read whole)
+    streaming: bool
+
+
+def cache_key(data_cfg: DataConfig, min_train_tokens: int = 0, *, val_tokens: int = DEFAULT_VAL_TOKENS,
+              test_tokens: int = DEFAULT_TEST_TOKENS) -> tuple[CacheKey, Source]:
     _check_names(data_cfg)
     root = default_cache_root(data_cfg)
     source = make_source(data_cfg)
     tok_id = tokenizer_identity(data_cfg, source.identity)
     base = root / "packed" / _cache_name(data_cfg, source, tok_id, val_tokens, test_tokens)
     train_needed = (max(min_train_tokens, 0) or DEFAULT_STREAM_TRAIN_TOKENS) + 1 if source.streaming else 0
+    return CacheKey(base, train_needed, source.streaming), source
+
+
+def train_tokens_needed(cfg: RunConfig) -> int:
+    """Train tokens a (resolved) run reads over its whole schedule: how much of a streamed corpus to prepare."""
+    return total_steps(cfg) * tokens_per_step(cfg)
+
+
+REQUIRE_PREPARED_ENV = "CEMCTL_REQUIRE_PREPARED"  # set by `cemctl launch` for its jobs: they never tokenize
+
+
+class DataNotPrepared(CemError):
+    """A job that must not tokenize (a launched GPU or cluster job) found no prepared cache."""
+
+
+def data_for_run(cfg: RunConfig) -> PackedData:
+    """The prepared data of a (resolved) run: opened if cached; else prepared here, unless this process is a
+    launched job (`CEMCTL_REQUIRE_PREPARED=1`), which fails with the command that prepares it instead."""
+    need = train_tokens_needed(cfg)
+    if os.environ.get(REQUIRE_PREPARED_ENV) == "1":
+        found = find_prepared(cfg.data, need)
+        if found is None:
+            key, _ = cache_key(cfg.data, need)
+            raise DataNotPrepared(f"data not prepared: corpus {cfg.data.corpus!r} with tokenizer {cfg.data.tokenizer!r} "
+                                  f"has no usable cache at {key.base}; run `cemctl data prepare EXPERIMENT` on a CPU node")
+        return found
+    return prepare_data(cfg.data, min_train_tokens=need)
+
+
+def find_prepared(data_cfg: DataConfig, min_train_tokens: int = 0) -> PackedData | None:
+    """The prepared data if a usable cache exists (no lock, no tokenizer, nothing written), else None."""
+    key, _ = cache_key(data_cfg, min_train_tokens)
+    for _, gen in reversed(_generations(key.base)):
+        found = _usable(gen, key.train_needed)
+        if found is not None:
+            return found
+    return None
+
+
+def prepare_data(
+    data_cfg: DataConfig,
+    *,
+    min_train_tokens: int = 0,
+    val_tokens: int = DEFAULT_VAL_TOKENS,
+    test_tokens: int = DEFAULT_TEST_TOKENS,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> PackedData:
+    """Tokenized, packed train/val/test splits of `data_cfg`'s corpus, built once and cached.
+
+    `min_train_tokens`, `val_tokens`, `test_tokens` only bound how much of a
+    streamed corpus is read; finite corpora are always prepared whole. `workers`
+    processes tokenize in parallel (the result is the same for any number);
+    `progress` is called with counters as the build goes (`cemctl data prepare`).
+    """
+    key, source = cache_key(data_cfg, min_train_tokens, val_tokens=val_tokens, test_tokens=test_tokens)
+    base, train_needed = key.base, key.train_needed
+    root = default_cache_root(data_cfg)
 
     for _, gen in reversed(_generations(base)):  # fast path: no lock, no tokenizer
         found = _usable(gen, train_needed)
@@ -124,7 +184,7 @@ def prepare_data(
         budgets = None
         if source.streaming:
             budgets = {"train": train_needed, "val": val_tokens + 1, "test": test_tokens + 1}
-        packed = _build(data_cfg, source, root, base, number, budgets)
+        packed = _build(data_cfg, source, root, base, number, budgets, workers=workers, progress=progress)
         for _, old in gens:
             remove_dir(old)
         return packed
@@ -140,7 +200,8 @@ def _train_texts(source: Source) -> Iterator[str]:
                 return
 
 
-def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number: int, budgets: dict[str, int] | None) -> PackedData:
+def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number: int, budgets: dict[str, int] | None,
+           *, workers: int = 1, progress: Progress | None = None) -> PackedData:
     t0 = time.perf_counter()
     tok = build_tokenizer(data_cfg, root, source.identity, train_texts=lambda: _train_texts(source))
     vocab_size = tokenizer_vocab_size(data_cfg)
@@ -151,39 +212,18 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
         )
     t_tok = time.perf_counter() - t0
     dtype = token_dtype(vocab_size)
+    spec = TokenizerSpec(json.dumps(dataclasses.asdict(data_cfg), sort_keys=True), str(root), source.identity)
     tmp = make_temp_dir(base, f"g{number}")
+    shard_dir = base / SHARDS
     try:
-        writers = {s: SplitWriter(tmp / f"{s}.bin", dtype, tok.eod_id) for s in SPLITS}
-        content = hashlib.sha256()
-        docs_read = 0
-        exhausted = True
-        stream = source.documents()
-        while True:
-            batch = list(itertools.islice(stream, BATCH_DOCS))
-            if not batch:
-                break
-            keep: list[tuple[str, str, str]] = []
-            for doc_id, text in batch:
-                docs_read += 1
-                split = split_of(doc_id)
-                if budgets is None or writers[split].tokens < budgets[split]:  # full splits: not tokenized
-                    keep.append((doc_id, split, text))
-            for (doc_id, split, text), ids in zip(keep, tok.encode_batch([t for _, _, t in keep])):
-                if budgets is not None and writers[split].tokens >= budgets[split]:
-                    continue  # filled by an earlier document of this batch
-                content.update(doc_id.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
-                writers[split].add(ids)
-            if budgets is not None and all(writers[s].tokens >= budgets[s] for s in SPLITS):
-                exhausted = False
-                break
-        for w in writers.values():
-            w.close()
-        corpus_hash = content.hexdigest()  # builtin: equals load_builtin_corpus().sha256
+        built = build_splits(source.documents(), split_of, spec, tmp, shard_dir, dtype=dtype, eod_id=tok.eod_id,
+                             identity=f"{source.identity}|{tok.identity}", budgets=budgets, workers=workers,
+                             progress=progress, total_bytes=source.info.get("bytes"))
         meta = {
             "format": FORMAT_VERSION,
             "corpus": source.name,
             "corpus_identity": source.identity,
-            "corpus_hash": corpus_hash,
+            "corpus_hash": built["corpus_hash"],  # a finite corpus (builtin): equals load_builtin_corpus().sha256
             "source": source.info,
             "tokenizer": tok.identity,
             "tokenizer_kind": data_cfg.tokenizer,
@@ -192,10 +232,14 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
             "eod_id": tok.eod_id,
             "dtype": dtype.name,
             "split_rule": {"by": "sha256(doc_id)", "val_fraction": VAL_FRACTION, "test_fraction": TEST_FRACTION},
-            "splits": {s: {"tokens": w.tokens, "documents": w.documents} for s, w in writers.items()},
+            "splits": built["splits"],
             "budgets": budgets,
-            "complete": exhausted,
-            "documents_read": docs_read,
+            "complete": built["complete"],
+            "documents_read": built["documents_read"],
+            "chunks": built["chunks"],
+            "resumed_chunks": built["resumed_chunks"],  # kept from an interrupted build of the same recipe
+            "chunk_docs": CHUNK_DOCS,
+            "workers": workers,
             "tokenizer_s": round(t_tok, 3),
             "build_s": round(time.perf_counter() - t0, 3),
             "created": time.time(),
@@ -204,10 +248,14 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
         final = base / f"g{number}"
         publish_dir(tmp, final)
     except BaseException:
-        remove_dir(tmp)
+        remove_dir(tmp)  # the finished chunks in base/.shards stay: the next build resumes from them
         raise
-    log.info("prepared %s in %.1fs", final, meta["build_s"])
-    return PackedData(final, meta)
+    remove_dir(shard_dir)
+    log.info("prepared %s in %.1fs (%d chunks, %d resumed)", final, meta["build_s"], built["chunks"],
+             built["resumed_chunks"])
+    packed = PackedData(final, meta)
+    packed.built_here = True
+    return packed
 
 
-__all__ = ["prepare_data", "PackedData"]
+__all__ = ["prepare_data", "data_for_run", "DataNotPrepared", "find_prepared", "cache_key", "train_tokens_needed", "PackedData"]

@@ -1,4 +1,4 @@
-"""Document sources by name (`data.corpus`): builtin, jsonl, slimpajama. Used by `prepare_data`.
+"""Document sources by name (`data.corpus`): builtin, jsonl, files, slimpajama. Used by `prepare_data`.
 
 A source yields `(doc_id, text)` pairs in a deterministic order. Every document
 goes to exactly one split, chosen from the hash of its id (`split_of`), so the
@@ -9,6 +9,10 @@ order or on how much of a stream was read.
 - `jsonl`: a local JSON-lines file (`data.path`, one `{"text": ...}` per line),
   read through the same Hugging Face `datasets` streaming code as SlimPajama
   (`load_dataset("json", data_files=..., streaming=True)`); finite, read whole.
+- `files`: local files matching a glob (`data.path`, e.g. "/data/slimpajama/*.jsonl"), in sorted
+  order: JSON lines (`.jsonl`, `.json`, `.jsonl.gz`: one `{"text": ...}` per line), Parquet
+  (`.parquet`, a `text` column, read with pyarrow in record batches) and plain text (`.txt`,
+  one document per file). Finite; its identity is the names, sizes and mtimes of the files.
 - `slimpajama`: the paper's corpus streamed from the hub
   (`load_dataset(data.hf_dataset, split="train", streaming=True)`); endless for
   our purposes, so `prepare_data` reads only as many documents as the token
@@ -21,6 +25,7 @@ documents land in the same split).
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -125,6 +130,90 @@ def jsonl_source(data_cfg: DataConfig) -> Source:
         yield from _text_docs(rows, str(path), None)
 
     return Source("jsonl", f"jsonl-{sha[:16]}", False, documents, {"path": str(path.resolve()), "file_sha256": sha})
+
+
+FILE_KINDS = (".jsonl", ".json", ".jsonl.gz", ".parquet", ".txt")
+
+
+def _file_kind(path: Path) -> str:
+    name = path.name.lower()
+    for suffix in FILE_KINDS:
+        if name.endswith(suffix):
+            return suffix
+    raise ConfigError("data.path", f"{path}: unknown file kind", value=str(path), allowed=FILE_KINDS)
+
+
+def _jsonl_docs(path: Path) -> Iterator[tuple[str, str]]:
+    import gzip
+    import json
+
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise CemError(f"{path}: line {n} is not JSON ({e})") from None
+            text = row.get(TEXT_FIELD) if isinstance(row, dict) else None
+            if not isinstance(text, str):
+                raise ConfigError("data.path", f"line {n} has no string field {TEXT_FIELD!r}", source=str(path))
+            if text:
+                yield hashlib.sha1(text.encode("utf-8")).hexdigest(), text
+
+
+def _parquet_docs(path: Path) -> Iterator[tuple[str, str]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CemError("data.corpus='files' with Parquet files needs pyarrow (pip install '.[hf]')") from None
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # noqa: BLE001 - not Parquet, damaged
+        raise CemError(f"{path}: cannot read as Parquet: {' '.join(str(e).split())[:200]}") from None
+    if TEXT_FIELD not in pf.schema_arrow.names:
+        raise ConfigError("data.path", f"has no {TEXT_FIELD!r} column (columns: {', '.join(pf.schema_arrow.names)})",
+                          source=str(path))
+    for batch in pf.iter_batches(columns=[TEXT_FIELD], batch_size=1024):
+        for text in batch.column(0).to_pylist():
+            if isinstance(text, str) and text:
+                yield hashlib.sha1(text.encode("utf-8")).hexdigest(), text
+
+
+def _text_file_docs(path: Path) -> Iterator[tuple[str, str]]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text:
+        yield hashlib.sha1(text.encode("utf-8")).hexdigest(), text
+
+
+def glob_files(pattern: str) -> list[Path]:
+    """The regular files `pattern` matches, sorted (a glob, `~` expanded; `**` recurses)."""
+    import glob as _glob
+
+    paths = sorted(Path(p) for p in _glob.glob(os.path.expanduser(pattern), recursive=True))
+    return [p for p in paths if p.is_file()]
+
+
+def files_source(data_cfg: DataConfig) -> Source:
+    if not data_cfg.path:
+        raise ConfigError("data.path", "is required when data.corpus='files' (a glob, e.g. /data/*.jsonl)")
+    paths = glob_files(data_cfg.path)
+    if not paths:
+        raise ConfigError("data.path", f"matches no file: {data_cfg.path}", value=data_cfg.path)
+    kinds = {p: _file_kind(p) for p in paths}
+    ident = hashlib.sha256()
+    for p in paths:
+        st = p.stat()
+        ident.update(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    readers = {".parquet": _parquet_docs, ".txt": _text_file_docs}
+
+    def documents() -> Iterator[tuple[str, str]]:
+        for p in paths:
+            yield from readers.get(kinds[p], _jsonl_docs)(p)
+
+    info = {"pattern": data_cfg.path, "files": len(paths), "bytes": sum(p.stat().st_size for p in paths)}
+    return Source("files", f"files-{ident.hexdigest()[:16]}", False, documents, info)
 
 
 def slimpajama_source(data_cfg: DataConfig) -> Source:

@@ -8,11 +8,14 @@
   (the unused ids are never produced). Cached as JSON under
   `<cache>/tokenizers/`, keyed by the training corpus identity + settings; the
   file is written once (lock + temp + rename) and reused by every run.
-- `hf`: a pretrained tokenizer loaded by name (`data.hf_tokenizer`, the Llama
-  tokenizer for the paper's SlimPajama path) or from a local `tokenizer.json`
-  (or a folder holding one); its EOS token is the end-of-document token, no BOS
-  is added. A hub name needs the hub or its local cache. The model is built with
-  `LLAMA_VOCAB_SIZE` ids for it; a tokenizer with more ids is rejected.
+- `hf`: a pretrained tokenizer: from a local file `data.tokenizer_path` (a Hugging
+  Face `tokenizer.json`, a folder holding one, or a SentencePiece `.model` such as
+  the Llama tokenizer an offline cluster keeps on disk), else loaded by name
+  (`data.hf_tokenizer`, the Llama tokenizer for the paper's SlimPajama path; a
+  name that is a local path works too). Its EOS token is the end-of-document
+  token, no BOS is added. A hub name needs the hub or its local cache. The model
+  is built with `LLAMA_VOCAB_SIZE` ids unless `model.vocab_size` says otherwise;
+  a tokenizer with more ids is rejected.
 
 `cem_core.variants.TOKENIZERS` is the registry (every builder takes
 `(data_cfg, cache_root, corpus_identity, train_texts)`); `build_tokenizer`
@@ -30,7 +33,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 import numpy as np
 
 from cem_core.config import BYTE_VOCAB_SIZE, DataConfig
-from cem_core.errors import CemError
+from cem_core.errors import CemError, ConfigError
 from cem_core.data.cache import atomic_write_bytes, file_lock
 
 BPE_SPECIAL = "<|endoftext|>"
@@ -150,13 +153,50 @@ def bpe_tokenizer(
     return HFTokenizer(tok, name="bpe", vocab_size=vocab_size, eod_id=tok.token_to_id(BPE_SPECIAL), identity=identity)
 
 
+class SentencePieceTokenizer:
+    """A SentencePiece `.model` file (e.g. the Llama tokenizer on disk); EOS is the end-of-document token."""
+
+    name = "hf"
+
+    def __init__(self, path: Path, identity: str) -> None:
+        try:
+            import sentencepiece as spm
+        except ImportError:
+            raise CemError(f"data.tokenizer_path: {path} is a SentencePiece model; it needs the sentencepiece package "
+                           "(pip install '.[hf]')") from None
+        self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        self.num_ids = self.vocab_size = int(self.sp.get_piece_size())
+        self.eod_id = int(self.sp.eos_id())
+        if self.eod_id < 0:
+            raise CemError(f"data.tokenizer_path: {path} has no end-of-sequence id")
+        self.identity = identity
+
+    def encode(self, text: str) -> np.ndarray:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.asarray(ids, dtype=np.int64) for ids in self.sp.encode(texts)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode([int(i) for i in ids if int(i) != self.eod_id])
+
+
 def hf_tokenizer(data_cfg: DataConfig, cache_root: Path | None = None, corpus_identity: str = "",
-                 train_texts: Callable[[], Iterator[str]] | None = None) -> HFTokenizer:
-    """A pretrained tokenizer by name (the Llama one for SlimPajama): EOS is the end-of-document token."""
+                 train_texts: Callable[[], Iterator[str]] | None = None) -> Tokenizer:
+    """A pretrained tokenizer from `data.tokenizer_path` or by name: EOS is the end-of-document token."""
     from tokenizers import Tokenizer as HfTok
 
-    name = data_cfg.hf_tokenizer
-    local = _local_tokenizer_file(name)
+    if data_cfg.tokenizer_path:
+        local = _local_tokenizer_file(data_cfg.tokenizer_path)
+        if local is None:
+            raise ConfigError("data.tokenizer_path", f"no tokenizer file at {data_cfg.tokenizer_path} (a tokenizer.json, "
+                              "a folder holding one, or a SentencePiece .model)", value=data_cfg.tokenizer_path)
+        if local.suffix == ".model":
+            return SentencePieceTokenizer(local, tokenizer_identity(data_cfg, ""))
+        name = str(local)
+    else:
+        name = data_cfg.hf_tokenizer
+        local = _local_tokenizer_file(name)
     try:
         if local is not None:  # a tokenizer.json already on disk (clusters without internet)
             tok = HfTok.from_file(str(local))
@@ -182,7 +222,7 @@ def tokenizer_identity(data_cfg: DataConfig, corpus_identity: str) -> str:
         key = hashlib.sha256(f"bpe|v{BPE_SETTINGS_VERSION}|{vocab_size}|{corpus_identity}".encode()).hexdigest()[:16]
         return f"bpe-{vocab_size}-{key}"
     if data_cfg.tokenizer == "hf":
-        local = _local_tokenizer_file(data_cfg.hf_tokenizer)
+        local = _local_tokenizer_file(data_cfg.tokenizer_path or data_cfg.hf_tokenizer)
         if local is not None:
             return f"hf-file-{hashlib.sha256(local.read_bytes()).hexdigest()[:16]}"
         return f"hf-{data_cfg.hf_tokenizer}"

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from cem_core.config import RunConfig, resolve, run_id, tokens_per_step, total_steps
+from cem_core.config import RunConfig, resolve, run_id, total_steps
 from cem_core.errors import CemError, ConfigError
 
 EVALS_FILE = "evals.json"
@@ -210,7 +210,7 @@ def evaluate_steps(run_dir: str | os.PathLike[str], steps: list[int] | str, *, s
     import torch
 
     from cem_core.counts import flops_per_token
-    from cem_core.data import prepare_data
+    from cem_core.data import data_for_run
     from cem_core.model import build_model
     from cem_core.train.checkpoint import checkpoint_path, load_checkpoint
     from cem_core.train.evaluate import evaluate
@@ -231,7 +231,7 @@ def evaluate_steps(run_dir: str | os.PathLike[str], steps: list[int] | str, *, s
             raise EvalRefused(f"run {rd.name}: final checkpoint unusable: {e}") from None
         weights = ckpt["model"]
         del ckpt
-        data = prepare_data(cfg.data, min_train_tokens=total * tokens_per_step(cfg))
+        data = data_for_run(cfg)
         autocast = autocast_factory(t.precision, dev)
         rows = []
         for T in step_list:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import numpy as np
 import torch
 
-from cem_core.config import RunConfig, energy_layers, tokens_per_step, total_steps
+from cem_core.config import RunConfig, energy_layers, tokens_per_step
 from cem_core.errors import ConfigError
 from cem_core.train.evaluate import evaluate
 
@@ -75,17 +75,16 @@ class LMTask:
     unit = "tokens"
 
     def __init__(self, cfg: RunConfig, device: torch.device, world: Any = None) -> None:
-        from cem_core.data import prepare_data
+        from cem_core.data import data_for_run
 
         self.cfg, self.device = cfg, device
         self.seq_len = cfg.model.context_len
         self.tokens_per_step = tokens_per_step(cfg)
-        need = total_steps(cfg) * self.tokens_per_step
         rank0 = world is None or world.rank == 0
-        data = prepare_data(cfg.data, min_train_tokens=need) if rank0 else None
+        data = data_for_run(cfg) if rank0 else None
         if world is not None:
             world.barrier()
-        self.data = data if data is not None else prepare_data(cfg.data, min_train_tokens=need)
+        self.data = data if data is not None else data_for_run(cfg)
         if self.data.vocab_size > cfg.model.vocab_size:
             raise ConfigError("model.vocab_size", f"is {cfg.model.vocab_size} but the tokenizer has {self.data.vocab_size} tokens")
         self.num_train = int(self.data.num_sequences("train", self.seq_len))

@@ -4,7 +4,10 @@ Idempotent: done runs never run again, live jobs are left alone, killed or
 interrupted runs resume from their newest checkpoint. `--executor local`
 (default) runs in the foreground with a live view (Ctrl-C stops the jobs,
 runs stay resumable; `--detach` runs it in the background); `--executor slurm`
-submits job arrays and returns. Library: `cemctl.services.launch.launcher.launch`.
+submits job arrays and returns. Before any job starts, every run's data is
+prepared (locally: here, first; on SLURM: refused with the `cemctl data prepare`
+command to run, unless `--prepare`), so no GPU job ever tokenizes.
+Library: `cemctl.services.launch.launcher.launch`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def register(app: typer.Typer) -> None:
         jobs_per_gpu: int = typer.Option(1, "--jobs-per-gpu", min=1, help="local: concurrent jobs per GPU."),
         gpus_per_run: int = typer.Option(1, "--gpus-per-run", min=1, help="local: GPUs per run (torchrun)."),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local, no GPU: CPU workers sharing the cores (default: one per 4 cores)."),
+        prepare: bool = typer.Option(False, "--prepare", help="slurm: prepare missing data on this node before submitting (without it, a launch whose data is not prepared is refused; local launches always prepare first)."),
+        data_workers: Optional[int] = typer.Option(None, "--data-workers", min=1, help="Tokenizer processes when data is prepared here [default: the CPU count]."),
         detach: bool = typer.Option(False, "--detach", help="local: run the orchestrator in the background, log to runs/.launch/."),
         partition: Optional[str] = typer.Option(None, "--partition", help="slurm: partition."),
         account: Optional[str] = typer.Option(None, "--account", help="slurm: account."),
@@ -79,6 +84,7 @@ def register(app: typer.Typer) -> None:
                 redo_damaged=redo_damaged,
                 dry_run=dry_run, run_ids=list(run) if run else None, gpus=parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu,
                 gpus_per_run=gpus_per_run, workers=workers, slurm=slurm, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s),
+                prepare=prepare, data_workers=data_workers,
             )
             if detach and not dry_run:
                 if executor != "local":
@@ -121,19 +127,22 @@ def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
         if report.dry_run or not report.launched:
             console.print(report.summary(), markup=False, soft_wrap=True)
 
+    def show_data(line: str) -> None:
+        (err_console if as_json else console).print(printable(line), markup=False, highlight=False, soft_wrap=True)
+
     interactive = req.executor == "local" and not req.dry_run and not as_json and console.is_terminal
     if interactive:
         from cemctl.services.launch.progress import ProgressView
 
         with ProgressView(console) as view:
-            report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view)
+            report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view, on_data=show_data)
     elif req.executor == "local" and not req.dry_run and not as_json:
         from cemctl.services.launch.progress import LinePrinter
 
         printer = LinePrinter(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
-        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=printer)
+        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=printer, on_data=show_data)
     else:
-        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection)
+        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_data=show_data)
     if as_json:
         print(json.dumps(report.to_json()))
     elif report.submitted:

@@ -48,6 +48,8 @@ class LaunchRequest:
     # slurm executor: SlurmOptions fields given on the command line (None = from the grid file)
     slurm: dict[str, Any] = field(default_factory=dict)
     heartbeat_timeout_s: float | None = None
+    prepare: bool = False  # slurm: prepare missing data on this node first (local always does)
+    data_workers: int | None = None  # tokenizer processes when data is prepared here (default: the CPU count)
     snapshot: bool = True  # run jobs from a code snapshot (tests of the executor may turn it off)
     job_env: dict[str, str] = field(default_factory=dict)  # extra environment for every job
 
@@ -60,6 +62,7 @@ class LaunchReport:
     submitted: list[Submitted] = field(default_factory=list)
     snapshot: str = ""
     dry_run: bool = False
+    prepared: list[str] = field(default_factory=list)  # data caches prepared by this launch
 
     @property
     def launched(self) -> list[Selection]:
@@ -191,8 +194,12 @@ def launch(
     *,
     on_selected: Callable[[LaunchReport], None] | None = None,
     on_tick: Callable[..., None] | None = None,
+    on_data: Callable[[str], None] | None = None,
 ) -> LaunchReport:
-    """Plan, select, snapshot and run/submit. Returns what was (or would be) launched."""
+    """Plan, select, check the data (prepare it here, or refuse on a cluster), snapshot and run/submit.
+
+    Returns what was (or would be) launched. `on_data` gets a line when data is being prepared.
+    """
     from cemctl.db import sync_runs
     from cemctl.db.engine import open_db
     from cemctl.services.launch.repair import damaged_runs, repair_damaged
@@ -231,11 +238,14 @@ def launch(
     for sel in report.launched:
         if sel.run_id in damaged:
             sel.reason += "; " + repair_damaged(engine, sel.run_id, sel.run_dir)
-    env: dict[str, str] = {}
+    from cem_core.data.prepare import REQUIRE_PREPARED_ENV
+
+    report.prepared = _check_data(req, target, report.launched, on_data)
+    env: dict[str, str] = {REQUIRE_PREPARED_ENV: "1"}  # the jobs only open prepared data, they never tokenize
     snap_hash = ""
     if req.snapshot:
         snap = take_snapshot(runs_root)
-        env = code_env(snap.path, snap.hash)
+        env.update(code_env(snap.path, snap.hash))
         snap_hash = snap.hash
     env.update(req.job_env)
     env.setdefault("CEMCTL_HEARTBEAT_TIMEOUT_S", str(timeout_s))
@@ -251,6 +261,37 @@ def launch(
     finally:
         sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=[j.run_id for j in jobs])
     return report
+
+
+def _check_data(req: LaunchRequest, target: Target, launched: list[Selection],
+                on_data: Callable[[str], None] | None) -> list[str]:
+    """Every launched run's data is prepared before any job starts: the local executor (and `--prepare`)
+    prepares what is missing on this node; a cluster launch without `--prepare` is refused with one line
+    naming `cemctl data prepare`. Returns a line per cache prepared here."""
+    from cem_core.config import load_run_config
+    from cemctl.services.data import check_launch_data
+
+    configs = []
+    for sel in launched:
+        try:
+            configs.append((target.experiment, sel.run_id, load_run_config(str(Path(sel.run_dir) / runfiles.CONFIG_FILE))))
+        except CemError:
+            continue  # the run fails with its own reason when it starts
+
+    def on_start(need: Any) -> None:
+        if on_data is not None:
+            on_data(f"preparing data for {len(need.run_ids)} runs: {need.label} -> {need.base}")
+
+    done = check_launch_data(configs, may_prepare=req.executor == "local" or req.prepare,
+                             experiment=target.experiment, scale=req.scale,
+                             workers=req.data_workers or max(1, os.cpu_count() or 1), on_start=on_start)
+    lines = []
+    for p in done:
+        tokens = sum(int(v.get("tokens", 0)) for v in p.meta.get("splits", {}).values())
+        lines.append(f"prepared {p.need.label}: {tokens} tokens in {p.meta.get('build_s', 0):.1f} s -> {p.path}")
+        if on_data is not None:
+            on_data(lines[-1])
+    return lines
 
 
 def detach(argv: list[str], runs_root: Path | str) -> tuple[int, Path]:
