@@ -337,3 +337,33 @@ def test_energy_layers_log_energy_lines_at_each_evaluation(tmp_path, data_cache)
     attn = [m for m in lines if m["sublayer"] == "attention" and m["layer"] == 0 and m["step"] == 4]
     assert [m["t"] for m in attn] == [0, 1, 2] and attn[0]["descent_frac"] is None
     assert all(math.isfinite(m["energy"]) for m in lines)
+
+
+def test_a_model_that_fails_to_compile_at_its_first_step_trains_eagerly_with_the_same_losses(tmp_path, data_cache,
+                                                                                              monkeypatch):
+    """torch.compile is lazy: the failure comes at the first call. The trainer probes one micro-batch, logs the
+    reason and trains eagerly; the probe changes nothing (same metrics as compile=off)."""
+    import cem_core.train.loop as loop
+
+    eager = make_run(tmp_path, "eager", tiny_config(data_cache, **{"train.compile": "off", "model.attention": "cem",
+                                                                   "model.kq_diagonal": "shared"}))
+    ref = run_training(eager, device="cpu")
+
+    class FailsAtFirstCall(torch.nn.Module):
+        def __init__(self, inner):  # noqa: ANN001
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *a):  # noqa: ANN002
+            raise RuntimeError("InductorError: LoweringException: unsupported op")
+
+    monkeypatch.setattr(loop.torch, "compile", lambda model, **kw: FailsAtFirstCall(model))
+    run_dir = make_run(tmp_path, "compiled", tiny_config(data_cache, **{"train.compile": "on",
+                                                                        "model.attention": "cem",
+                                                                        "model.kq_diagonal": "shared"}))
+    result = run_training(run_dir, device="cpu")
+    log = (run_dir / "train.log").read_text()
+    assert result["state"] == "done", result.get("error")
+    assert "torch.compile failed at the first step (RuntimeError: InductorError: LoweringException" in log
+    assert "training eagerly" in log and "CEM attention with a bias: SDPA" in log
+    assert metrics(run_dir) == metrics(eager) and result["test_loss"] == ref["test_loss"]

@@ -16,6 +16,10 @@ residual is part of the layer, since CEM absorbs it into the recursion).
   `shared`: one d-vector for all heads: one extra [B, L, L] score matrix per
   step, added to every head through the attention bias. `per_head`: each head's
   query and key are extended by D_k u and n (one SDPA call, width d_h + d).
+
+Kernels: on CUDA a CEM sublayer with a bias (ALiBi, a KQ diagonal) runs on
+FlexAttention (`flex.py`); on the CPU, SDPA (with `_AlibiAttentionCPU` for ALiBi
+alone). SDPA is the reference the tests compare FlexAttention with.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cem_core.config import ModelConfig
+from cem_core.model.flex import attention_kernel, cem_flex_attention, disable_flex
 from cem_core.model.norm import RMSNorm
 from cem_core.model.positions import alibi_bias, alibi_slopes, apply_rope, causal_mask_bias, rope_cache
 from cem_core.model.precond import build_preconditioner
@@ -157,16 +162,21 @@ class CEMAttention(nn.Module):
         B, L, d = u.shape
         K, Dh = self.n_heads, self.head_dim
         q = self.w_q(u).view(B, L, K, Dh).transpose(1, 2)  # [B, K, L, Dh]
-        qk, kk, mask = q, k, bias
+        qk, kk, mask, extra = q, k, bias, None
         if self.kq_diagonal == "shared":
-            # One [B, L, L] matrix (u * D) n^T shared by every head, folded into the bias.
+            # One [B, L, L] matrix (u * D) n^T shared by every head: a score term of FlexAttention, or in the SDPA bias.
             extra = self.scale * torch.matmul(u * self.diag.to(u.dtype), n.transpose(1, 2))  # [B, L, L]
-            base = bias if bias is not None else causal_mask_bias(L, device=u.device)[None]
-            mask = extra[:, None] + base.to(extra.dtype)[None]  # [B, K or 1, L, L]
         elif self.kq_diagonal == "per_head":
             du = u[:, None] * self.diag.to(u.dtype)[None, :, None, :]  # [B, K, L, d]
             qk = torch.cat([q, du], dim=-1)  # [B, K, L, Dh + d]
             kk = torch.cat([k, n[:, None].expand(B, K, L, d)], dim=-1)
+        if (bias is not None or extra is not None) and attention_kernel(u.device) == "flex":
+            o = self._attend_flex(qk, kk, k, extra)
+            if o is not None:
+                return o.transpose(1, 2)  # [B, L, K, Dh]
+        if extra is not None:
+            base = bias if bias is not None else causal_mask_bias(L, device=u.device)[None]
+            mask = extra[:, None] + base.to(extra.dtype)[None]  # [B, K or 1, L, L]
         if mask is None:
             o = F.scaled_dot_product_attention(qk, kk, k, is_causal=True, scale=self.scale)
         elif self._alibi_fast_path(qk):
@@ -174,6 +184,20 @@ class CEMAttention(nn.Module):
         else:
             o = F.scaled_dot_product_attention(qk, kk, k, attn_mask=mask.to(qk.dtype), scale=self.scale)
         return o.transpose(1, 2)  # [B, L, K, Dh]
+
+    def _attend_flex(self, qk: torch.Tensor, kk: torch.Tensor, v: torch.Tensor,
+                     extra: torch.Tensor | None) -> torch.Tensor | None:
+        """FlexAttention (`cem_core/model/flex.py`): o [B, K, L, Dh], or None after a failure outside compilation
+        (then the SDPA path runs, and from then on)."""
+        alibi = self.position == "alibi"
+        try:
+            return cem_flex_attention(qk, kk, v, scale=self.scale, slopes=self.slopes if alibi else None,
+                                      delta=self.self_bias - self.other_bias if alibi else None, extra=extra)
+        except Exception as e:  # noqa: BLE001 - the SDPA path computes the same function
+            if torch.compiler.is_compiling():
+                raise  # the trainer's compile probe falls back to eager, which lands here
+            disable_flex(f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
+            return None
 
     def _alibi_fast_path(self, qk: torch.Tensor) -> bool:
         """ALiBi bias, no KQ diagonal, CPU, eager, flash SDPA allowed: `_AlibiAttentionCPU` (first-order gradients)."""

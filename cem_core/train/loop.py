@@ -175,6 +175,38 @@ def maybe_compile(model: torch.nn.Module, mode: str, dev: torch.device) -> torch
     return compiled
 
 
+def compile_probe(compiled: torch.nn.Module, model: torch.nn.Module,
+                  batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+                  autocast: Callable[[], contextlib.AbstractContextManager]) -> torch.nn.Module:
+    """A compiled model compiles at its first forward and backward: do both now on one micro-batch.
+
+    A failure (an unsupported op, a compiler error) returns the eager model, with the reason logged; running
+    out of memory is not a compile failure and is raised. The probe's gradients are dropped; it draws no
+    random numbers, so the run's losses do not depend on it.
+    """
+    x, y = batch()
+    try:
+        with autocast():
+            _, loss = compiled(x, y)
+        loss.backward()
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - eager computes the same function, only slower
+        reason = " ".join(str(e).split())[:200]
+        log.warning("torch.compile failed at the first step (%s: %s); training eagerly", type(e).__name__, reason)
+        return model
+    finally:
+        model.zero_grad(set_to_none=True)
+    return compiled
+
+
+def model_uses_attention_kernel(model: torch.nn.Module) -> bool:
+    from cem_core.model.attention import CEMAttention
+
+    return any(isinstance(m, CEMAttention) and (m.position == "alibi" or m.kq_diagonal != "none")
+               for m in model.modules())
+
+
 def schedule_every(value: int, total: int, per_run: int = 10) -> int:
     """`value` steps, or (0) about `per_run` times per run."""
     return value if value > 0 else max(1, round(total / per_run))
@@ -351,16 +383,24 @@ def _setup(cfg: RunConfig, world: World, dev: torch.device, st: RunState) -> _Tr
     optimizer = build_optimizer(model, t, dev)
     total = total_steps(cfg)
     scheduler = build_scheduler(optimizer, t, total)
+    sampler = BatchSampler(seed=t.seed, num_sequences=task.num_train, batch_seqs=t.batch_seqs,
+                           micro_batch_seqs=t.micro_batch_seqs, world_size=world.size)
+    autocast = autocast_factory(t.precision, dev)
+    if model_uses_attention_kernel(model):
+        from cem_core.model.flex import describe_kernel
+
+        log.info("%s", describe_kernel(dev))
     fwd_model = maybe_compile(model, t.compile, dev)
+    if fwd_model is not model:
+        fwd_model = compile_probe(fwd_model, model, lambda: task.train_batch(sampler.indices(1, 0, world.rank)),
+                                  autocast)
     if world.size > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         train_model: torch.nn.Module = DDP(fwd_model, device_ids=[dev.index] if dev.type == "cuda" else None)
     else:
         train_model = fwd_model
-    sampler = BatchSampler(seed=t.seed, num_sequences=task.num_train, batch_seqs=t.batch_seqs,
-                           micro_batch_seqs=t.micro_batch_seqs, world_size=world.size)
-    return _Training(task, model, train_model, optimizer, scheduler, sampler, autocast_factory(t.precision, dev),
+    return _Training(task, model, train_model, optimizer, scheduler, sampler, autocast,
                      grad_accum_steps(cfg, world.size), total, schedule_every(t.eval_every_steps, total),
                      schedule_every(t.ckpt_every_steps, total), t.grad_clip if t.grad_clip > 0 else float("inf"))
 
