@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cem_core.config import RunConfig, run_id
 from cemctl.cli import app
 from cemctl.db import list_runs, open_db, set_state
+from helpers import assert_clean_error, cli, finish_run, tiny_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "experiments" / "demo.toml"
@@ -88,3 +90,20 @@ def test_plan_never_imports_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
     assert len(list((tmp_path / "runs").iterdir())) == 40
+
+
+def test_cpu_hours_estimate_counts_only_runs_still_to_train(tmp_path):
+    """CPU-hours = training FLOPs / (--cpu-gflops x 3600), summed over the runs not done yet."""
+    grid = tmp_path / "g.toml"
+    grid.write_text(tiny_grid("cpuest", seeds="[0, 1]"))
+    out = json.loads(cli(tmp_path, "plan", str(grid), "--json", "--cpu-gflops", "10").stdout)
+    for r in out["runs"]:
+        assert r["cpu_hours"] == pytest.approx(r["train_flops"] / 10e9 / 3600)
+    assert out["totals"]["cpu_hours"] == pytest.approx(sum(r["cpu_hours"] for r in out["runs"]))
+    finish_run(tmp_path / "runs" / out["runs"][0]["run_id"])
+    assert cli(tmp_path, "sync").returncode == 0
+    again = json.loads(cli(tmp_path, "plan", str(grid), "--json", "--cpu-gflops", "10").stdout)
+    assert again["totals"]["cpu_hours"] == pytest.approx(out["runs"][1]["cpu_hours"])  # the done run is not counted
+    table = cli(tmp_path, "plan", str(grid), "--dry-run").stdout
+    assert "CPU-h" in table and "min with --workers 2" in table
+    assert_clean_error(cli(tmp_path, "plan", str(grid), "--cpu-gflops", "nan"), contains="--cpu-gflops")

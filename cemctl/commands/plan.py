@@ -46,7 +46,7 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
     table.add_column("run", no_wrap=True)
     for key in varied:
         table.add_column(_short(key, varied), no_wrap=True)
-    for name in ("params", "non-emb", "tokens", "FLOPs", "GPU-h"):
+    for name in ("params", "non-emb", "tokens", "FLOPs", "GPU-h", "CPU-h"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
     marked = any(r["marks"] for r in report.rows)
@@ -61,6 +61,7 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
             _si(r["tokens"]),
             _si(r["train_flops"]),
             f"{r['gpu_hours']:.2g}",
+            f"{r['cpu_hours']:.2g}",
             ("new" if r["new"] else r["state"]),
             *([printable("; ".join(r["marks"]))] if marked else []),
         )
@@ -69,7 +70,9 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
     t = report.totals
     out.print(
         f"total: {t['runs']} runs, {_si(t['tokens'])} tokens, {_si(t['train_flops'])} FLOPs, "
-        f"{t['gpu_hours']:.3g} GPU-hours at {t['gpu_tflops']:g} TFLOP/s x {t['mfu']:g} MFU"
+        f"{t['gpu_hours']:.3g} GPU-hours at {t['gpu_tflops']:g} TFLOP/s x {t['mfu']:g} MFU; "
+        f"not done yet: {t['cpu_hours']:.3g} CPU-hours at {t['cpu_gflops']:g} GFLOP/s per worker "
+        f"(about {60 * t['cpu_hours'] / 2:.0f} min with --workers 2)"
         + (f"; {plan.excluded} excluded" if plan.excluded else "")
         + (f"; {plan.duplicates} duplicates merged" if plan.duplicates else ""),
         highlight=False,
@@ -79,12 +82,14 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
 
 def plan_command(
     file: str = typer.Argument(..., help="Grid file (experiments/*.toml)."),
-    scale: str = typer.Option("tiny", "--scale", help="Scale preset of the grid: tiny (CPU) or paper."),
+    scale: str = typer.Option("tiny", "--scale", help="Scale preset of the grid: tiny, cpu, gpu or paper."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override key=value (beats the grid file); repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show; write nothing."),
     gpu_tflops: float = typer.Option(312.0, "--gpu-tflops", help="Peak GPU throughput for the GPU-hours estimate (A100 bf16: 312, H100: 989)."),
     mfu: float = typer.Option(0.4, "--mfu", help="Assumed model FLOPs utilisation for the estimate."),
+    cpu_gflops: float = typer.Option(30.0, "--cpu-gflops", help="Training GFLOP/s per CPU worker for the CPU-hours "
+                                     "estimate (30: measured with 2 workers on a 2-core machine)."),
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,
 ) -> None:
@@ -95,7 +100,8 @@ def plan_command(
     with cli_errors():
         report = plan_experiment(
             file, scale=scale, overrides=parse_overrides(set_ or []), db_url=db_url(db),
-            runs_root=runs_dir(runs), gpu_tflops=gpu_tflops, mfu=mfu, record=not dry_run,
+            runs_root=runs_dir(runs), gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops,
+            record=not dry_run,
         )
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=1, sort_keys=False))

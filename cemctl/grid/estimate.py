@@ -5,6 +5,10 @@ Training FLOPs = 3 x forward matmul FLOPs per token x tokens. GPU-hours assume a
 sustained throughput of `gpu_tflops` x `mfu` (defaults: 312 TFLOP/s peak, the
 A100's dense bf16, at 40 % model FLOPs utilisation; `--gpu-tflops 989` for an
 H100). Element-wise work is not counted, so real runs of small models are slower.
+CPU-hours assume `cpu_gflops` of training FLOPs per second per worker: the default,
+30, is the median of 68 finished `cpu`-scale runs (micro, byte-level, batch 16 x 128,
+evaluation and checkpoints included) with 2 workers on a 2-core EPYC VM; the wall
+time of a grid is about CPU-hours / workers.
 For task "gp" (`cem_core.gp.counts`) a "token" is one training example and a step
 is assumed to see `train.batch_seqs` examples.
 """
@@ -18,6 +22,7 @@ from cem_core.counts import param_counts, run_counts, train_flops_per_token
 
 DEFAULT_GPU_TFLOPS = 312.0
 DEFAULT_MFU = 0.4
+DEFAULT_CPU_GFLOPS = 30.0  # training FLOP/s per CPU worker, measured (module doc)
 
 
 def flops_per_token(cfg: RunConfig) -> int:
@@ -33,9 +38,11 @@ class RunCost:
     tokens: int
     train_flops: float
     gpu_hours: float
+    cpu_hours: float
 
 
-def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float = DEFAULT_MFU) -> RunCost:
+def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float = DEFAULT_MFU,
+             cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> RunCost:
     """The cost of a resolved config."""
     steps = total_steps(cfg)
     if cfg.task == "gp":
@@ -55,4 +62,5 @@ def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: flo
         tokens=tokens,
         train_flops=flops,
         gpu_hours=flops / (gpu_tflops * 1e12 * mfu) / 3600.0,
+        cpu_hours=flops / (cpu_gflops * 1e9) / 3600.0,
     )

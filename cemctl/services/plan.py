@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cem_core.errors import ConfigError
-from cemctl.grid.estimate import DEFAULT_GPU_TFLOPS, DEFAULT_MFU, run_cost
+from cemctl.grid.estimate import DEFAULT_CPU_GFLOPS, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, run_cost
 from cemctl.grid.expand import Plan, load_grid
 from cemctl.grid.kinds import DEFAULT_SCALE
 
@@ -68,15 +68,17 @@ def grid_path(target: str | Path) -> Path:
     return found
 
 
-def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float) -> list[dict[str, Any]]:
+def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float,
+              cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> list[dict[str, Any]]:
     rows = []
     for pr in plan.runs:
-        c = run_cost(pr.config, gpu_tflops=gpu_tflops, mfu=mfu)
+        c = run_cost(pr.config, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
         rows.append(
             {
                 "run_id": pr.run_id, "axes": pr.axes, "params_total": c.params_total,
                 "params_non_embedding": c.params_non_embedding, "steps": c.steps, "tokens": c.tokens,
-                "train_flops": c.train_flops, "gpu_hours": c.gpu_hours, "state": "planned", "new": True,
+                "train_flops": c.train_flops, "gpu_hours": c.gpu_hours, "cpu_hours": c.cpu_hours,
+                "state": "planned", "new": True,
                 "marks": list(pr.marks),
             }
         )
@@ -92,6 +94,7 @@ def plan_experiment(
     runs_root: str | Path = "runs",
     gpu_tflops: float = DEFAULT_GPU_TFLOPS,
     mfu: float = DEFAULT_MFU,
+    cpu_gflops: float = DEFAULT_CPU_GFLOPS,
     record: bool = True,
 ) -> PlanReport:
     """Validate and expand the grid, then (if `record`) write config.json files and record the runs."""
@@ -99,8 +102,10 @@ def plan_experiment(
         raise ConfigError("--gpu-tflops", f"must be a positive, finite number, got {gpu_tflops}")
     if not 0 < mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
+    if not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
+        raise ConfigError("--cpu-gflops", f"must be a positive, finite number, got {cpu_gflops}")
     plan = load_grid(grid_path(path), scale, overrides)
-    rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu)
+    rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
     report = PlanReport(plan, rows)
     if record:
         from cemctl.db import open_db, record_plan
@@ -126,6 +131,8 @@ def plan_experiment(
         "gpu_hours": sum(r["gpu_hours"] for r in rows),
         "gpu_tflops": gpu_tflops,
         "mfu": mfu,
+        "cpu_hours": sum(r["cpu_hours"] for r in rows if r["new"] or r["state"] != "done"),
+        "cpu_gflops": cpu_gflops,
     }
     return report
 
