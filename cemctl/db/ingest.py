@@ -342,6 +342,8 @@ def _run_dirs(root: Path, wanted: set[str] | None, known: set[str], stats: "Inge
                     stats.errors.append(f"{path}: skipped: a symlink that leads to no folder (a loop, or missing)")
                     continue
             elif not entry.is_dir(follow_symlinks=False):
+                if is_run_id(entry.name) or entry.name in known:  # where a run directory should be
+                    stats.errors.append(f"{path}: skipped: not a folder")
                 continue
         except OSError as e:
             stats.errors.append(f"{path}: skipped: {e.strerror or e}")

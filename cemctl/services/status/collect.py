@@ -227,8 +227,8 @@ def refresh(
     """Sync the run dirs into the database, then mark vanished queued jobs stale."""
     timeout_s = runfiles.heartbeat_timeout_s(heartbeat_timeout_s)
     # done / diverged runs never change again (a launch never restarts them): they are re-read
-    # only when their result.json is not the one recorded (deleted, replaced: damaged), one stat
-    # each. A planned run with no events.jsonl has never been touched by an executor or the
+    # only when their result.json or config.json is not the one recorded (deleted, replaced,
+    # edited: damaged), two stats each. A planned run with no events.jsonl has never been touched by an executor or the
     # trainer (both append an event first), so it is skipped too. `cemctl sync` reads all.
     with read_session(engine) as s:
         q = select(Run.id, Run.state, Run.run_dir, Run.result_mtime, Run.config_mtime).distinct()
@@ -238,7 +238,8 @@ def refresh(
             ).where(Experiment.name == experiment)
         run_ids: list[str] | None = [
             rid for rid, state, rdir, result_mtime, config_mtime in s.execute(q)
-            if (_changed(rdir, runfiles.RESULT_FILE, result_mtime) if state in FINAL_STATES else
+            if (_changed(rdir, runfiles.RESULT_FILE, result_mtime) or _changed(rdir, runfiles.CONFIG_FILE, config_mtime)
+                if state in FINAL_STATES else
                 state != "planned" or not rdir or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
                 or _changed(rdir, runfiles.CONFIG_FILE, config_mtime))
         ]
