@@ -62,7 +62,7 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels([lab if len(lab) <= 70 else lab[:67] + "..." for lab in labels], fontsize=7.5)
     ax.invert_yaxis()
-    ax.set_xlabel("difference in test loss (nats); optimal-lr part: log2(lr) / 10; band: +-tolerance")
+    ax.set_xlabel("difference in test loss (nats)\noptimal-lr part: log2(lr) / 10; grey band: +-tolerance")
     handles = [Line2D([], [], color=c, marker="o", linestyle="none", label=v) for v, c in VERDICT_COLORS.items()]
     handles += [Line2D([], [], color="0.3", marker=style.SIZE_MARKERS[i % len(style.SIZE_MARKERS)], linestyle="none",
                        label=f"scale {s or '(none)'}") for i, s in enumerate(scales)]
