@@ -13,6 +13,19 @@ if str(ROOT) not in sys.path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _children_take_ctrl_c():
+    """Tests send SIGINT (Ctrl-C) to the orchestrators they start. A shell without job control starts
+    background commands (`pytest ... &`, `nohup .ci/run &`) with SIGINT ignored, and every child inherits
+    that, so `launch` would never see the Ctrl-C. A handler (unlike SIG_IGN) is reset to the default on
+    exec, so the children this session starts take Ctrl-C as a user's terminal would deliver it."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _private_data_cache(tmp_path_factory: pytest.TempPathFactory):
     """Every test (and every process it starts) prepares data in a cache of this session, never the user's
     ~/.cache/cemctl: a test of `cemctl data clean` must not be able to remove a real cache."""
