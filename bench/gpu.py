@@ -74,14 +74,7 @@ def _time_step(impl: str, m: Any, batch: int, compile_: bool, steps: int) -> tup
     torch.cuda.reset_peak_memory_stats()
     step = make_step(impl, m, batch, device="cuda", autocast_dtype=torch.bfloat16, compile=compile_)
     try:
-        for _ in range(3 if compile_ else 2):
-            step()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / steps, torch.cuda.max_memory_allocated() / 2**30
+        return _cuda_seconds(step, warmup=3 if compile_ else 2, calls=steps), torch.cuda.max_memory_allocated() / 2**30
     finally:
         del step
         gc.collect()
@@ -195,12 +188,17 @@ def _time_sublayer(m: Any, B: int, L: int, calls: int = 10) -> float:
             out = layer(h)
         out.float().sum().backward()
 
-    for _ in range(3):
-        call()
+    return _cuda_seconds(call, warmup=3, calls=calls)
+
+
+def _cuda_seconds(fn: Any, *, warmup: int, calls: int) -> float:
+    """Seconds per call of `fn` on the GPU after `warmup` calls (compilation, autotuning), synchronised."""
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
-        call()
+        fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / calls
 
