@@ -160,3 +160,19 @@ def write_json(path: Path | str, obj: Any, *, fsync: bool = True) -> None:
     from cem_core.runfiles import atomic_write_json
 
     atomic_write_json(path, obj, durable=fsync, make_parents=True)
+
+
+def plan_ids(where: Path, text: str | None = None, name: str = "exp", *args: str) -> tuple[Path, list[str]]:
+    """Write `text` (default: a two-seed tiny grid) as where/NAME.toml, plan it; returns (grid file, run ids)."""
+    grid = Path(where) / f"{name}.toml"
+    grid.write_text(text or tiny_grid(name, seeds="[0, 1]"))
+    res = cli(where, "plan", str(grid), "--json", *args)
+    assert res.returncode == 0, res.output
+    return grid, [r["run_id"] for r in json.loads(res.stdout)["runs"]]
+
+
+def status_rows(where: Path, *args: str, subprocess: bool = False) -> dict[str, dict[str, Any]]:
+    """`cemctl status --json` as {run id: row} over every experiment."""
+    res = cli(where, "status", "--json", *args, subprocess=subprocess)
+    assert res.returncode == 0, res.output
+    return {r["run_id"]: r for e in json.loads(res.stdout)["experiments"] for r in e["runs"]}

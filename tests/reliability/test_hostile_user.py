@@ -19,30 +19,7 @@ from pathlib import Path
 import pytest
 
 from cem_core import runfiles
-from tests.helpers import assert_clean_error, cli, finish_run, subprocess_env, tiny_grid
-
-
-def _plan(tmp_path: Path, text: str | None = None, name: str = "exp", *args: str) -> tuple[Path, list[str]]:
-    grid = tmp_path / f"{name}.toml"
-    grid.write_text(text or tiny_grid(name, seeds="[0, 1]"))
-    res = cli(tmp_path, "plan", str(grid), "--json", *args)
-    assert res.returncode == 0, res.output
-    return grid, [r["run_id"] for r in json.loads(res.stdout)["runs"]]
-
-
-def _status(tmp_path: Path, *args: str, subprocess: bool = False) -> dict:
-    res = cli(tmp_path, "status", "--json", *args, subprocess=subprocess)
-    assert res.returncode == 0, res.output
-    return {r["run_id"]: r for e in json.loads(res.stdout)["experiments"] for r in e["runs"]}
-
-
-@pytest.fixture
-def finished(tmp_path):
-    """An experiment of two finished runs."""
-    grid, ids = _plan(tmp_path)
-    for i, rid in enumerate(ids):
-        finish_run(tmp_path / "runs" / rid, test_loss=1.5 + 0.1 * i)
-    return grid, ids
+from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, status_rows, subprocess_env, tiny_grid
 
 
 # ============================================================== 1. output paths
@@ -107,7 +84,7 @@ def test_a_dry_run_launch_does_not_relink_the_experiment(tmp_path, finished):
     grid, ids = finished
     res = cli(tmp_path, "launch", str(grid), "--dry-run", "--set", "train.lr=0.001", subprocess=True)
     assert res.returncode == 0, res.output
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert set(runs) == set(ids) and {r["state"] for r in runs.values()} == {"done"}
 
 
@@ -147,20 +124,20 @@ def test_a_run_directory_symlinked_out_of_the_runs_root_is_refused_and_reported(
     (tmp_path / "runs" / "0123456789ab").symlink_to(outside)
     sync = cli(tmp_path, "sync", subprocess=True)
     assert sync.returncode == 0 and "refused: a symlink out of the runs folder" in sync.stderr
-    assert "0123456789ab" not in _status(tmp_path)
+    assert "0123456789ab" not in status_rows(tmp_path)
     logs = cli(tmp_path, "logs", "0123456789ab", subprocess=True)
     assert "TOP-SECRET" not in logs.output and logs.returncode == 2
 
 
 def test_status_never_reads_a_metrics_file_symlinked_out_of_the_run(tmp_path, secret):
-    _, ids = _plan(tmp_path)
+    _, ids = plan_ids(tmp_path)
     run_dir = tmp_path / "runs" / ids[0]
     runfiles.append_event(run_dir, "running", "attempt 1", attempt=1)
     secret.write_text(json.dumps({"kind": "train", "step": 7, "tokens": 1, "train_loss": 99.0}) + "\n")
     (run_dir / "metrics.jsonl").symlink_to(secret)
     sync = cli(tmp_path, "sync", subprocess=True)
     assert "outside the run directory" in sync.stderr
-    assert _status(tmp_path)[ids[0]]["train_loss"] is None
+    assert status_rows(tmp_path)[ids[0]]["train_loss"] is None
 
 
 # ============================================================== 4. damaged run directories
@@ -168,9 +145,9 @@ def test_status_never_reads_a_metrics_file_symlinked_out_of_the_run(tmp_path, se
 
 def test_a_done_run_whose_result_json_was_deleted_is_damaged_not_retrained(tmp_path, finished):
     grid, ids = finished
-    _status(tmp_path)  # ingest the results
+    status_rows(tmp_path)  # ingest the results
     (tmp_path / "runs" / ids[0] / "result.json").unlink()
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert runs[ids[0]]["state"] == "damaged" and "result.json is gone" in runs[ids[0]]["reason"]
     dry = cli(tmp_path, "launch", str(grid), "--dry-run", subprocess=True)
     assert "would launch 0 of 2" in dry.stdout and "damaged" in dry.stdout and "--redo-damaged" in dry.stdout
@@ -181,7 +158,7 @@ def test_a_copied_run_directory_is_not_synced_as_a_second_done_run(tmp_path, fin
     shutil.copytree(tmp_path / "runs" / ids[0], tmp_path / "runs" / "feedfacecafe")
     res = cli(tmp_path, "sync", subprocess=True)
     assert res.returncode == 0
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert runs["feedfacecafe"]["state"] == "damaged" and "hashes to run id" in runs["feedfacecafe"]["reason"]
     assert sum(r["state"] == "done" for r in runs.values()) == 2
 
@@ -189,7 +166,7 @@ def test_a_copied_run_directory_is_not_synced_as_a_second_done_run(tmp_path, fin
 def test_one_damaged_entry_is_reported_while_the_other_runs_are_synced(tmp_path, finished):
     _, ids = finished
     (tmp_path / "runs" / ids[0] / "result.json").write_text("[1, 2, 3]")
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert runs[ids[0]]["state"] == "damaged" and "not a result (a JSON list" in runs[ids[0]]["reason"]
     assert runs[ids[1]]["state"] == "done"
 
@@ -210,7 +187,7 @@ def _trainer(run_dir: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_trainer_refuses_a_result_json_that_is_no_result_and_leaves_it(tmp_path, byte_cache):
-    _, ids = _plan(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
+    _, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
     run_dir = tmp_path / "runs" / ids[0]
     (run_dir / "result.json").write_text('["not", "a", "result"]')
     proc = _trainer(run_dir)
@@ -220,27 +197,27 @@ def test_the_trainer_refuses_a_result_json_that_is_no_result_and_leaves_it(tmp_p
 
 
 def test_an_edited_config_is_never_trained_under_the_old_id(tmp_path, byte_cache):
-    grid, ids = _plan(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
+    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
     run_dir = tmp_path / "runs" / ids[0]
     cfg = json.loads((run_dir / "config.json").read_text())
     cfg["train"]["lr"] = 0.05
     (run_dir / "config.json").write_text(json.dumps(cfg))
     proc = _trainer(run_dir)
     assert proc.returncode == 2 and "hashes to run id" in proc.stderr and not (run_dir / "checkpoints").exists()
-    assert _status(tmp_path)[ids[0]]["state"] == "damaged"
+    assert status_rows(tmp_path)[ids[0]]["state"] == "damaged"
     assert "would launch 0 of 1" in cli(tmp_path, "launch", str(grid), "--dry-run", subprocess=True).stdout
 
 
 def test_redo_damaged_moves_the_files_aside_restores_the_config_and_trains_again(tmp_path, byte_cache):
-    grid, ids = _plan(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
+    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
     run_dir = tmp_path / "runs" / ids[0]
     edited = json.loads((run_dir / "config.json").read_text())
     edited["train"]["lr"] = 0.05
     (run_dir / "config.json").write_text(json.dumps(edited))
-    _status(tmp_path)
+    status_rows(tmp_path)
     res = cli(tmp_path, "launch", str(grid), "--redo-damaged", "--workers", "1", subprocess=True)
     assert res.returncode == 0, res.output
-    assert _status(tmp_path)[ids[0]]["state"] == "done"
+    assert status_rows(tmp_path)[ids[0]]["state"] == "done"
     (moved,) = [p for p in run_dir.iterdir() if p.name.startswith(".damaged-")]
     assert json.loads((moved / "config.json").read_text())["train"]["lr"] == 0.05  # kept, not deleted
     from cem_core.config import RunConfig, run_id
@@ -249,10 +226,10 @@ def test_redo_damaged_moves_the_files_aside_restores_the_config_and_trains_again
 
 
 def test_a_run_directory_deleted_under_the_orchestrator_does_not_stop_the_others(tmp_path, byte_cache):
-    grid, ids = _plan(tmp_path, tiny_grid("exp", seeds="[0, 1, 2]", cache_dir=byte_cache, steps=2))
+    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1, 2]", cache_dir=byte_cache, steps=2))
     shutil.rmtree(tmp_path / "runs" / ids[1])
     res = cli(tmp_path, "launch", str(grid), "--workers", "2", subprocess=True)
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert runs[ids[0]]["state"] == "done" and runs[ids[2]]["state"] == "done", res.output
     assert "Traceback" not in res.output
 
@@ -266,12 +243,12 @@ def test_a_symlink_loop_in_runs_is_reported_and_skipped(tmp_path, finished):
     loop.symlink_to(loop)
     res = cli(tmp_path, "sync", subprocess=True)
     assert res.returncode == 0 and "aaaaaaaaaaaa" in res.stderr
-    assert {r["state"] for r in _status(tmp_path).values()} == {"done"}
+    assert {r["state"] for r in status_rows(tmp_path).values()} == {"done"}
 
 
 @pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "heartbeat.json", "result.json"])
 def test_a_fifo_run_file_never_hangs_sync_and_is_reported(tmp_path, name):
-    _, ids = _plan(tmp_path)
+    _, ids = plan_ids(tmp_path)
     victim = tmp_path / "runs" / ids[0]
     runfiles.append_event(victim, "running", "attempt 1", attempt=1)
     (victim / name).unlink(missing_ok=True)
@@ -279,13 +256,13 @@ def test_a_fifo_run_file_never_hangs_sync_and_is_reported(tmp_path, name):
     finish_run(tmp_path / "runs" / ids[1])
     res = cli(tmp_path, "sync", subprocess=True, timeout=60)
     assert res.returncode == 0, res.output
-    assert _status(tmp_path)[ids[1]]["state"] == "done"
+    assert status_rows(tmp_path)[ids[1]]["state"] == "done"
     if name != "heartbeat.json":  # a FIFO heartbeat is just no heartbeat
-        assert "not a regular file" in res.stderr or _status(tmp_path)[ids[0]]["state"] == "damaged"
+        assert "not a regular file" in res.stderr or status_rows(tmp_path)[ids[0]]["state"] == "damaged"
 
 
 def test_an_immutable_run_directory_fails_its_run_only(tmp_path, byte_cache):
-    grid, ids = _plan(tmp_path, tiny_grid("exp", seeds="[0, 1]", cache_dir=byte_cache, steps=2))
+    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1]", cache_dir=byte_cache, steps=2))
     victim = tmp_path / "runs" / ids[0]
     if subprocess.run(["chattr", "+i", str(victim)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i is not supported on this file system")
@@ -294,7 +271,7 @@ def test_an_immutable_run_directory_fails_its_run_only(tmp_path, byte_cache):
     finally:
         subprocess.run(["chattr", "-i", str(victim)], capture_output=True)
     assert "Traceback" not in res.output
-    assert _status(tmp_path)[ids[1]]["state"] == "done"
+    assert status_rows(tmp_path)[ids[1]]["state"] == "done"
 
 
 # ============================================================== 6. special files
@@ -370,7 +347,7 @@ def test_plan_against_a_read_only_database_writes_no_config(tmp_path, finished):
 
 def test_a_read_only_database_can_be_read_by_status_report_and_logs(tmp_path, finished):
     _, ids = finished
-    _status(tmp_path)  # ingest while writable
+    status_rows(tmp_path)  # ingest while writable
     url = f"sqlite:///file:{tmp_path / 'results.db'}?mode=ro&uri=true"
     before = {p.name: p.stat().st_mtime for p in tmp_path.iterdir() if p.name.startswith("results.db")}
     res = cli(None, "status", "--json", "--db", url, "--runs-dir", str(tmp_path / "runs"))
@@ -405,13 +382,13 @@ def test_bad_option_values_are_one_line_errors(tmp_path, args, needle):
 
 def test_a_run_with_a_bad_config_shows_the_real_reason(tmp_path, byte_cache):
     """It used to be started, refused by the trainer, and shown as "resumable from its last checkpoint"."""
-    grid, ids = _plan(tmp_path, tiny_grid("exp", seeds="[0, 1]", cache_dir=byte_cache, steps=2))
+    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1]", cache_dir=byte_cache, steps=2))
     (tmp_path / "runs" / ids[0] / "config.json").write_text("{ not json")
     res = cli(tmp_path, "launch", str(grid), "--workers", "1", subprocess=True)
     assert "config.json" in res.stdout and "is not valid JSON" in res.stdout  # skipped, with the reason
-    row = _status(tmp_path)[ids[0]]
+    row = status_rows(tmp_path)[ids[0]]
     assert row["state"] == "damaged" and "is not valid JSON" in row["reason"] and "resumable" not in row["reason"]
-    assert _status(tmp_path)[ids[1]]["state"] == "done"
+    assert status_rows(tmp_path)[ids[1]]["state"] == "done"
     # Started by hand anyway, the executor records the trainer's own one-line refusal.
     from cemctl.executors.base import Job
     from cemctl.executors.local import LocalExecutor, LocalOptions
@@ -423,7 +400,7 @@ def test_a_run_with_a_bad_config_shows_the_real_reason(tmp_path, byte_cache):
 
 def test_control_characters_in_user_text_are_escaped_in_the_terminal_and_markdown(tmp_path):
     text = tiny_grid("esc", seeds="[0]").replace('figure = "curves"', 'figure = "curves"\ndescription = "evil\\u001b[2J\\u202eend"')
-    grid, ids = _plan(tmp_path, text, "esc")
+    grid, ids = plan_ids(tmp_path, text, "esc")
     finish_run(tmp_path / "runs" / ids[0], error=None)
     rep = cli(tmp_path, "report", "esc", "--out", str(tmp_path / "rep"), "--format", "png")
     assert rep.returncode == 0, rep.output
@@ -436,7 +413,7 @@ def test_control_characters_in_user_text_are_escaped_in_the_terminal_and_markdow
 
 
 def test_status_escapes_a_reason_holding_terminal_controls(tmp_path):
-    _, ids = _plan(tmp_path)
+    _, ids = plan_ids(tmp_path)
     runfiles.append_event(tmp_path / "runs" / ids[0], "failed", "boom \x1b]0;owned\x07 \x1b[2J")
     res = cli(tmp_path, "status", "--no-sync", subprocess=True)
     res = cli(tmp_path, "status", subprocess=True)

@@ -15,31 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_clean_error, cli, finish_run, subprocess_env, tiny_grid
+from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, status_rows, subprocess_env, tiny_grid
 
 SECRET = "TOP-SECRET-7f3a9c"
-
-
-def _plan(tmp_path: Path, text: str | None = None, name: str = "exp") -> tuple[Path, list[str]]:
-    grid = tmp_path / f"{name}.toml"
-    grid.write_text(text or tiny_grid(name, seeds="[0, 1]"))
-    res = cli(tmp_path, "plan", str(grid), "--json")
-    assert res.returncode == 0, res.output
-    return grid, [r["run_id"] for r in json.loads(res.stdout)["runs"]]
-
-
-def _status(tmp_path: Path) -> dict:
-    res = cli(tmp_path, "status", "--json")
-    assert res.returncode == 0, res.output
-    return {r["run_id"]: r for e in json.loads(res.stdout)["experiments"] for r in e["runs"]}
-
-
-@pytest.fixture
-def finished(tmp_path):
-    grid, ids = _plan(tmp_path)
-    for i, rid in enumerate(ids):
-        finish_run(tmp_path / "runs" / rid, test_loss=1.5 + 0.1 * i)
-    return grid, ids
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -76,7 +54,7 @@ def test_report_never_reads_a_result_json_symlinked_out_of_the_run(tmp_path, fin
     result.symlink_to(outside)
     res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep"), "--format", "png", "--no-sync",
               subprocess=True)
-    row = _status(tmp_path)[ids[0]]
+    row = status_rows(tmp_path)[ids[0]]
     assert row["state"] == "damaged" and "outside the run directory" in row["reason"]
     rep = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep2"), "--format", "png", subprocess=True)
     for out in (res, rep):
@@ -101,12 +79,12 @@ def test_logs_refuses_a_run_name_with_path_parts(tmp_path, finished):
 
 def test_status_shows_a_done_run_whose_config_was_edited_as_damaged(tmp_path, finished):
     _, ids = finished
-    _status(tmp_path)
+    status_rows(tmp_path)
     config = tmp_path / "runs" / ids[0] / "config.json"
     data = json.loads(config.read_text())
     data["train"]["lr"] = 0.123
     config.write_text(json.dumps(data))
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert runs[ids[0]]["state"] == "damaged" and "hashes to run id" in runs[ids[0]]["reason"]
     assert runs[ids[1]]["state"] == "done"
 
@@ -119,7 +97,7 @@ def test_a_plain_file_named_like_a_run_is_reported_and_the_runs_are_synced(tmp_p
     (tmp_path / "runs" / "0123456789ab").write_text("not a run directory")
     res = cli(tmp_path, "sync", subprocess=True)
     assert res.returncode == 0 and "0123456789ab" in res.stderr and "Traceback" not in res.stderr
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert runs[ids[0]]["state"] == runs[ids[1]]["state"] == "done"
 
 
@@ -133,7 +111,7 @@ def test_a_config_json_over_the_size_cap_is_damaged_unread(tmp_path, finished):
         fh.truncate(64 << 20)
     res = cli(tmp_path, "sync", subprocess=True, timeout=60)
     assert res.returncode == 0 and "Traceback" not in res.stderr
-    runs = _status(tmp_path)
+    runs = status_rows(tmp_path)
     assert runs[ids[0]]["state"] == "damaged" and "more than the 16777216-byte limit" in runs[ids[0]]["reason"]
     assert runs[ids[1]]["state"] == "done"
 
@@ -153,7 +131,7 @@ def test_read_only_commands_on_a_missing_database_create_nothing(tmp_path, comma
 
 
 def test_report_of_an_experiment_whose_runs_all_failed_lists_them(tmp_path):
-    _, ids = _plan(tmp_path)
+    _, ids = plan_ids(tmp_path)
     for rid in ids:
         finish_run(tmp_path / "runs" / rid, state="failed", error="RuntimeError: CUDA out of memory")
     res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep"), "--format", "png", subprocess=True)
