@@ -17,6 +17,7 @@ import re
 import shutil
 import stat
 import tempfile
+import uuid
 from pathlib import Path
 
 from cem_core.errors import CemError
@@ -84,9 +85,8 @@ def swap_in(tmp: Path, out: Path, *, what: str = "report") -> None:
     check_output_dir(out, what=what)  # re-checked: nothing foreign may have appeared meanwhile
     old = None
     if os.path.lexists(out):
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        if os.path.lexists(old):
-            shutil.rmtree(old)
+        # A name nothing else can hold: an existing path of that name is never removed to make room.
+        old = out.with_name(f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         out.rename(old)
     try:
         tmp.rename(out)
