@@ -5,6 +5,7 @@
     wait_for(lambda: path.exists(), timeout_s=30)
     (tmp_path / "g.toml").write_text(tiny_grid("exp"))
     finish_run(run_dir, test_loss=1.5)                       # a result.json + metrics as a trainer leaves them
+    screen = on_pty(["status"], tmp_path, cols=80, rows=24)   # a real terminal: what the user sees (pyte)
 """
 
 from __future__ import annotations
@@ -176,3 +177,102 @@ def status_rows(where: Path, *args: str, subprocess: bool = False) -> dict[str, 
     res = cli(where, "status", "--json", *args, subprocess=subprocess)
     assert res.returncode == 0, res.output
     return {r["run_id"]: r for e in json.loads(res.stdout)["experiments"] for r in e["runs"]}
+
+
+# ---------------------------------------------------------------------------
+# A real terminal: run a command on a pseudo-terminal of a given size and keep what the screen shows.
+
+@dataclass
+class PtyResult:
+    returncode: int
+    raw: bytes  # every byte the terminal received
+    cols: int
+    rows: int
+
+    @property
+    def lines(self) -> list[str]:
+        """What the user saw, top to bottom: the scrollback, then the final screen (right-trimmed, a
+        terminal emulator (pyte) applies the cursor moves, line clears and redraws of live displays)."""
+        import pyte
+
+        screen = pyte.HistoryScreen(self.cols, self.rows, history=100_000, ratio=0.001)
+        stream = pyte.ByteStream(screen)
+        stream.feed(self.raw)
+
+        def text(line: Any) -> str:
+            return "".join(line[x].data for x in range(self.cols)).rstrip()
+
+        lines = [text(line) for line in screen.history.top] + [ln.rstrip() for ln in screen.display]
+        while lines and not lines[-1]:
+            lines.pop()
+        return lines
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def assert_clean(self, code: int | None = 0) -> None:
+        """The command exited with `code` and the screen shows no interpreter dump or traceback."""
+        shown = self.text
+        for bad in ("Traceback", "lost sys.stderr", "object address", "Error in sys.excepthook", "internal error"):
+            assert bad not in shown, f"{bad!r} on the terminal:\n{shown}"
+        if code is not None:
+            assert self.returncode == code, f"exit {self.returncode}, expected {code}:\n{shown}"
+
+
+def on_pty(args: list[str], where: Path | None = None, *, cols: int = 80, rows: int = 24, cwd: Path | None = None,
+           env: dict[str, str] | None = None, timeout_s: float = 300, ctrl_c_when: Callable[[bytes], bool] | None = None,
+           ctrl_c_after_s: float | None = None) -> PtyResult:
+    """Run `cemctl ARGS` (`--db`/`--runs-dir` under `where` when given) on a pseudo-terminal of
+    cols x rows, as a user's terminal would (controlling tty, TERM=xterm-256color, no COLUMNS/LINES).
+    Ctrl-C is typed once `ctrl_c_when(bytes so far)` is true or `ctrl_c_after_s` have passed."""
+    import fcntl
+    import pty
+    import select
+    import signal
+    import struct
+    import termios
+
+    argv = [sys.executable, "-m", "cemctl.cli", *args]
+    if where is not None:
+        argv += ["--db", str(Path(where) / "results.db"), "--runs-dir", str(Path(where) / "runs")]
+    child_env = subprocess_env(**(env or {}))
+    for key in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        child_env.pop(key, None)
+    child_env["TERM"] = "xterm-256color"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the pty is its controlling terminal and stdin/stdout/stderr
+        try:
+            fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            if cwd is not None:
+                os.chdir(cwd)
+            os.execve(sys.executable, argv, child_env)
+        finally:
+            os._exit(127)
+    raw = bytearray()
+    start = time.monotonic()
+    typed = False
+    try:
+        while True:
+            if not typed and ((ctrl_c_when is not None and ctrl_c_when(bytes(raw)))
+                              or (ctrl_c_after_s is not None and time.monotonic() - start > ctrl_c_after_s)):
+                os.write(fd, b"\x03")
+                typed = True
+            if time.monotonic() - start > timeout_s:
+                os.kill(pid, signal.SIGKILL)
+                raise AssertionError(f"cemctl {' '.join(args)} did not finish in {timeout_s} s on the terminal:\n"
+                                     + bytes(raw).decode(errors="replace")[-3000:])
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if not ready:
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            raw += data
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    return PtyResult(os.waitstatus_to_exitcode(status), bytes(raw), cols, rows)

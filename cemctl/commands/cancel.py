@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, stdout_console, db_url, runs_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -23,5 +23,5 @@ def register(app: typer.Typer) -> None:
 
             done = cancel_target(db_url(db), runs_dir(runs), target, scale=scale)
             for c in done:
-                console.print(f"  {c.run_id}  {c.action}", markup=False, highlight=False)
-            console.print(f"cancelled {len(done)} run(s)", markup=False)
+                stdout_console().print(f"  {c.run_id}  {c.action}", markup=False, highlight=False)
+            stdout_console().print(f"cancelled {len(done)} run(s)", markup=False)

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, stdout_console, db_url, runs_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -39,9 +39,9 @@ def register(app: typer.Typer) -> None:
             table.add_column(col, overflow="fold")
         for r in result.claims.itertuples():
             table.add_row(str(r.claim), r.scale or "-", r.verdict, printable(r.statement))
-        console.print(table)
+        stdout_console().print(table)
         todo = sorted({n for n in result.parts["next"] if n})
         for line in todo:
-            console.print(f"  to decide more: {line}", markup=False, highlight=False, soft_wrap=True)
-        console.print(f"written to {result.out_dir}/claims.md (and claims.csv, claims.png)", markup=False,
+            stdout_console().print(f"  to decide more: {line}", markup=False, highlight=False, soft_wrap=True)
+        stdout_console().print(f"written to {result.out_dir}/claims.md (and claims.csv, claims.png)", markup=False,
                       highlight=False, soft_wrap=True)

@@ -11,32 +11,39 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
-
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import typer
 
 from cem_core.errors import CemError
 
-
-class _LazyConsole:
-    """A rich Console made on first use: commands that print nothing rich (and `--help`) never import rich."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self._kwargs = kwargs
-        self._console: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(**self._kwargs)
-        return getattr(self._console, name)
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
 
 
-console: Any = _LazyConsole()
-err_console: Any = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+_CONSOLES: dict[str, Any] = {}
+
+
+def stdout_console() -> "Console":
+    """The process's stdout console: a real rich Console (rich's live displays, progress bars and
+    `with console:` need one), made on first use so commands that print nothing rich never import rich."""
+    return _console("out")
+
+
+def stderr_console() -> "Console":
+    """The stderr console (one-line errors, notes beside --json output)."""
+    return _console("err")
+
+
+def _console(which: str) -> "Console":
+    console = _CONSOLES.get(which)
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False, soft_wrap=True) if which == "err" else Console()
+        _CONSOLES[which] = console
+    return console
+
 
 DEFAULT_DB_URL = "sqlite:///results.db"
 DEFAULT_RUNS_DIR = "runs"
@@ -75,7 +82,7 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     """Print one line to stderr and exit with `code`."""
     from cem_core.names import printable
 
-    err_console.print(f"error: {printable(' '.join(str(message).split()))}", markup=False)
+    stderr_console().print(f"error: {printable(' '.join(str(message).split()))}", markup=False)
     raise typer.Exit(code)
 
 
@@ -87,7 +94,7 @@ def cli_errors() -> Iterator[None]:
     except CemError as e:
         fail(str(e))
     except KeyboardInterrupt:
-        err_console.print("interrupted", markup=False)
+        stderr_console().print("interrupted", markup=False)
         raise typer.Exit(130)
     except BrokenPipeError:  # `cemctl status | head`
         sys.stderr.close()

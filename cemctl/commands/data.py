@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, stdout_console, db_url, runs_dir
 
 
 def _bytes(n: float) -> str:
@@ -52,7 +52,7 @@ class _Bar:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[counts]}"),
-                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=stdout_console(),
                                      transient=False)
             self.progress.__enter__()
         return self
@@ -66,7 +66,7 @@ class _Bar:
 
         if self.progress is None:
             if not self.quiet:
-                console.print(f"preparing {printable(need.label)} -> {need.base}", markup=False, soft_wrap=True)
+                stdout_console().print(f"preparing {printable(need.label)} -> {need.base}", markup=False, soft_wrap=True)
             return
         self.tasks[need.base] = self.progress.add_task(printable(need.label), total=None, counts="starting")
 
@@ -132,7 +132,7 @@ def prepare_cmd(
         needs = data_needs(configs)
         n_workers = workers or max(1, os.cpu_count() or 1)
         t0 = time.perf_counter()
-        with _Bar(enabled=console.is_terminal and not as_json, quiet=as_json) as bar:
+        with _Bar(enabled=stdout_console().is_terminal and not as_json, quiet=as_json) as bar:
             def progress(need: Any, info: dict[str, Any]) -> None:
                 bar.update(need, info)
 
@@ -147,13 +147,13 @@ def prepare_cmd(
             print(json.dumps({"experiment": name, "caches": rows}))
             return
         if not rows:
-            console.print(f"{name}: no run reads a corpus (nothing to prepare)", markup=False)
+            stdout_console().print(f"{name}: no run reads a corpus (nothing to prepare)", markup=False)
             return
         for r in rows:
             tok = r["tokens"]
             what = (f"built in {r['build_s']:.1f} s ({_count(r['tokens_per_s'] or 0)} tokens/s, {r['workers']} workers)"
                     if r["built"] else "already prepared")
-            console.print(f"{r['corpus']}: train {_count(tok.get('train', 0))} / val {_count(tok.get('val', 0))} / "
+            stdout_console().print(f"{r['corpus']}: train {_count(tok.get('train', 0))} / val {_count(tok.get('val', 0))} / "
                           f"test {_count(tok.get('test', 0))} tokens, {_bytes(r['size_bytes'])}, {what}; "
                           f"{r['runs']} runs -> {r['cache']}", markup=False, highlight=False, soft_wrap=True)
 
@@ -182,7 +182,7 @@ def info_cmd(
             } for c in caches]))
             return
         if not caches:
-            console.print("no prepared data caches", markup=False)
+            stdout_console().print("no prepared data caches", markup=False)
             return
         from rich.table import Table
 
@@ -196,7 +196,7 @@ def info_cmd(
                           *(_count(t[s]) if s in t else "-" for s in ("train", "val", "test")),
                           _bytes(c.size_bytes), printable(", ".join(sorted(c.experiments))) or "-",
                           str(c.unfinished_runs))
-        console.print(table)
+        stdout_console().print(table)
 
 
 def clean_cmd(
@@ -215,10 +215,10 @@ def clean_cmd(
                               include_unknown=include_unknown)
         verb = "would remove" if report.dry_run else "removed"
         for c in report.removed:
-            console.print(f"{verb} {c.base} ({_bytes(c.size_bytes)}; used by {', '.join(sorted(c.experiments)) or 'no recorded run'})",
+            stdout_console().print(f"{verb} {c.base} ({_bytes(c.size_bytes)}; used by {', '.join(sorted(c.experiments)) or 'no recorded run'})",
                           markup=False, highlight=False, soft_wrap=True)
         for c, why in report.refused:
-            console.print(f"kept {c.base}: {printable(why)}", markup=False, highlight=False, soft_wrap=True)
+            stdout_console().print(f"kept {c.base}: {printable(why)}", markup=False, highlight=False, soft_wrap=True)
         summary = (f"{verb} {len(report.removed)} caches ({_bytes(report.freed_bytes)}); "
                    f"{len(report.kept)} kept for runs still to train")
         if report.unknown:
@@ -226,7 +226,7 @@ def clean_cmd(
                         "(--include-unknown to remove them too)")
         if report.dry_run and report.removed:
             summary += "; run again with --yes to remove them"
-        console.print(summary, markup=False, highlight=False, soft_wrap=True)
+        stdout_console().print(summary, markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, fail
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, stdout_console, fail
 
 def find_demo_grid(explicit: str | None = None) -> Path:
     """The demo grid: --grid, else ./experiments/demo.toml, else the one the package ships."""
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
             steps = [["plan", str(path), *common], ["launch", str(path), *common], ["status", name, *common], report_args]
             command = typer.main.get_command(app)
             for args in steps:
-                console.rule(f"cemctl {' '.join(args)}", style="dim")
+                stdout_console().rule(f"cemctl {' '.join(args)}", style="dim")
                 try:
                     code = command.main(args, prog_name="cemctl", standalone_mode=False)
                 except click.exceptions.Exit as e:

@@ -22,9 +22,9 @@ from cemctl.commands.common import (
     RunsDirOption,
     ScaleFilterOption,
     cli_errors,
-    console,
+    stdout_console,
     db_url,
-    err_console,
+    stderr_console,
     runs_dir,
 )
 
@@ -72,9 +72,9 @@ def eval_command(
         report = evaluate_target(db_url(db), target, runs_dir(runs), steps=steps, sublayer=sublayer, device=device,
                                  scale=scale)
     for note in report.notes:
-        err_console.print(note, markup=False)
-    console.print(_table(report.rows, f"test-time recursion: {report.kind} {report.name}"))
-    console.print(f"{len(report.rows)} evaluations of {report.evaluated_runs} run(s) stored in evals.json and the "
+        stderr_console().print(note, markup=False)
+    stdout_console().print(_table(report.rows, f"test-time recursion: {report.kind} {report.name}"))
+    stdout_console().print(f"{len(report.rows)} evaluations of {report.evaluated_runs} run(s) stored in evals.json and the "
                   "results database" + (f"; {len(report.notes)} run(s) skipped or failed" if report.notes else ""),
                   markup=False, highlight=False, soft_wrap=True)
 

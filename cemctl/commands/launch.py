@@ -23,9 +23,9 @@ from cemctl.commands.common import (
     HeartbeatTimeoutOption,
     RunsDirOption,
     cli_errors,
-    console,
+    stdout_console,
     db_url,
-    err_console,
+    stderr_console,
     heartbeat_timeout,
     runs_dir,
 )
@@ -96,11 +96,11 @@ def register(app: typer.Typer) -> None:
 
                 check = launch(dataclasses.replace(req, dry_run=True), db_url(db), runs_dir(runs))
                 if not check.launched:
-                    console.print(check.summary(), markup=False, soft_wrap=True)
+                    stdout_console().print(check.summary(), markup=False, soft_wrap=True)
                     return
                 argv = [a for a in sys.argv[1:] if a != "--detach"]
                 pid, log = run_detached(argv, runs_dir(runs))
-                console.print(f"launch orchestrator running in the background: pid {pid}, log {log}", markup=False, soft_wrap=True)
+                stdout_console().print(f"launch orchestrator running in the background: pid {pid}, log {log}", markup=False, soft_wrap=True)
                 return
             _run(req, db, runs, as_json)
 
@@ -122,24 +122,24 @@ def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
             return
         for s in report.selections:
             if s.launches or report.dry_run or s.reason != "done":  # a skip with a reason is worth a line
-                console.print(f"  {s.run_id}  {s.action:6s}  {printable(s.reason)}", markup=False, highlight=False,
+                stdout_console().print(f"  {s.run_id}  {s.action:6s}  {printable(s.reason)}", markup=False, highlight=False,
                               soft_wrap=True)
         if report.dry_run or not report.launched:
-            console.print(report.summary(), markup=False, soft_wrap=True)
+            stdout_console().print(report.summary(), markup=False, soft_wrap=True)
 
     def show_data(line: str) -> None:
-        (err_console if as_json else console).print(printable(line), markup=False, highlight=False, soft_wrap=True)
+        (stderr_console() if as_json else stdout_console()).print(printable(line), markup=False, highlight=False, soft_wrap=True)
 
-    interactive = req.executor == "local" and not req.dry_run and not as_json and console.is_terminal
+    interactive = req.executor == "local" and not req.dry_run and not as_json and stdout_console().is_terminal
     if interactive:
         from cemctl.services.launch.progress import ProgressView
 
-        with ProgressView(console) as view:
+        with ProgressView(stdout_console()) as view:
             report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view, on_data=show_data)
     elif req.executor == "local" and not req.dry_run and not as_json:
         from cemctl.services.launch.progress import LinePrinter
 
-        printer = LinePrinter(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+        printer = LinePrinter(lambda line: stdout_console().print(line, markup=False, highlight=False, soft_wrap=True))
         report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=printer, on_data=show_data)
     else:
         report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_data=show_data)
@@ -148,7 +148,7 @@ def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     elif report.submitted:
         for s in report.submitted:
             if s.state not in ("done", "queued"):
-                err_console.print(f"  {s.run_id}: {s.state}: {s.reason.strip().splitlines()[-1] if s.reason else ''}", markup=False)
-        console.print(report.summary(), markup=False, soft_wrap=True)
+                stderr_console().print(f"  {s.run_id}: {s.state}: {s.reason.strip().splitlines()[-1] if s.reason else ''}", markup=False)
+        stdout_console().print(report.summary(), markup=False, soft_wrap=True)
         if any(s.state == "failed" for s in report.submitted):
             raise typer.Exit(1)

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, stdout_console, db_url, runs_dir
 
 
 def _si(n: float) -> str:
@@ -65,7 +65,7 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
             ("new" if r["new"] else r["state"]),
             *([printable("; ".join(r["marks"]))] if marked else []),
         )
-    out = console if console.is_terminal else Console(width=max(console.width, 200))
+    out = stdout_console() if stdout_console().is_terminal else Console(width=max(stdout_console().width, 200))
     out.print(table)
     t = report.totals
     out.print(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, stdout_console, db_url, runs_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +34,6 @@ def register(app: typer.Typer) -> None:
                 include_curves=curves, sync=not no_sync, where=where or (), scale=scale,
             )
         counts = ", ".join(f"{n} {k}" for k, n in result.counts.items() if n and k != "runs")
-        console.print(f"report written to {result.index_md} (and index.html): "
+        stdout_console().print(f"report written to {result.index_md} (and index.html): "
                       f"{len({p.stem for p in result.figures})} figures, "
                       f"runs: {counts}", markup=False, highlight=False, soft_wrap=True)

@@ -15,7 +15,7 @@ from cemctl.commands.common import (
     RunsDirOption,
     ScaleFilterOption,
     cli_errors,
-    console,
+    stdout_console,
     db_url,
     heartbeat_timeout,
     runs_dir,
@@ -42,6 +42,6 @@ def register(app: typer.Typer) -> None:
 
             show_status(
                 db_url(db), runs_dir(runs), experiment, watch=watch, as_json=as_json, interval_s=interval_s,
-                limit=limit, sync=not no_sync, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s), console=console,
+                limit=limit, sync=not no_sync, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s), console=stdout_console(),
                 scale=scale,
             )

@@ -18,7 +18,7 @@ from cemctl.commands.common import (
     RunsDirOption,
     cli_errors,
     db_url,
-    err_console,
+    stderr_console,
     heartbeat_timeout,
     runs_dir,
 )
@@ -37,7 +37,7 @@ def sync_command(
         stats = sync_runs(engine, runs_dir(runs), heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
     typer.echo(stats.summary())
     for error in stats.errors:
-        err_console.print(f"skipped: {error}", markup=False, highlight=False, soft_wrap=True)
+        stderr_console().print(f"skipped: {error}", markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,117 @@
+"""Every command a researcher meets first, on a real terminal (a pseudo-terminal of 80x24 and 120x40).
+
+Each command runs as a process whose stdout/stderr is a pty of that size (`tests.helpers.on_pty`),
+exactly as in a user's terminal; what the screen shows is read back through a terminal emulator.
+The live displays (launch's progress, `status --watch`, `data prepare`'s bars, `logs -f`) only
+draw on a terminal, so only these tests exercise them: each must exit as it should and show no
+interpreter dump or traceback, and the tables must stay readable at the width they are given.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import cli, on_pty, tiny_grid
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+LOSS = re.compile(r"\b\d+\.\d{4}\b")
+
+
+def _grid(where: Path, name: str = "term", **kw: object) -> Path:
+    path = where / f"{name}.toml"
+    path.write_text(tiny_grid(name, **kw))  # type: ignore[arg-type]
+    return path
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project with a tiny grid trained (2 runs, both done)."""
+    where = tmp_path_factory.mktemp("terminal")
+    grid = _grid(where)
+    res = cli(where, "launch", str(grid), "--workers", "2", subprocess=True)
+    assert res.returncode == 0, res.output
+    return where
+
+
+def _run_ids(where: Path) -> list[str]:
+    import json
+
+    res = cli(where, "status", "--json")
+    return [r["run_id"] for e in json.loads(res.stdout)["experiments"] for r in e["runs"]]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_demo_on_a_terminal_plans_launches_and_reports(tmp_path: Path, size: tuple[int, int]) -> None:
+    grid = _grid(tmp_path, "demo_term")
+    screen = on_pty(["demo", "--grid", str(grid), "--out", str(tmp_path / "report")], tmp_path, cols=size[0],
+                    rows=size[1], cwd=tmp_path)
+    screen.assert_clean(0)
+    assert "report written to" in screen.text
+    assert (tmp_path / "report" / "index.md").is_file()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_foreground_launch_on_a_terminal(tmp_path: Path, size: tuple[int, int]) -> None:
+    grid = _grid(tmp_path)
+    screen = on_pty(["launch", str(grid), "--workers", "2"], tmp_path, cols=size[0], rows=size[1], cwd=tmp_path)
+    screen.assert_clean(0)
+    assert "launched 2 of 2 runs" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_status_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
+    screen = on_pty(["status"], project, cols=size[0], rows=size[1], cwd=project)
+    screen.assert_clean(0)
+    assert "2 runs" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_status_watch_on_a_terminal_leaves_on_ctrl_c(project: Path, size: tuple[int, int]) -> None:
+    screen = on_pty(["status", "--watch", "--interval-s", "0.2"], project, cols=size[0], rows=size[1], cwd=project,
+                    ctrl_c_when=lambda raw: b"2 runs" in raw, timeout_s=60)
+    screen.assert_clean(0)
+    assert "2 runs" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_data_prepare_on_a_terminal(tmp_path: Path, size: tuple[int, int]) -> None:
+    grid = _grid(tmp_path, cache_dir=str(tmp_path / "cache"))
+    screen = on_pty(["data", "prepare", str(grid), "--workers", "1"], tmp_path, cols=size[0], rows=size[1],
+                    cwd=tmp_path)
+    screen.assert_clean(0)
+    assert "train" in screen.text and "tokens" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_logs_follow_on_a_terminal_stops_on_ctrl_c(project: Path, size: tuple[int, int]) -> None:
+    run = _run_ids(project)[0]
+    screen = on_pty(["logs", run, "--follow"], project, cols=size[0], rows=size[1], cwd=project,
+                    ctrl_c_when=lambda raw: b"train.log" in raw, timeout_s=60)
+    screen.assert_clean(130)
+    assert "train.log" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_report_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
+    screen = on_pty(["report", "term", "--out", str(project / f"report-{size[0]}")], project, cols=size[0],
+                    rows=size[1], cwd=project)
+    screen.assert_clean(0)
+    assert "report written to" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_claims_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
+    screen = on_pty(["claims", "--out", str(project / f"claims-{size[0]}")], project, cols=size[0], rows=size[1],
+                    cwd=project)
+    screen.assert_clean(0)
+    assert "claims.md" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_plan_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
+    screen = on_pty(["plan", str(project / "term.toml")], project, cols=size[0], rows=size[1], cwd=project)
+    screen.assert_clean(0)
+    assert "2 runs" in screen.text
