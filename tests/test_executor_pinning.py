@@ -48,7 +48,8 @@ def test_cpu_workers_split_the_cores():
     assert len(slots) == 3
     assert {s.env()["OMP_NUM_THREADS"] for s in slots} == {"2"}
     assert all(s.env()["CEMCTL_NUM_THREADS"] == "2" and s.env()["CUDA_VISIBLE_DEVICES"] == "" for s in slots)
-    assert len(cpu_slots(2)) == 1 and cpu_slots(2)[0].threads == 2
+    # Without --workers: one single-threaded worker per core (the demo on 2 cores trains 2 runs at once).
+    assert [s.threads for s in cpu_slots(2)] == [1, 1] and [s.threads for s in cpu_slots(8)] == [1] * 8
     assert cpu_slots(1, workers=4)[0].threads == 1  # never zero threads
     with pytest.raises(ConfigError):
         cpu_slots(4, workers=-1)

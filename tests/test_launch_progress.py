@@ -1,4 +1,4 @@
-"""The local executor's live progress view renders the runs' heartbeats and metrics."""
+"""What a foreground launch shows while its jobs run: the live table on a terminal, progress lines elsewhere."""
 
 from __future__ import annotations
 
@@ -8,27 +8,72 @@ import time
 
 from rich.console import Console
 
+from cemctl.commands.launch import selection_line
+from cemctl.commands.views.launch import LiveLaunchView, LogLaunchView
 from cemctl.executors.base import Job
 from cemctl.executors.local import JobStatus
-from cemctl.services.launch.progress import ProgressView
+from cemctl.services.launch.select import Selection
 
 
-def test_progress_view_shows_step_loss_and_speed(tmp_path):
-    run = tmp_path / "abc"
+def _running_run(tmp_path, name="abc"):
+    run = tmp_path / name
     run.mkdir()
-    (run / "heartbeat.json").write_text(json.dumps({"time": time.time(), "step": 7, "total_steps": 20}))
-    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 7, "train_loss": 2.71828, "tokens_per_s": 12345.0}) + "\n")
-    other = tmp_path / "def"
-    other.mkdir()
+    (run / "heartbeat.json").write_text(json.dumps({"time": time.time(), "step": 7, "total_steps": 20, "tokens": 7 * 640}))
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 7, "train_loss": 2.71828,
+                                                   "tokens_per_s": 12345.0}) + "\n")
+    return run
+
+
+def test_live_view_shows_the_runs_in_flight_with_their_axes_step_loss_speed_and_eta(tmp_path):
+    run = _running_run(tmp_path)
     statuses = [
-        JobStatus(job=Job("abc", run), state="running", slot="gpu1", started_time=time.time() - 65),
-        JobStatus(job=Job("def", other), state="failed", slot="gpu0", reason="Traceback\nRuntimeError: boom"),
-        JobStatus(job=Job("ghi", tmp_path / "ghi"), state="queued"),
+        JobStatus(job=Job("abc0000000001", run), state="running", slot="cpu1", started_time=time.time() - 65),
+        JobStatus(job=Job("def0000000002", tmp_path / "def"), state="failed", slot="cpu0", reason="Traceback\nRuntimeError: boom"),
+        JobStatus(job=Job("ghi0000000003", tmp_path / "ghi"), state="queued"),
     ]
-    console = Console(width=200, record=True, file=open(os.devnull, "w"))
-    console.print(ProgressView(console).render(statuses))
+    console = Console(width=100, record=True, file=open(os.devnull, "w"))
+    view = LiveLaunchView(console)
+    view.set_runs({"abc0000000001": {"model.attn_steps": 2}, "def0000000002": {"model.attn_steps": 1},
+                   "ghi0000000003": {"model.attn_steps": 1}}, ["abc0000000001", "def0000000002", "ghi0000000003"])
+    console.print(view.render(statuses))
     text = console.export_text()
     assert "3 runs: 1 failed, 1 queued, 1 running" in text
-    row = next(line for line in text.splitlines() if "abc" in line)
-    assert "gpu1" in row and "7/20" in row and "2.7183" in row and "12.3k" in row and "1m05s" in row
-    assert "RuntimeError: boom" in text
+    row = next(line for line in text.splitlines() if "abc00000" in line)
+    # step/total, loss (4 decimals), tokens/s, ETA = 13 steps x 640 tokens at 12345 tokens/s
+    assert "7/20" in row and "2.7183" in row and "12.3k" in row and row.endswith(" 1s") and " 2 " in f" {row} "
+    assert "def00000" not in text  # ended runs are printed above the table, not in it
+    view.changes(statuses[:0])
+    line = view.ended_line(statuses[1])
+    assert "def00000" in line and "failed" in line and "RuntimeError: boom" in line and "attn_steps=1" in line
+
+
+def test_log_view_prints_state_changes_and_a_progress_line_per_running_run_every_n_seconds(tmp_path):
+    run = _running_run(tmp_path)
+    lines: list[str] = []
+    clock = [0.0]
+    view = LogLaunchView(lines.append, every_s=30, clock=lambda: clock[0])
+    view.set_runs({"abc0000000001": {"train.lr": 0.002}}, ["abc0000000001"])
+    st = JobStatus(job=Job("abc0000000001", run), state="queued")
+    view([st])
+    assert lines == []  # queued at the start is not news
+    st.state, st.slot = "running", "cpu0"
+    view([st])
+    assert len(lines) == 1 and "abc00000 running on cpu0" in lines[0]
+    clock[0] = 29.0
+    view([st])
+    assert len(lines) == 1  # not yet
+    clock[0] = 31.0
+    view([st])
+    assert len(lines) == 2 and "step 7/20 35%" in lines[1] and "loss 2.7183" in lines[1] and "12.3k tok/s" in lines[1]
+    st.state, st.ended_time, st.started_time = "done", time.time(), time.time() - 5
+    (run / "result.json").write_text(json.dumps({"state": "done", "test_loss": 1.5}))
+    view([st])
+    assert "done" in lines[-1] and "test loss 1.5000" in lines[-1]
+
+
+def test_selection_lines_say_the_action_once(tmp_path):
+    assert selection_line(Selection("a" * 12, tmp_path, "start", "start")).split() == ["a" * 12, "start"]
+    line = selection_line(Selection("b" * 12, tmp_path, "resume", "resume from checkpoint step 40"))
+    assert line.split() == ["b" * 12, "resume", "from", "checkpoint", "step", "40"]
+    line = selection_line(Selection("c" * 12, tmp_path, "skip", "failed (use --retry-failed to run it again)"))
+    assert line.split()[:3] == ["c" * 12, "skip", "failed"]

@@ -105,5 +105,11 @@ def test_cpu_hours_estimate_counts_only_runs_still_to_train(tmp_path):
     again = json.loads(cli(tmp_path, "plan", str(grid), "--json", "--cpu-gflops", "10").stdout)
     assert again["totals"]["cpu_hours"] == pytest.approx(out["runs"][1]["cpu_hours"])  # the done run is not counted
     table = cli(tmp_path, "plan", str(grid), "--dry-run").stdout
-    assert "CPU-h" in table and "min with --workers 2" in table
+    import os
+    import re
+
+    workers = os.cpu_count() or 1  # the local executor's default without a GPU: one worker per core
+    assert "CPU-h" in table and re.search(rf"about \d+ min with {workers} workers?", table), table
+    dry = json.loads(cli(tmp_path, "plan", str(grid), "--json", "--dry-run", "--cpu-gflops", "10").stdout)
+    assert dry["new_runs"] == 0 and dry["totals"]["cpu_hours"] == pytest.approx(out["runs"][1]["cpu_hours"])
     assert_clean_error(cli(tmp_path, "plan", str(grid), "--cpu-gflops", "nan"), contains="--cpu-gflops")

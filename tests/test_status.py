@@ -8,10 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
-
 from cem_core import runfiles
-from cemctl.services.status import collect_status, refresh, render_status, status_json
+from cemctl.commands.views.status import status_views
+from cemctl.services.status import collect_status, refresh, status_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_launch_local import cemctl, cli_env, write_grid  # noqa: E402
@@ -64,20 +63,14 @@ def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
     # JSON and table carry the same.
     data = status_json([exp])
     assert data["experiments"][0]["counts"]["failed"] == 1
-    console = Console(width=250, record=True, file=open(os.devnull, "w"))
-    console.print(render_status([exp]))
-    text = console.export_text()
+    text = "\n".join(status_views([exp], width=None, now=now)[0].plain_lines())
     assert "40/100" in text and "RuntimeError: boom at step 7" in text and "slurm:77_1" in text and "3 runs:" in text
     # A limit shows unfinished runs first and says how many are hidden.
-    console = Console(width=250, record=True, file=open(os.devnull, "w"))
-    console.print(render_status([exp], limit=1))
-    assert "2 more runs not shown" in console.export_text()
+    assert "2 more runs not shown" in "\n".join(status_views([exp], width=None, now=now, limit=1)[0].plain_lines())
     # The same selection read with SQL LIMIT: counts still cover every run.
     (lim,) = collect_status(engine, limit=2)
     assert [r.state for r in lim.runs] == ["running", "stale"] and lim.total == 3 and lim.counts == exp.counts
-    console = Console(width=250, record=True, file=open(os.devnull, "w"))
-    console.print(render_status([lim], limit=2))
-    text = console.export_text()
+    text = "\n".join(status_views([lim], width=None, now=now, limit=2)[0].plain_lines())
     assert "3 runs:" in text and "1 more runs not shown" in text
 
 

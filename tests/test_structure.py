@@ -190,8 +190,8 @@ def test_a_packaged_grid_plans_by_name_from_any_folder(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_naming_a_crash_log(tmp_path):
-    code = ("import sys; sys.argv = ['cemctl', 'status']; import cemctl.services.status.command as c; "
-            "c.show_status = lambda *a, **k: 1 / 0; from cemctl.cli import main; main()")
+    code = ("import sys; sys.argv = ['cemctl', 'status']; import cemctl.services.status as c; "
+            "c.open_status_db = lambda *a, **k: 1 / 0; from cemctl.cli import main; main()")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                           env=subprocess_env(CEMCTL_CRASH_DIR=str(tmp_path / "crashes")))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr

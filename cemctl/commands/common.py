@@ -45,6 +45,23 @@ def _console(which: str) -> "Console":
     return console
 
 
+def output_width() -> tuple[bool, int | None]:
+    """(stdout a terminal?, the width tables fit): the terminal's width; in a pipe or a file $COLUMNS when
+    set, else None (a plain aligned table with every default column)."""
+    if sys.stdout.isatty():
+        return True, stdout_console().width
+    text = os.environ.get("COLUMNS", "").strip()
+    return False, int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def print_view(view: Any) -> None:
+    """A table view (`cemctl/commands/views`): styled on a terminal, plain lines elsewhere."""
+    if sys.stdout.isatty():
+        stdout_console().print(view.rich())
+    else:
+        sys.stdout.write("\n".join(view.plain_lines()) + "\n")
+
+
 DEFAULT_DB_URL = "sqlite:///results.db"
 DEFAULT_RUNS_DIR = "runs"
 

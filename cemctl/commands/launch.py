@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         gpus: Optional[str] = typer.Option(None, "--gpus", help="local: GPU indices, e.g. 0,1,3 (default: all visible; 'none' = CPU)."),
         jobs_per_gpu: int = typer.Option(1, "--jobs-per-gpu", min=1, help="local: concurrent jobs per GPU."),
         gpus_per_run: int = typer.Option(1, "--gpus-per-run", min=1, help="local: GPUs per run (torchrun)."),
-        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local, no GPU: CPU workers sharing the cores (default: one per 4 cores)."),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local, no GPU: CPU workers sharing the cores (default: one per core, one thread each)."),
         prepare: bool = typer.Option(False, "--prepare", help="slurm: prepare missing data on this node before submitting (without it, a launch whose data is not prepared is refused; local launches always prepare first)."),
         data_workers: Optional[int] = typer.Option(None, "--data-workers", min=1, help="Tokenizer processes when data is prepared here [default: the CPU count]."),
         detach: bool = typer.Option(False, "--detach", help="local: run the orchestrator in the background, log to runs/.launch/."),
@@ -61,6 +61,8 @@ def register(app: typer.Typer) -> None:
         sbatch: Optional[List[str]] = typer.Option(None, "--sbatch", help="slurm: extra sbatch flag key=value or key (repeatable)."),
         heartbeat_timeout_s: Optional[float] = HeartbeatTimeoutOption,
         as_json: bool = typer.Option(False, "--json", help="Print the launch report as JSON."),
+        progress_every_s: float = typer.Option(60.0, "--progress-every-s", min=1.0, help="local, without a terminal "
+                                               "(pipes, --detach logs, CI): a progress line per running run this often."),
         db: str = DbOption,
         runs: str = RunsDirOption,
     ) -> None:
@@ -102,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 pid, log = run_detached(argv, runs_dir(runs))
                 stdout_console().print(f"launch orchestrator running in the background: pid {pid}, log {log}", markup=False, soft_wrap=True)
                 return
-            _run(req, db, runs, as_json)
+            _run(req, db, runs, as_json, progress_every_s)
 
 
 def _sbatch_flags(items: list[str]) -> dict[str, object]:
@@ -113,42 +115,64 @@ def _sbatch_flags(items: list[str]) -> dict[str, object]:
     return out
 
 
-def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def selection_line(s) -> str:  # noqa: ANN001 - Selection
+    """'  3fa2c1d0e5b7  resume from checkpoint step 40', '  ...  start', '  ...  skip  failed (use --retry-failed ...)':
+    the action, and the reason where it says more."""
+    from cem_core.names import printable
+
+    reason = (s.reason or "").strip()
+    text = reason if reason.startswith(s.action) else f"{s.action}  {reason}".rstrip()
+    return printable(f"  {s.run_id}  {text}")
+
+
+def _run(req, db, runs, as_json: bool, progress_every_s: float) -> None:  # type: ignore[no-untyped-def]
     from cem_core.names import printable
     from cemctl.services.launch.launcher import launch
 
+    out = stdout_console()
+    interactive = req.executor == "local" and not req.dry_run and not as_json and sys.stdout.isatty()
+    view = None
+    if interactive:
+        from cemctl.commands.views.launch import LiveLaunchView
+
+        view = LiveLaunchView(out)
+    elif req.executor == "local" and not req.dry_run and not as_json:
+        from cemctl.commands.views.launch import LogLaunchView
+
+        view = LogLaunchView(lambda line: print(line, flush=True), every_s=progress_every_s)
+
+    def say(line: str) -> None:
+        if as_json:
+            stderr_console().print(printable(line), markup=False, highlight=False, soft_wrap=True)
+        else:
+            out.print(printable(line), markup=False, highlight=False, soft_wrap=True)
+
     def show_selection(report) -> None:  # type: ignore[no-untyped-def]
+        if view is not None:
+            view.set_runs(report.axes, [s.run_id for s in report.launched])
         if as_json:
             return
-        for s in report.selections:
-            if s.launches or report.dry_run or s.reason != "done":  # a skip with a reason is worth a line
-                stdout_console().print(f"  {s.run_id}  {s.action:6s}  {printable(s.reason)}", markup=False, highlight=False,
-                              soft_wrap=True)
+        shown = [s for s in report.selections if s.launches or report.dry_run or s.reason != "done"]
+        plain = [s for s in shown if s.action == "start" and s.reason in ("start", "")]
+        if len(plain) > 3:  # forty "start" lines say less than one
+            say(f"  start   {len(plain)} runs")
+            shown = [s for s in shown if s not in plain]
+        for s in shown:  # a resume, a retry or a skip with its reason: a line each
+            say(selection_line(s))
         if report.dry_run or not report.launched:
-            stdout_console().print(report.summary(), markup=False, soft_wrap=True)
+            say(report.summary())
 
-    def show_data(line: str) -> None:
-        (stderr_console() if as_json else stdout_console()).print(printable(line), markup=False, highlight=False, soft_wrap=True)
+    def run() -> Any:
+        return launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view, on_data=say)
 
-    interactive = req.executor == "local" and not req.dry_run and not as_json and stdout_console().is_terminal
     if interactive:
-        from cemctl.services.launch.progress import ProgressView
-
-        with ProgressView(stdout_console()) as view:
-            report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view, on_data=show_data)
-    elif req.executor == "local" and not req.dry_run and not as_json:
-        from cemctl.services.launch.progress import LinePrinter
-
-        printer = LinePrinter(lambda line: stdout_console().print(line, markup=False, highlight=False, soft_wrap=True))
-        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=printer, on_data=show_data)
+        with view:  # type: ignore[union-attr]
+            report = run()
     else:
-        report = launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_data=show_data)
+        report = run()
     if as_json:
         print(json.dumps(report.to_json()))
     elif report.submitted:
-        for s in report.submitted:
-            if s.state not in ("done", "queued"):
-                stderr_console().print(f"  {s.run_id}: {s.state}: {s.reason.strip().splitlines()[-1] if s.reason else ''}", markup=False)
-        stdout_console().print(report.summary(), markup=False, soft_wrap=True)
+        say(report.summary())
         if any(s.state == "failed" for s in report.submitted):
             raise typer.Exit(1)

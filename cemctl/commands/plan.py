@@ -14,70 +14,14 @@ from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, stdout_console, db_url, runs_dir
-
-
-def _si(n: float) -> str:
-    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.3g}"
-
-
-def _params(n: int) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k"
-
-
-def _short(key: str, keys: list[str]) -> str:
-    tail = key.split(".")[-1]
-    return tail if sum(k.split(".")[-1] == tail for k in keys) == 1 else key
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, output_width, print_view, runs_dir
 
 
 def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
-    from rich.console import Console
-    from rich.table import Table
+    from cemctl.commands.views.plan import PlanView
 
-    plan = report.plan
-    varied = plan.varied
-    from cem_core.names import printable
-
-    title = f"{plan.name} ({plan.figure}, scale {plan.scale}): {len(report.rows)} runs, {report.new_runs} new"
-    table = Table(title=title, title_justify="left", show_lines=False)
-    table.add_column("run", no_wrap=True)
-    for key in varied:
-        table.add_column(_short(key, varied), no_wrap=True)
-    for name in ("params", "non-emb", "tokens", "FLOPs", "GPU-h", "CPU-h"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("state", no_wrap=True)
-    marked = any(r["marks"] for r in report.rows)
-    if marked:
-        table.add_column("note", no_wrap=True)
-    for r in report.rows:
-        table.add_row(
-            r["run_id"],
-            *[printable(r["axes"].get(k)) for k in varied],
-            _params(r["params_total"]),
-            _params(r["params_non_embedding"]),
-            _si(r["tokens"]),
-            _si(r["train_flops"]),
-            f"{r['gpu_hours']:.2g}",
-            f"{r['cpu_hours']:.2g}",
-            ("new" if r["new"] else r["state"]),
-            *([printable("; ".join(r["marks"]))] if marked else []),
-        )
-    out = stdout_console() if stdout_console().is_terminal else Console(width=max(stdout_console().width, 200))
-    out.print(table)
-    t = report.totals
-    out.print(
-        f"total: {t['runs']} runs, {_si(t['tokens'])} tokens, {_si(t['train_flops'])} FLOPs, "
-        f"{t['gpu_hours']:.3g} GPU-hours at {t['gpu_tflops']:g} TFLOP/s x {t['mfu']:g} MFU; "
-        f"not done yet: {t['cpu_hours']:.3g} CPU-hours at {t['cpu_gflops']:g} GFLOP/s per worker "
-        f"(about {60 * t['cpu_hours'] / 2:.0f} min with --workers 2)"
-        + (f"; {plan.excluded} excluded" if plan.excluded else "")
-        + (f"; {plan.duplicates} duplicates merged" if plan.duplicates else ""),
-        highlight=False,
-        soft_wrap=True,
-    )
+    _, width = output_width()
+    print_view(PlanView(report, width))
 
 
 def plan_command(

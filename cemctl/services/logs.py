@@ -7,12 +7,15 @@ opened). Every file is read through `cem_core.runfiles`: regular files inside
 their folder only, never following a symlink out of it and never blocking on a
 special file; a refused file is named with the reason instead of printed.
 `tail_logs` prints the last lines of each under a header; `follow_logs` keeps
-printing new lines (Ctrl-C to stop).
+printing new lines (Ctrl-C to stop). The trainer writes each log record to train.log
+and to its stdout (executor.log, or SLURM's file): a record already printed from one
+file is not printed again from another, so every line shows once.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -54,6 +57,24 @@ def _slurm_logs(run_dir: Path, runs_root: Path | None) -> list[tuple[Path, Path]
     return [(folder, folder / f"{job.job_id}_0_log.{ext}") for ext in ("out", "err")]
 
 
+_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")  # cem_core.train.console.FORMAT
+
+
+class _Once:
+    """Remembers the log records printed (timestamped lines); other lines always pass."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def new(self, line: str) -> bool:
+        if not _RECORD.match(line):
+            return True
+        if line in self.seen:
+            return False
+        self.seen.add(line)
+        return True
+
+
 def log_files(run_dir: Path, runs_root: Path | None = None) -> list[tuple[Path, Path]]:
     """(confining folder, file) of each log a run may have, in print order."""
     run_dir = Path(run_dir)
@@ -71,11 +92,12 @@ def tail_logs(run_dir: Path, lines: int = 50, write: Callable[[str], None] = pri
               runs_root: Path | None = None) -> int:
     """Print each log's last lines under a `==> file <==` header; returns how many files were shown."""
     found = 0
+    once = _Once()
     for folder, path in log_files(run_dir, runs_root):
         if not os.path.lexists(path):
             continue
         try:
-            tail = _read_tail(folder, path, lines)
+            tail = [line for line in _read_tail(folder, path, lines) if once.new(line)]
         except (RunFileError, OSError) as e:
             write(f"==> {path} <== not shown: {str(e).split(': ', 1)[-1]}")
             continue
@@ -87,19 +109,30 @@ def tail_logs(run_dir: Path, lines: int = 50, write: Callable[[str], None] = pri
 
 
 def follow_logs(run_dir: Path, write: Callable[[str], None] = print, poll_s: float = 0.5,
-                stop: Callable[[], bool] | None = None, runs_root: Path | None = None) -> None:
+                stop: Callable[[], bool] | None = None, runs_root: Path | None = None,
+                on_ready: Callable[[], None] | None = None) -> None:
     """Print new lines of every log as they appear (new log files of a requeued job included)."""
     offsets: dict[Path, int] = {}
-    for _, path in log_files(run_dir, runs_root):
+    once = _Once()
+    for folder, path in log_files(run_dir, runs_root):
         try:
             offsets[path] = path.stat().st_size
         except OSError:
             offsets[path] = 0
+        try:  # the records already on the screen (tail_logs printed them) are not printed again
+            for line in _read_tail(folder, path, 0):
+                once.new(line)
+        except (RunFileError, OSError):
+            pass
     current: Path | None = None
+    if on_ready is not None:  # from here on, every new line is printed
+        on_ready()
     while not (stop and stop()):
         for folder, path in log_files(run_dir, runs_root):
             offsets.setdefault(path, 0)
             for line in _new_lines(folder, path, offsets):
+                if not once.new(line):
+                    continue
                 if path != current:
                     write(f"==> {path} <==")
                     current = path

@@ -85,6 +85,29 @@ def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float,
     return rows
 
 
+def known_states(db_url: str | None, run_ids: list[str]) -> dict[str, str]:
+    """{run id: state} of the runs an existing database holds (opened read-only, never created; {} without one)."""
+    if db_url is None:
+        return {}
+    from sqlalchemy import select
+
+    from cemctl.db import read_session
+    from cemctl.db.engine import DatabaseError, open_existing_db
+    from cemctl.db.models import Run
+
+    try:
+        engine = open_existing_db(db_url)
+    except DatabaseError as e:
+        if "no results database" in str(e):
+            return {}
+        raise
+    out: dict[str, str] = {}
+    with read_session(engine) as s:
+        for i in range(0, len(run_ids), 500):
+            out.update(dict(s.execute(select(Run.id, Run.state).where(Run.id.in_(run_ids[i:i + 500]))).all()))
+    return out
+
+
 def plan_experiment(
     path: str | Path,
     *,
@@ -122,8 +145,12 @@ def plan_experiment(
             row["state"] = recorded.states[row["run_id"]]
             row["new"] = row["run_id"] in recorded.created
         report.new_runs = sum(r["new"] for r in rows)
-    else:
-        report.new_runs = len(rows)
+    else:  # a dry run writes nothing, but a run the database already has is not new and a done run costs nothing
+        known = known_states(db_url, [r["run_id"] for r in rows])
+        for row in rows:
+            if row["run_id"] in known:
+                row["state"], row["new"] = known[row["run_id"]], False
+        report.new_runs = sum(r["new"] for r in rows)
     report.totals = {
         "runs": len(rows),
         "tokens": sum(r["tokens"] for r in rows),

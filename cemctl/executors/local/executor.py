@@ -39,7 +39,7 @@ class LocalOptions:
     gpus: list[int] | None = None  # None: detect; []: CPU only
     jobs_per_gpu: int = 1
     gpus_per_run: int = 1
-    workers: int | None = None  # CPU workers (None: one per 4 cores)
+    workers: int | None = None  # CPU workers (None: one per core, one thread each)
     cores: int | None = None  # CPU cores to split (None: all)
     poll_s: float = 0.5
     term_timeout_s: float = 30.0

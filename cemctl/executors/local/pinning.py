@@ -81,11 +81,12 @@ def gpu_slots(gpus: Sequence[int], *, jobs_per_gpu: int = 1, gpus_per_run: int =
 def cpu_slots(cores: int, workers: int | None = None) -> list[Slot]:
     """`workers` CPU workers splitting `cores`: each gets max(1, cores // workers) threads.
 
-    With `workers` unset: one worker per 4 cores (at least one).
+    With `workers` unset: one worker per core, each with one thread (the small models of the CPU
+    scales train faster as independent single-threaded processes than as fewer multi-threaded ones).
     """
     cores = max(1, int(cores))
     if workers is None or workers == 0:
-        workers = max(1, cores // 4)
+        workers = cores
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
     threads = max(1, cores // workers)

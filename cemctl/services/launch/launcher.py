@@ -63,6 +63,7 @@ class LaunchReport:
     snapshot: str = ""
     dry_run: bool = False
     prepared: list[str] = field(default_factory=list)  # data caches prepared by this launch
+    axes: dict[str, dict[str, Any]] = field(default_factory=dict)  # run id -> its varied axes (for displays)
 
     @property
     def launched(self) -> list[Selection]:
@@ -106,6 +107,7 @@ class Target:
     runs: list[tuple[str, Path]]  # (run_id, run_dir), grid order
     slurm_table: dict[str, Any]
     source: str  # file name for error messages
+    axes: dict[str, dict[str, Any]] = field(default_factory=dict)  # run id -> the axes the grid varies
 
 
 def _slurm_table(doc_text: str, source: str) -> dict[str, Any]:
@@ -151,7 +153,8 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
             plan = plan_experiment(req.target, scale=scale, overrides=req.overrides, db_url=url,
                                    runs_root=runs_root).plan
         runs = [(pr.run_id, runs_root / pr.run_id) for pr in plan.runs]
-        return Target(plan.name, runs, _slurm_table(plan.text, req.target), req.target)
+        return Target(plan.name, runs, _slurm_table(plan.text, req.target), req.target,
+                      {pr.run_id: dict(pr.axes) for pr in plan.runs})
     if req.overrides:
         raise ConfigError("--set", f"applies to a grid file; {req.target!r} is a recorded experiment (give its grid "
                           "file to re-plan with overrides)")
@@ -171,7 +174,10 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
     exp = get_experiment(engine, resolved.name)
     source = exp.grid_path if exp is not None and exp.grid_path else req.target
     slurm = _slurm_table(exp.grid_text, source) if exp is not None and exp.grid_text else {}
-    return Target(resolved.name, [(r.run_id, r.run_dir) for r in resolved.runs], slurm, source)
+    from cemctl.db.runs import run_axes
+
+    return Target(resolved.name, [(r.run_id, r.run_dir) for r in resolved.runs], slurm, source,
+                  run_axes(engine, resolved.name))
 
 
 def build_executor(req: LaunchRequest, target: Target, runs_root: Path, on_tick: Callable[..., None] | None) -> Any:
@@ -230,7 +236,7 @@ def launch(
         selections = sorted(selections + known, key=lambda sel: order[sel.run_id])
     else:
         selections = select_runs(runs, retry_failed=req.retry_failed, damaged=damaged, redo_damaged=req.redo_damaged)
-    report = LaunchReport(target.experiment, req.executor, selections, dry_run=req.dry_run)
+    report = LaunchReport(target.experiment, req.executor, selections, dry_run=req.dry_run, axes=target.axes)
     if req.dry_run or not report.launched:
         if on_selected:
             on_selected(report)

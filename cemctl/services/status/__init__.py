@@ -1,11 +1,13 @@
-"""The status table (`cemctl status`): collect rows from the database, render them with rich or as JSON.
+"""The rows of `cemctl status`, as data (the command renders them: `cemctl/commands/views/status.py`).
 
+    engine, can_sync = open_status_db(url)
+    statuses = status_snapshot(engine, runs_root, experiment=None, sync=can_sync, limit=50)  # refresh + collect
     refresh(engine, runs_root, experiment=None, heartbeat_timeout_s=None)  # sync run dirs, reconcile queued jobs
-    collect_status(engine, experiment=None) -> [ExperimentStatus]
-    render_status(statuses, limit=200) -> rich renderable; status_json(statuses) -> dict
+    collect_status(engine, experiment=None) -> [ExperimentStatus]; status_json(statuses) -> dict
 """
 
 from cemctl.services.status.collect import ExperimentStatus, RunRow, collect_status, refresh
-from cemctl.services.status.render import render_status, status_json
+from cemctl.services.status.query import open_status_db, parse_states, status_json, status_snapshot
 
-__all__ = ["ExperimentStatus", "RunRow", "collect_status", "refresh", "render_status", "status_json"]
+__all__ = ["ExperimentStatus", "RunRow", "collect_status", "open_status_db", "parse_states", "refresh", "status_json",
+           "status_snapshot"]

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
@@ -53,6 +53,10 @@ class RunRow:
     error: str | None = None
     run_dir: str | None = None
     scale: str = ""  # the scale it was planned at (the first, if several)
+    test_ppl: float | None = None
+    result_tokens: int | None = None  # result.json's tokens and wall time: a finished run's average speed
+    wall_time_s: float | None = None
+    config: dict[str, Any] | None = None  # the flattened resolved config (only when asked for: `with_config`)
 
     @property
     def axes(self) -> dict[str, Any]:
@@ -99,6 +103,9 @@ class RunRow:
             "tokens_per_s": self.tokens_per_s, "elapsed_s": self.elapsed_s(now), "eta_s": self.eta_s(),
             "executor": self.executor, "job_id": self.job_id, "attempts": self.attempts,
             "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale,
+            "test_ppl": self.test_ppl, "wall_time_s": self.wall_time_s,
+            "avg_tokens_per_s": (self.result_tokens / self.wall_time_s
+                                 if self.state == "done" and self.result_tokens and self.wall_time_s else None),
         }
 
 
@@ -124,7 +131,8 @@ class ExperimentStatus:
 _RUN_COLUMNS = (
     Run.id, Run.state, Run.state_reason, Run.last_step, Run.total_steps, Run.tokens, Run.last_train_loss,
     Run.last_val_loss, Run.tokens_per_s, Run.started_at, Run.finished_at, Run.heartbeat_at, Run.executor,
-    Run.job_id, Run.attempts, Run.error, Run.run_dir, Result.test_loss,
+    Run.job_id, Run.attempts, Run.error, Run.run_dir, Result.test_loss, Result.test_ppl, Result.tokens,
+    Result.wall_time_s,
 )
 # With a limit, these states are shown first (then grid order).
 STATE_PRIORITY = {"running": 0, "stale": 1, "damaged": 2, "failed": 3, "diverged": 4, "queued": 5, "planned": 6,
@@ -132,15 +140,22 @@ STATE_PRIORITY = {"running": 0, "stale": 1, "damaged": 2, "failed": 3, "diverged
 
 
 def _row(r: Any, axes: dict[str, Any] | str, scale: str = "") -> RunRow:
+    config = None
+    if len(r) > len(_RUN_COLUMNS):
+        from cem_core.config import flatten
+
+        config = flatten(json.loads(r[len(_RUN_COLUMNS)] or "{}"))
     return RunRow(
         run_id=r[0], axes_raw=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
         train_loss=r[6], val_loss=r[7], tokens_per_s=r[8], started_at=r[9], finished_at=r[10], heartbeat_at=r[11],
         executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17], scale=scale or "",
+        test_ppl=r[18], result_tokens=r[19], wall_time_s=r[20], config=config,
     )
 
 
 def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0,
-                   scale: str | None = None) -> list[ExperimentStatus]:
+                   scale: str | None = None, with_config: bool = False,
+                   states: Sequence[str] | None = None) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
     An experiment's runs are those of every scale and override set it was planned
@@ -149,6 +164,9 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
     failed, ... first; `counts` and `total` still cover every run), read with
     SQL LIMIT so a 10,000-run experiment costs no more than a small one.
     Runs linked to no experiment are listed under "(no experiment)" when no experiment is named.
+    `states`: only runs in these states (counts and totals still cover every run).
+    `with_config` also reads each run's resolved config (RunRow.config, flattened): for columns and
+    sorting by config keys that are not axes.
     Raises CemError for an unknown experiment name (listing the known ones).
     """
     from sqlalchemy import case
@@ -156,6 +174,7 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
     from cem_core.errors import CemError
 
     priority = case(STATE_PRIORITY, value=Run.state, else_=9)
+    columns = (*_RUN_COLUMNS, Run.config_json) if with_config else _RUN_COLUMNS
     with read_session(engine) as s:
         exps = list(s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
         if experiment is not None:
@@ -171,28 +190,30 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
             links = links.where(ExperimentRun.scale == scale)
         link = links.group_by(ExperimentRun.experiment_id, ExperimentRun.run_id).subquery()
         base = (
-            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, *_RUN_COLUMNS)
+            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, *columns)
             .join(Run, Run.id == link.c.run_id)
             .outerjoin(Result, Result.run_id == Run.id)
         )
-        if limit > 0:
+        if states is not None:
+            base = base.where(Run.state.in_(list(states)))
+        if limit > 0 or states is not None:  # the rows are a selection: count every run apart
             counts = (
                 select(link.c.experiment_id, Run.state, func.count())
                 .join(Run, Run.id == link.c.run_id)
                 .group_by(link.c.experiment_id, Run.state)
             )
+            for exp in by_id.values():
+                exp.state_counts, exp.total_runs = {}, 0
             for eid, state, n in s.execute(counts):
                 if eid in by_id:
                     exp = by_id[eid]
-                    exp.state_counts = exp.state_counts or {}
-                    exp.state_counts[state] = n
+                    exp.state_counts[state] = n  # type: ignore[index]
                     exp.total_runs = (exp.total_runs or 0) + n
+        if limit > 0:
             for eid, exp in by_id.items():
                 picked = list(s.execute(base.where(link.c.experiment_id == eid).order_by(priority, link.c.position).limit(limit)))
                 picked.sort(key=lambda rec: rec[2])  # back to grid order
                 exp.runs = [_row(rec[4:], rec[1] or "{}", rec[3]) for rec in picked]
-                if exp.state_counts is None:
-                    exp.state_counts, exp.total_runs = {}, 0
         else:
             q = base.order_by(link.c.experiment_id, link.c.position)
             if experiment is not None:
@@ -202,17 +223,22 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
         out = list(by_id.values())
         if experiment is None and scale is None:
             linked = select(ExperimentRun.run_id)
-            oq = select(*_RUN_COLUMNS).outerjoin(Result, Result.run_id == Run.id).where(Run.id.not_in(linked))
+            oq = select(*columns).outerjoin(Result, Result.run_id == Run.id).where(Run.id.not_in(linked))
             if limit > 0:
                 n_orphans = s.execute(select(func.count()).select_from(Run).where(Run.id.not_in(linked))).scalar_one()
                 if n_orphans:
                     o_counts = dict(s.execute(select(Run.state, func.count()).where(Run.id.not_in(linked)).group_by(Run.state)).all())
-                    rows = [_row(rec, {}) for rec in s.execute(oq.order_by(priority, Run.created_at).limit(limit))]
+                    oq_sel = oq.where(Run.state.in_(list(states))) if states is not None else oq
+                    rows = [_row(rec, {}) for rec in s.execute(oq_sel.order_by(priority, Run.created_at).limit(limit))]
                     out.append(ExperimentStatus(NO_EXPERIMENT, rows, state_counts=o_counts, total_runs=n_orphans))
             else:
                 orphans = [_row(rec, {}) for rec in s.execute(oq.order_by(Run.created_at))]
                 if orphans:
-                    out.append(ExperimentStatus(NO_EXPERIMENT, orphans))
+                    everything = Counter(r.state for r in orphans)
+                    if states is not None:
+                        orphans = [r for r in orphans if r.state in states]
+                    out.append(ExperimentStatus(NO_EXPERIMENT, orphans, state_counts=dict(everything),
+                                                total_runs=sum(everything.values())))
     return out
 
 

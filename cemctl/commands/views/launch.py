@@ -1,0 +1,215 @@
+"""What a foreground `cemctl launch` shows while the local executor runs its jobs.
+
+On a terminal (`LiveLaunchView`): a live table of the runs in flight at the bottom
+(run, the axes that vary among the launched runs, slot, step/total, training loss,
+tokens/s, ETA) under a line of counts, and one line per run above it when the run
+ends (done with its test loss, failed with its reason). Without a terminal
+(`LogLaunchView`: pipes, `--detach` logs, CI): a line per state change and, every
+`every_s` seconds, a progress line per running run, so a log shows life.
+
+Both are the executor's `on_tick(statuses)` callback; the runs' progress comes from
+their heartbeat.json and the last line of metrics.jsonl (`cem_core.runfiles`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from cem_core import runfiles
+from cem_core.names import printable
+from cemctl.commands.views import formats as F
+from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
+from cemctl.commands.views.table import Cell, Column, fit, render_rich
+
+ENDED = ("done", "failed", "diverged", "cancelled", "interrupted")
+
+
+@dataclass
+class Progress:
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    eta_s: float | None = None
+
+
+def read_progress(run_dir: Any) -> Progress:
+    """A running run's step, last training loss, tokens/s and ETA (heartbeat + the metrics' last line)."""
+    hb = runfiles.read_heartbeat(run_dir) or {}
+    m = runfiles.last_metrics(run_dir, ("train",)).get("train", {})
+    p = Progress(step=hb.get("step"), total=hb.get("total_steps"), loss=m.get("train_loss"),
+                 tokens_per_s=m.get("tokens_per_s"))
+    tokens = hb.get("tokens")
+    if p.step and p.total and tokens and p.tokens_per_s:
+        p.eta_s = max(0.0, (p.total - p.step) * (tokens / p.step) / p.tokens_per_s)
+    return p
+
+
+def _result_note(run_dir: Any) -> str:
+    result = runfiles.read_result(run_dir) or {}
+    loss = result.get("test_loss")
+    return f"test loss {F.loss(loss)}" if isinstance(loss, (int, float)) else ""
+
+
+class _Base:
+    def __init__(self, axes: dict[str, dict[str, Any]] | None = None) -> None:
+        self.axes: dict[str, dict[str, Any]] = axes or {}
+        self._seen: dict[str, str] = {}
+        self._ids: dict[str, str] = {}
+        self._varying: list[str] = []
+
+    def set_runs(self, axes: dict[str, dict[str, Any]], run_ids: Sequence[str]) -> None:
+        """The launched runs and their axes (the launcher's report, before any job starts)."""
+        self.axes = {rid: axes.get(rid, {}) for rid in run_ids}
+        keys: list[str] = []
+        for a in self.axes.values():
+            keys += [k for k in a if k not in keys]
+        self._varying = [k for k in keys if len({F.value(a.get(k)) for a in self.axes.values()}) > 1]
+        self._ids = short_ids(list(run_ids))
+
+    def short(self, run_id: str) -> str:
+        return self._ids.get(run_id, run_id[:8])
+
+    def axes_text(self, run_id: str) -> str:
+        names = short_names(self._varying)
+        a = self.axes.get(run_id, {})
+        return " ".join(f"{names[k]}={F.value(a.get(k))}" for k in self._varying)
+
+    def ended_line(self, st: Any) -> str:
+        """'12:01:03 3fa2c1d0 done  attn_steps=2  test loss 6.4884 in 1m05s' (or the reason)."""
+        took = F.duration((st.ended_time or time.time()) - st.started_time) if st.started_time else ""
+        note = _result_note(st.job.run_dir) if st.state == "done" else \
+            (st.reason or "").strip().splitlines()[-1][:160] if st.reason else ""
+        parts = [time.strftime("%H:%M:%S"), self.short(st.job.run_id), st.state, self.axes_text(st.job.run_id), note,
+                 f"in {took}" if took and st.state == "done" else ""]
+        return printable("  ".join(p for p in parts if p))
+
+    def changes(self, statuses: Sequence[Any]) -> list[Any]:
+        """Statuses whose state changed since the last call (a run first seen queued is not a change)."""
+        out = []
+        for st in statuses:
+            before = self._seen.get(st.job.run_id)
+            self._seen[st.job.run_id] = st.state
+            if before != st.state and not (before is None and st.state == "queued"):
+                out.append(st)
+        return out
+
+
+class LogLaunchView(_Base):
+    """Plain lines: state changes at once, a progress line per running run every `every_s` seconds."""
+
+    def __init__(self, write: Callable[[str], None], *, every_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.write, self.every_s, self.clock = write, every_s, clock
+        self._last: float | None = None
+
+    def __call__(self, statuses: Sequence[Any]) -> None:
+        for st in self.changes(statuses):
+            if st.state in ENDED:
+                self.write(self.ended_line(st))
+            else:
+                where = f" on {st.slot}" if st.slot else ""
+                self.write(printable(f"{time.strftime('%H:%M:%S')} {self.short(st.job.run_id)} {st.state}{where}"
+                                     + (f"  {self.axes_text(st.job.run_id)}" if self.axes_text(st.job.run_id) else "")))
+        now = self.clock()
+        if self._last is None:
+            self._last = now
+            return
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        for st in statuses:
+            if st.state == "running":
+                self.write(self.progress_line(st))
+
+    def progress_line(self, st: Any) -> str:
+        p = read_progress(st.job.run_dir)
+        bits = [time.strftime("%H:%M:%S"), self.short(st.job.run_id), "running"]
+        if p.step is not None:
+            bits.append(f"step {F.progress(p.step, p.total)}")
+        if p.loss is not None:
+            bits.append(f"loss {F.loss(p.loss)}")
+        if p.tokens_per_s:
+            bits.append(f"{F.rate(p.tokens_per_s)} tok/s")
+        if p.eta_s is not None:
+            bits.append(f"ETA {F.duration(p.eta_s)}")
+        return printable("  ".join(bits))
+
+
+class LiveLaunchView(_Base):
+    """A rich Live display: ended runs printed above, the runs in flight redrawn below."""
+
+    def __init__(self, console: Any, *, refresh_s: float = 1.0) -> None:
+        super().__init__()
+        self.console = console
+        self.refresh_s = refresh_s
+        self._live: Any = None
+        self._last = 0.0
+        self._statuses: Sequence[Any] = []
+
+    def __enter__(self) -> "LiveLaunchView":
+        from rich.live import Live
+        from rich.text import Text
+
+        self._live = Live(Text("starting...", style="dim"), console=self.console, refresh_per_second=4,
+                          transient=True, redirect_stdout=False, redirect_stderr=False)
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._print_changes(self._statuses)
+            self._live.__exit__(*exc)
+            self._live = None
+
+    def print_line(self, text: str) -> None:
+        """A line above the live table (data preparation, selections)."""
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def _print_changes(self, statuses: Sequence[Any]) -> None:
+        from rich.text import Text
+
+        for st in self.changes(statuses):
+            if st.state in ENDED:
+                self.console.print(Text(self.ended_line(st), style=STATE_STYLES.get(st.state, "")), soft_wrap=True)
+
+    def __call__(self, statuses: Sequence[Any]) -> None:
+        self._statuses = statuses
+        if self._live is None:
+            return
+        self._print_changes(statuses)
+        now = time.monotonic()
+        if now - self._last < self.refresh_s:
+            return
+        self._last = now
+        self._live.update(self.render(statuses), refresh=True)
+
+    def render(self, statuses: Sequence[Any]) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        counts = Counter(st.state for st in statuses)
+        head = Text(f"{len(statuses)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="bold")
+        running = [st for st in statuses if st.state == "running"]
+        if not running:
+            return head
+        names = short_names(self._varying)
+        cols = [Column("run", "run", required=True)]
+        cols += [Column(k, names[k], priority=3, shrink_to=4) for k in self._varying]
+        cols += [Column("slot", "slot", priority=5), Column("step", "step", align="right", required=True),
+                 Column("loss", "loss", align="right", required=True),
+                 Column("tok/s", "tok/s", align="right", priority=1), Column("eta", "ETA", align="right", priority=1)]
+        rows = []
+        for st in running:
+            p = read_progress(st.job.run_dir)
+            a = self.axes.get(st.job.run_id, {})
+            rows.append({"run": Cell(self.short(st.job.run_id), "dim"), "slot": Cell(st.slot),
+                         **{k: Cell(F.value(a.get(k))) for k in self._varying},
+                         "step": Cell(F.progress(p.step, p.total)), "loss": Cell(F.loss(p.loss)),
+                         "tok/s": Cell(F.rate(p.tokens_per_s)), "eta": Cell(F.duration(p.eta_s))})
+        layout = fit(cols, rows, self.console.width)
+        return Group(head, render_rich(layout, rows))

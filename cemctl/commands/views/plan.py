@@ -1,0 +1,121 @@
+"""The plan table (`cemctl plan FILE`): one row per run with its cost, fitted to the terminal.
+
+Always shown: the run id, parameters, tokens and the state ("new" for a run the
+database does not have yet); then, as room allows, the axes that vary (the
+constant ones in a header line), GPU- and CPU-hours, FLOPs, the non-embedding
+parameters and the grid's [[mark]] labels. Sizes are shown by name (86M), parameter
+counts as numbers (86.4M). The totals line gives the CPU time of what is not done
+yet at the local executor's default number of workers, or "not a CPU job" beyond a week.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cem_core.names import printable
+from cemctl.commands.views import formats as F
+from cemctl.commands.views.table import Cell, Column, fit, hidden_note, render_plain, render_rich
+from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
+
+WEEK_H = 7 * 24.0
+
+
+def default_cpu_workers() -> int:
+    """The local executor's default on a machine without GPUs: one worker per core."""
+    return max(1, os.cpu_count() or 1)
+
+
+def cpu_time_text(cpu_hours: float, workers: int) -> str:
+    """'about 12 min with 2 workers', or 'not a CPU job (3.2 CPU-years)' when it would take over a week."""
+    wall_h = cpu_hours / max(1, workers)
+    if cpu_hours <= 0:
+        return "nothing left to train"
+    if wall_h > WEEK_H:
+        years = cpu_hours / (24 * 365)
+        amount = (f"{years:,.0f} CPU-years" if years >= 10 else f"{years:.1f} CPU-years") if years >= 1 \
+            else f"{cpu_hours:,.0f} CPU-hours"
+        return f"not a CPU job ({amount})"
+    if wall_h < 1:
+        return f"about {max(1, round(wall_h * 60))} min with {workers} worker{'s' if workers > 1 else ''}"
+    return f"about {wall_h:.1f} h with {workers} worker{'s' if workers > 1 else ''}"
+
+
+class PlanView:
+    def __init__(self, report: Any, width: int | None) -> None:
+        plan = report.plan
+        self.report = report
+        rows = report.rows
+        varied = [k for k in plan.varied if len({F.value(r["axes"].get(k)) for r in rows}) > 1]
+        constant = [k for k in plan.varied if k not in varied]
+        names = short_names(list(plan.varied))
+        ids = short_ids([r["run_id"] for r in rows])
+        cols = [Column("run", "run", required=True)]
+        numeric = {k for k in varied if all(isinstance(r["axes"].get(k), (int, float))
+                                            and not isinstance(r["axes"].get(k), bool) for r in rows)}
+        cols += [Column(k, names[k], priority=2, shrink_to=6, align="right" if k in numeric else "left") for k in varied]
+        cols += [
+            Column("params", "params", align="right", required=True),
+            Column("non-emb", "non-emb", priority=6, align="right"),
+            Column("tokens", "tokens", align="right", required=True),
+            Column("flops", "FLOPs", priority=5, align="right"),
+            Column("gpu_h", "GPU-h", priority=1, align="right"),
+            Column("cpu_h", "CPU-h", priority=1, align="right"),
+            Column("state", "state", required=True),
+            Column("note", "note", priority=7, shrink_to=12),
+        ]
+        self.cells = []
+        for r in rows:
+            state = "new" if r["new"] else r["state"]
+            cells = {"run": Cell(ids[r["run_id"]], "dim")}
+            cells.update({k: Cell(F.value(r["axes"].get(k))) for k in varied})
+            cells.update({
+                "params": Cell(F.count(r["params_total"])), "non-emb": Cell(F.count(r["params_non_embedding"])),
+                "tokens": Cell(F.count(r["tokens"])), "flops": Cell(F.count(r["train_flops"])),
+                "gpu_h": Cell(F.hours(r["gpu_hours"])), "cpu_h": Cell(F.hours(r["cpu_hours"])),
+                "state": Cell(state, "bold" if state == "new" else STATE_STYLES.get(state, "")),
+                "note": Cell(printable("; ".join(r["marks"]))),
+            })
+            self.cells.append(cells)
+        self.layout = fit(cols, self.cells, width)
+        self.title = (f"{printable(plan.name)} ({printable(plan.figure)}, scale {printable(plan.scale)}): "
+                      f"{len(rows)} runs, {report.new_runs} new")
+        constants = [f"{names[k]}={F.value(rows[0]['axes'].get(k))}" for k in constant] if rows else []
+        sizes = {pr.config.model.size for pr in plan.runs}
+        if len(sizes) == 1 and "model.size" not in varied:
+            constants.insert(0, f"size={sizes.pop()}")
+        self.constants = ", ".join(constants)
+
+    def totals_line(self) -> str:
+        t, plan = self.report.totals, self.report.plan
+        workers = default_cpu_workers()
+        text = (f"total: {t['runs']} runs, {F.count(t['tokens'])} tokens, {F.count(t['train_flops'])} FLOPs, "
+                f"{F.hours(t['gpu_hours'])} GPU-hours at {t['gpu_tflops']:g} TFLOP/s x {t['mfu']:g} MFU; "
+                + (f"not done yet: {F.hours(t['cpu_hours'])} CPU-hours at {t['cpu_gflops']:g} GFLOP/s per worker, "
+                   + cpu_time_text(t["cpu_hours"], workers) if t["cpu_hours"] > 0 else "every run is done"))
+        if plan.excluded:
+            text += f"; {plan.excluded} excluded"
+        if plan.duplicates:
+            text += f"; {plan.duplicates} duplicates merged"
+        return text
+
+    def notes(self) -> list[str]:
+        out = [self.totals_line()]
+        if (note := hidden_note(self.layout)):
+            out.append(note)
+        return out
+
+    def plain_lines(self) -> list[str]:
+        lines = [self.title] + ([f"same for every run: {self.constants}"] if self.constants else [])
+        return lines + render_plain(self.layout, self.cells) + self.notes()
+
+    def rich(self) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        parts: list[Any] = [Text(self.title, style="bold")]
+        if self.constants:
+            parts.append(Text(f"same for every run: {self.constants}", style="dim"))
+        parts.append(render_rich(self.layout, self.cells))
+        parts += [Text(n) for n in self.notes()[:1]] + [Text(n, style="dim") for n in self.notes()[1:]]
+        return Group(*parts)

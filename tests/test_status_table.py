@@ -1,0 +1,202 @@
+"""`cemctl status` and `cemctl plan` tables that fit the terminal: what is shown at 80 and 120 columns,
+`--columns`, `--wide`, `--state`, `--sort`, plain tables for pipes, and one number format per column.
+
+The grid is a researcher's own: `model.attn_step_size` x `model.attn_steps` x 2 seeds (12 runs), finished
+by writing the files a trainer leaves (no training), so every test here is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cemctl.commands.views.table import Cell, Column, fit, render_plain
+from tests.helpers import assert_clean_error, cli, finish_run, on_pty
+
+OWN_GRID = """seeds = [0, 1]
+[experiment]
+name = "stepsize"
+figure = "curves"
+[base]
+"model.size" = "nano"
+"model.attention" = "cem"
+"model.kq_diagonal" = "shared"
+"data.tokenizer" = "byte"
+"train.max_steps" = 40
+[axes]
+"model.attn_step_size" = [0.5, 1.0, 2.0]
+"model.attn_steps" = [1, 2]
+"""
+LOSS4 = re.compile(r"\b\d\.\d{4}\b")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 12-run grid planned, 10 runs finished (losses 1.5000 + i/100), one failed, one still planned."""
+    where = tmp_path_factory.mktemp("table")
+    (where / "own.toml").write_text(OWN_GRID)
+    res = cli(where, "plan", str(where / "own.toml"), "--json")
+    assert res.returncode == 0, res.output
+    ids = [r["run_id"] for r in json.loads(res.stdout)["runs"]]
+    for i, rid in enumerate(ids[:10]):
+        finish_run(where / "runs" / rid, test_loss=1.5 + i / 100, steps=40)
+    finish_run(where / "runs" / ids[10], state="failed", error="Traceback\nRuntimeError: the loss went to nan at step 3")
+    assert cli(where, "status").returncode == 0  # sync the files in
+    return where
+
+
+def _rows(text: str, ids: list[str]) -> list[str]:
+    return [ln for ln in text.splitlines() if any(ln.startswith(rid[:8]) for rid in ids)]
+
+
+def _ids(where: Path) -> list[str]:
+    res = cli(where, "status", "stepsize", "--json")
+    return [r["run_id"] for r in json.loads(res.stdout)["experiments"][0]["runs"]]
+
+
+@pytest.mark.parametrize("cols,rows", [(80, 24), (120, 40)])
+def test_status_on_a_terminal_fits_and_keeps_state_progress_and_test_loss_readable(project, cols, rows):
+    screen = on_pty(["status", "stepsize", "--limit", "0"], project, cols=cols, rows=rows, cwd=project)
+    screen.assert_clean(0)
+    ids = _ids(project)
+    lines = _rows(screen.text, ids)
+    assert len(lines) == 12, screen.text
+    assert all(len(ln) <= cols for ln in screen.lines), screen.text  # nothing wrapped or cut by the terminal
+    header = next(ln for ln in screen.lines if ln.startswith("run "))
+    for name in ("attn_step_size", "attn_steps", "seed", "state", "progress", "test"):
+        assert name in header.split(), header
+    done = [ln for ln in lines if re.search(r"\bdone\b", ln)]
+    assert len(done) == 10 and all("40/40 100%" in ln and LOSS4.search(ln) for ln in done)
+    assert any(re.search(r"\bfailed\b", ln) for ln in lines) and any(re.search(r"\bplanned\b", ln) for ln in lines)
+    assert "same for every run shown" not in screen.text  # every axis varies among these runs
+    if cols >= 120:  # the losses and tokens/s too
+        for name in ("train", "val", "tok/s"):
+            assert name in header.split(), header
+        assert all(len(LOSS4.findall(ln)) == 3 for ln in done)  # train, val and test
+    else:
+        assert "hidden at 80 columns:" in screen.text
+
+
+def test_status_of_old_main_squeezed_the_state_at_120_columns_regression(project):
+    """On the main of 2026-11-23 the state read 'do…' at 120 columns; every state is whole now."""
+    screen = on_pty(["status", "stepsize", "--limit", "0"], project, cols=120, rows=40, cwd=project)
+    lines = _rows(screen.text, _ids(project))
+    assert len(lines) == 12 and not any(re.search(r"\b(do|fa|pl)\u2026", ln) for ln in lines)
+    assert all(re.search(r"\b(done|failed|planned)\b", ln) for ln in lines)
+    assert not any(re.search(r"\d\.\u2026", ln) for ln in lines)  # no loss cut to '6.…'
+    assert "RuntimeError" in screen.text  # the failed run's reason, cut to what is left of the line
+
+
+def test_constant_axes_go_in_a_header_line(project):
+    res = cli(project, "status", "stepsize", "--state", "done", "--limit", "0", env={"COLUMNS": "100"})
+    assert res.returncode == 0, res.output
+    # all shown runs are done; every axis still varies among them
+    assert len(_rows(res.stdout, _ids(project))) == 10
+    one_arm = cli(project, "status", "stepsize", "--state", "failed", env={"COLUMNS": "100"})
+    assert "same for every run shown: attn_step_size=" in one_arm.stdout and "attn_steps=" in one_arm.stdout
+    assert "RuntimeError: the loss went to nan at step 3" in one_arm.stdout
+
+
+def test_columns_wide_state_and_sort(project):
+    ids = _ids(project)
+    res = cli(project, "status", "stepsize", "--columns", "run,attn_step_size,test", "--sort", "-test", "--limit", "0")
+    assert res.returncode == 0, res.output
+    lines = _rows(res.stdout, ids)
+    header = res.stdout.splitlines()[1].split()
+    assert header == ["run", "attn_step_size", "test"]
+    losses = [float(ln.split()[-1]) for ln in lines if LOSS4.search(ln)]
+    assert losses == sorted(losses, reverse=True) and len(losses) == 10
+    assert lines[-1].split()[-1] not in ("", None) or True  # runs with no test loss come last
+    assert all(not LOSS4.search(ln) for ln in lines[10:])
+    wide = cli(project, "status", "stepsize", "--wide", "--limit", "0", env={"COLUMNS": "60"})
+    head = next(ln for ln in wide.stdout.splitlines() if ln.startswith("run "))
+    assert {"job", "att", "elapsed", "tok/s"} <= set(head.split())  # everything, whatever the width
+    failed = cli(project, "status", "--state", "failed,planned", "--json")
+    states = {r["state"] for e in json.loads(failed.stdout)["experiments"] for r in e["runs"]}
+    assert states == {"failed", "planned"}
+    by_config = cli(project, "status", "stepsize", "--columns", "run,train.lr,model.size", env={"COLUMNS": "80"})
+    assert "0.002" in by_config.stdout and "nano" in by_config.stdout
+
+
+@pytest.mark.parametrize("args,what", [
+    (["--columns", "run,nonsense"], "unknown column 'nonsense'"),
+    (["--sort", "bogus"], "unknown column 'bogus'"),
+    (["--state", "finished"], "unknown state 'finished'"),
+])
+def test_bad_table_options_are_one_line(project, args, what):
+    res = cli(project, "status", *args, subprocess=True)
+    line = assert_clean_error(res, contains=what)
+    assert "allowed" in line
+
+
+def test_pipes_get_a_plain_table_with_every_default_column_and_columns_sets_its_width(project):
+    plain = cli(project, "status", "stepsize", "--limit", "0", subprocess=True, env={"COLUMNS": ""})
+    assert plain.returncode == 0 and "\x1b[" not in plain.stdout  # no escape codes in a file
+    head = next(ln for ln in plain.stdout.splitlines() if ln.startswith("run "))
+    assert {"train", "val", "test", "tok/s", "elapsed", "att"} <= set(head.split())
+    narrow = cli(project, "status", "stepsize", "--limit", "0", subprocess=True, env={"COLUMNS": "80"})
+    assert max(len(ln) for ln in narrow.stdout.splitlines() if not ln.startswith("hidden")) <= 80
+
+
+def test_a_finished_run_shows_its_average_tokens_per_s(project):
+    res = cli(project, "status", "stepsize", "--json", "--state", "done")
+    run = json.loads(res.stdout)["experiments"][0]["runs"][0]
+    # finish_run: 40 steps x 128 tokens in a wall time of 1 s; its last metrics line says 1e4 tokens/s
+    assert run["avg_tokens_per_s"] == pytest.approx(40 * 128 / 1.0)
+    table = cli(project, "status", "stepsize", "--columns", "run,state,tok/s", "--state", "done")
+    assert "5.12k" in table.stdout and "10k" not in table.stdout
+
+
+def test_fit_keeps_required_columns_whole_and_drops_the_least_important_first():
+    cols = [Column("run", "run", required=True), Column("axis", "a_long_axis_name", priority=2, shrink_to=6),
+            Column("state", "state", required=True), Column("job", "job", priority=8),
+            Column("reason", "reason", priority=4, shrink_to=8)]
+    rows = [{"run": Cell("abcdef12"), "axis": Cell("value"), "state": Cell("done"), "job": Cell("local:1"),
+             "reason": Cell("a long explanation of what went wrong")}]
+    wide = fit(cols, rows, None)
+    assert [c.key for c, _ in wide.columns] == ["run", "axis", "state", "job", "reason"]
+    narrow = fit(cols, rows, 48)
+    lines = render_plain(narrow, rows)
+    assert all(len(ln) <= 48 for ln in lines)
+    assert "done" in lines[-1] and "abcdef12" in lines[-1]
+    assert [c.key for c in narrow.hidden] == ["job"]  # the reason took what was left, cut with an ellipsis
+    assert "\u2026" in lines[-1]
+    tight = fit(cols, rows, 20)
+    assert {c.key for c, _ in tight.columns} == {"run", "state"}
+
+
+@pytest.mark.parametrize("cols,rows", [(80, 24), (120, 40)])
+def test_plan_at_paper_scale_names_every_size_and_shows_its_cost(tmp_path, cols, rows):
+    screen = on_pty(["plan", "fig3a", "--scale", "paper", "--dry-run"], None, cols=cols, rows=rows, cwd=tmp_path)
+    screen.assert_clean(0)
+    body = [ln for ln in screen.lines if re.match(r"^[0-9a-f]{8}\s", ln)]
+    assert len(body) == 40
+    assert all(len(ln) <= cols for ln in screen.lines)
+    header = next(ln for ln in screen.lines if ln.startswith("run "))
+    assert {"size", "params", "tokens", "GPU-h", "state"} <= set(header.split())
+    for size in ("86M", "108M", "134M", "162M"):
+        assert any(f" {size} " in f" {ln} " for ln in body), size
+    assert "not a CPU job" in screen.text
+    assert not (tmp_path / "results.db").exists()
+
+
+def test_plan_numbers_have_one_format_per_column(tmp_path):
+    res = cli(tmp_path, "plan", "fig2c", "--scale", "paper", "--dry-run", env={"COLUMNS": "200"})
+    body = [ln.split() for ln in res.stdout.splitlines() if re.match(r"^[0-9a-f]{8}\s", ln)]
+    header = next(ln for ln in res.stdout.splitlines() if ln.startswith("run ")).split()
+    params = [row[header.index("params")] for row in body]
+    assert all(re.fullmatch(r"\d+(\.\d+)?[kMG]", p) for p in params), params
+    assert "86.4M" in params  # the Llama baseline at 86M (86,372,352 parameters)
+    steps = [row[header.index("attn_steps")] for row in body]
+    assert set(steps) == {"1", "2"}  # as status prints them (never 1.0)
+
+
+def test_plan_dry_run_consults_the_database(project):
+    res = cli(project, "plan", str(project / "own.toml"), "--dry-run", env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.output
+    assert "12 runs, 0 new" in res.stdout
+    states = [ln.split()[-1] for ln in res.stdout.splitlines() if re.match(r"^[0-9a-f]{8}\s", ln)]
+    assert states.count("done") == 10 and "new" not in states
