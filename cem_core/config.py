@@ -14,7 +14,6 @@ torch-free so the CLI can plan and hash runs without importing torch.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import types
@@ -428,9 +427,11 @@ def canonical_json(d: dict[str, Any]) -> str:
 
 
 def run_id(cfg: RunConfig) -> str:
-    """Content hash of the resolved config: the run's identity (12 hex chars)."""
-    resolved = resolve(cfg)
-    return hashlib.sha256(canonical_json(resolved.to_dict()).encode()).hexdigest()[:12]
+    """Content hash of the resolved config: the run's identity (12 hex chars), stable across releases
+    (`cem_core.identity`: fields added since 0.2.0 count only when set away from their default)."""
+    from cem_core.identity import config_hash
+
+    return config_hash(flatten(resolve(cfg).to_dict()))
 
 
 def load_run_config(path: str) -> RunConfig:
