@@ -12,6 +12,7 @@ from cem_core.registry import Registry
 
 FIGURE_KINDS: Registry = Registry("figure kind", "experiment.figure")
 for _name, _description in (
+    ("generic", "any grid: the arms table, the metric against the grid's x axis, training curves per arm"),
     ("components", "Fig. 2a/2b: test perplexity against parameters, CEM linked to its Llama baseline"),
     ("recursion", "Fig. 2c/2d: test perplexity against recursion steps T per preconditioner"),
     ("lr_sweep", "Fig. 3a: learning-rate sweep with Akima-interpolated optima"),

@@ -2,7 +2,10 @@
 
 A grid file is TOML a researcher writes by hand:
 
-    [experiment]                 # name (default: file stem), description, figure (a report kind)
+    [experiment]                 # name (default: file stem), description, figure (a report kind; default
+                                 # "generic"), x / hue / metric (the report's main figure: metric against the
+                                 # config key x, one line per hue key), nuisance (config keys that do not
+                                 # make a different arm; the seed always is one)
     [base]                       # config keys, dotted ("model.attention" = "cem") or nested tables
     [axes]                       # key = [values]: the grid is their product
     [[zip]]                      # key = [values], ...: equal-length lists that move together
@@ -37,7 +40,8 @@ from cem_core.names import check_experiment_name
 from cemctl.grid.kinds import DEFAULT_SCALE, FIGURE_KINDS, SCALES
 
 TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "seeds", "scale", "slurm")
-EXPERIMENT_KEYS = ("name", "description", "figure")
+EXPERIMENT_KEYS = ("name", "description", "figure", "x", "hue", "metric", "nuisance")
+METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse")  # what a report may plot
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
 EXTRA_KEYS = ("axes",)  # besides config keys
 SEED_KEY = "train.seed"
@@ -76,6 +80,50 @@ class GridSpec:
     seeds: list[int] | None
     scales_defined: list[str] = field(default_factory=list)
     marks: list[MarkSpec] = field(default_factory=list)
+    report: "ReportOptions" = field(default_factory=lambda: ReportOptions())
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What `[experiment]` says about the report: the main figure's x, hue and metric; the nuisance keys."""
+
+    x: str | None = None
+    hue: tuple[str, ...] = ()
+    metric: str = "test_loss"
+    nuisance: tuple[str, ...] = (SEED_KEY,)
+
+
+def _key_list(value: Any, key: str, path: str) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(k, str) for k in items):
+        raise _err(key, "must be a config key or a list of config keys", path)
+    for k in items:
+        check_field(k, path, key)
+    return tuple(dict.fromkeys(items))
+
+
+def report_options(exp: dict[str, Any], path: str) -> ReportOptions:
+    """The `[experiment]` table's report keys, checked (unknown keys and metrics name the allowed ones)."""
+    x = exp.get("x")
+    if x is not None:
+        if not isinstance(x, str):
+            raise _err("experiment.x", "must be a config key, e.g. x = \"model.attn_steps\"", path)
+        check_field(x, path, "experiment.x")
+    hue = _key_list(exp.get("hue", []), "experiment.hue", path)
+    metric = exp.get("metric", "test_loss")
+    if metric not in METRICS:
+        raise _err("experiment.metric", f"unknown metric {metric!r}", path, allowed=METRICS)
+    nuisance = _key_list(exp.get("nuisance", []), "experiment.nuisance", path)
+    return ReportOptions(x, hue, metric, tuple(dict.fromkeys([SEED_KEY, *nuisance])))
+
+
+def options_from_text(text: str, path: str = "") -> ReportOptions:
+    """The report options of a recorded grid's text (defaults when it cannot be read: it was checked at plan time)."""
+    try:
+        exp = tomllib.loads(text or "").get("experiment", {})
+        return report_options(exp if isinstance(exp, dict) else {}, path)
+    except (tomllib.TOMLDecodeError, ConfigError):
+        return ReportOptions()
 
 
 def _err(key: str, message: str, path: str, **kw: Any) -> ConfigError:
@@ -250,7 +298,7 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
     description = exp.get("description", "")
     if not isinstance(description, str):
         raise _err("experiment.description", "must be a string", spath)
-    figure = exp.get("figure", "curves")
+    figure = exp.get("figure", "generic")
     if figure not in FIGURE_KINDS:
         raise _err("experiment.figure", f"unknown report kind {figure!r}", spath, allowed=FIGURE_KINDS.names())
 
@@ -317,5 +365,5 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
         path=spath, text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), name=name.strip(),
         description=description, figure=figure, scale=scale, base=base, axes=axes, zips=zips,
         extras=extras, excludes=excludes, seeds=seeds, scales_defined=list(scales),
-        marks=_marks(doc.get("mark", []), spath),
+        marks=_marks(doc.get("mark", []), spath), report=report_options(exp, spath),
     )

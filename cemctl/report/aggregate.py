@@ -1,7 +1,8 @@
 """Seed aggregation and baseline matching for `cemctl report`.
 
-`aggregate_seeds(runs)` turns one row per run into one row per variant (every
-config column except `train.seed` equal): the mean, the sample standard
+`aggregate_seeds(runs)` turns one row per run into one row per arm (every
+config column except `train.seed` equal; with an `arm` column, from
+`cemctl.report.arms.with_arms`, the arm it names): the mean, the sample standard
 deviation (ddof=1 by default; NaN for a single seed), min, max and n of a
 metric over the variant's finished runs. `match_baselines(agg)` links every
 variant to the Llama baseline trained with the same dims and the same training
@@ -53,8 +54,11 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
     import pandas as pd
 
     data = finished(runs, value) if only_finished else runs
-    keys = list(by) if by is not None else [c for c in config_columns(runs) if c != SEED_COLUMN]
-    out_cols = keys + list(STAT_COLUMNS) + ["seeds", "run_ids"]
+    by_arm = by is None and "arm" in runs.columns  # arms (cemctl.report.arms): the nuisance keys do not split
+    keys = list(by) if by is not None else (["arm"] if by_arm else
+                                            [c for c in config_columns(runs) if c != SEED_COLUMN])
+    carried = [c for c in config_columns(runs) if c != SEED_COLUMN] + ["arm_label"] if by_arm else []
+    out_cols = keys + carried + list(STAT_COLUMNS) + ["seeds", "run_ids"]
     if data.empty:
         return pd.DataFrame(columns=out_cols + ["variant", "role"])
     rows = []
@@ -63,6 +67,7 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
         vals = group[value].astype(float).to_numpy()
         n = len(vals)
         row = dict(zip(keys, key))
+        row.update({c: group[c].iloc[0] for c in carried if c in group})
         row.update(
             mean=float(np.mean(vals)),
             std=float(np.std(vals, ddof=ddof)) if n > ddof else float("nan"),
@@ -82,7 +87,70 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
     agg = pd.DataFrame(rows)
     agg["variant"] = [variant_label(r) for r in agg.to_dict("records")]
     agg["role"] = [role(r) for r in agg.to_dict("records")]
+    if "arm_label" not in agg.columns:  # name each row by what varies among them (cem_core.arms)
+        from cem_core.arms import ArmLabels
+
+        configs = [{c: r[c] for c in config_columns(agg)} for r in agg.to_dict("records")]
+        labels = ArmLabels.of(configs, nuisance=(SEED_COLUMN,))
+        agg["arm_label"] = [labels.label(c) for c in configs]
     return agg
+
+
+NAME_COLUMNS = ("model.attention", "model.mlp", "model.attn_steps", "model.mlp_steps", "model.attn_precond",
+                "model.mlp_precond", "model.kq_diagonal")  # what `style.variant_label` names
+
+
+def _pretty(key: str, value: object) -> str:
+    from cem_core.arms import format_value, short_names
+
+    if key in ("model.attn_precond", "model.mlp_precond"):
+        return ("MLP " if key == "model.mlp_precond" else "") + style_precond(value)
+    if key == "model.kq_diagonal":
+        from cemctl.report.style import KQ_LABELS
+
+        return KQ_LABELS.get(str(value), str(value))
+    if key == "model.mlp" and value in ("cem", "cem_param_matched"):
+        return "param-matched" if value == "cem_param_matched" else "dim-matched"
+    return f"{short_names([key])[key]}={format_value(value)}"
+
+
+def style_precond(value: object) -> str:
+    from cemctl.report.style import precond_label
+
+    return precond_label(value)
+
+
+def extra_settings(agg: "pd.DataFrame", shown: Sequence[str]) -> "pd.Series":
+    """Per row, 'k=v, ...' for every config column that varies among the rows and that the figure neither
+    shows (`shown`: its axes, panels, series) nor is the seed: what tells two arms apart beyond the figure."""
+    import pandas as pd
+
+    skip = set(shown) | {SEED_COLUMN}
+    varying = [c for c in config_columns(agg) if c not in skip and agg[c].astype(str).nunique(dropna=False) > 1]
+    texts = [", ".join(_pretty(c, r[c]) for c in varying) for r in agg.to_dict("records")]
+    return pd.Series(texts, index=agg.index, dtype=object)
+
+
+def series_labels(agg: "pd.DataFrame", shown: Sequence[str], base: "pd.Series | Sequence[str] | None" = None
+                  ) -> "pd.Series":
+    """The name of each row's series in a figure: `base` (the figure's own name for it) and its
+    `extra_settings`. Two rows with the same name and the same values of `shown` would be drawn as one
+    point: that raises `ArmLabelCollision` instead (two arms are never merged)."""
+    import pandas as pd
+
+    from cem_core.arms import ArmLabelCollision
+
+    extra = extra_settings(agg, shown)
+    base_list = list(base) if base is not None else [""] * len(agg)
+    labels = pd.Series([", ".join(p for p in (str(b), e) if p) or "all runs" for b, e in zip(base_list, extra)],
+                       index=agg.index, dtype=object)
+    cols = [c for c in shown if c in agg.columns]
+    key = agg[cols].astype(str).assign(_label=labels) if cols else labels.to_frame("_label")
+    dup = key.duplicated(keep=False)
+    if dup.any():
+        raise ArmLabelCollision(f"two arms drawn as one ({labels[dup].iloc[0]!r} at the same "
+                                f"{', '.join(cols) or 'place'}): a figure must show every key that varies")
+    return labels
 
 
 def _baseline_key(frame: "pd.DataFrame", exclude: Sequence[str]) -> list[str]:

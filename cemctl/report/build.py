@@ -23,6 +23,7 @@ from cem_core.errors import CemError, ConfigError
 from cemctl.report.figures import FIGURE_KINDS, get_figure_kind
 from cemctl.report.index import IndexContent, IndexFigure, IndexTable, git_commit, render_html, render_markdown
 from cemctl.report.outdir import check_output_dir, new_build_dir, swap_in
+from cemctl.grid.spec import ReportOptions
 from cemctl.report.parts import ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,6 +47,9 @@ class ExperimentInfo:
     planned_run_ids: Sequence[str] | None = None  # runs of the grid; ids absent from `runs` are "missing"
     scale: str = ""  # the scale of these runs
     other_scales: Sequence[str] = ()  # the experiment's other scales, for the index
+    options: ReportOptions = field(default_factory=ReportOptions)  # [experiment] x / hue / metric / nuisance
+    axes: Sequence[str] = ()  # the grid's varied keys, in file order (labels and the default x follow it)
+    where: str = ""  # the --where filter the runs were selected with ("" = none)
 
 
 @dataclass
@@ -89,6 +93,7 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
 
     rows = []
     records = runs.to_dict("records") if {"run_id", "state"} <= set(runs.columns) else []
+    has_arms = "arm_label" in runs.columns
     for r in records:
         state = r.get("state") or "planned"
         ppl = r.get(value)
@@ -110,42 +115,15 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
             why = "cancelled" + (f": {reason}" if reason else "")
         else:
             why = f"no result yet (state {state})" + (f": {reason}" if reason and reason != state else "")
-        rows.append({"run_id": r["run_id"], "variant": variant_label(r), "size": r.get("model.size"),
-                     "lr": r.get("train.lr"), "seed": r.get("train.seed"), "state": state, "reason": why})
+        rows.append({"run_id": r["run_id"], "arm": r["arm_label"] if has_arms else variant_label(r),
+                     "seed": r.get("train.seed"), "state": state, "reason": why})
     if planned_run_ids is not None:
         known = set(runs["run_id"]) if "run_id" in runs.columns else set()
         for rid in planned_run_ids:
             if rid not in known:
-                rows.append({"run_id": rid, "variant": "", "size": None, "lr": None, "seed": None, "state": "missing",
+                rows.append({"run_id": rid, "arm": "", "seed": None, "state": "missing",
                              "reason": "planned in the grid but not in the database (run `cemctl plan`/`sync`)"})
-    return pd.DataFrame(rows, columns=["run_id", "variant", "size", "lr", "seed", "state", "reason"])
-
-
-def select_runs(runs: "pd.DataFrame", where: Sequence[str] = ()) -> "pd.DataFrame":
-    """Keep the runs matching every `key=value` (e.g. `model.size=nano`, `train.lr=0.002`, `state=done`).
-
-    Values are read as TOML values (strings may go unquoted); an unknown key raises ConfigError
-    naming the columns that can be selected on.
-    """
-    from cemctl.grid.overrides import parse_value
-
-    out = runs
-    for item in where:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(item, "must look like key=value (e.g. model.size=nano)", source="--where")
-        if key not in runs.columns:
-            allowed = [c for c in runs.columns if "." in c or c in ("state", "run_id", "task")]
-            raise ConfigError(key, "unknown column", allowed=allowed, source="--where")
-        value = parse_value(text.strip())
-        column = out[key]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and column.dtype.kind in "iuf":
-            mask = (column.astype(float) - float(value)).abs() <= 1e-12 * max(1.0, abs(float(value)))
-        else:
-            mask = column.astype(str).eq(str(value))
-        out = out[mask]
-    return out
+    return pd.DataFrame(rows, columns=["run_id", "arm", "seed", "state", "reason"])
 
 
 def claims_tables(runs: "pd.DataFrame") -> list[TablePart]:
@@ -188,18 +166,46 @@ def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
     return counts
 
 
+def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", *,
+                  include_curves: bool = True) -> ReportParts:
+    """What every report starts with: the arms table, the metric against x, the training curves per arm."""
+    from cemctl.report.arms import arms_display, arms_table
+    from cemctl.report.generic import arm_curves, metric_figure
+
+    opts = info.options
+    parts = ReportParts()
+    table = arms_table(runs, metric=_metric(info))
+    parts.tables.append(TablePart(
+        "arms", arms_display(table, _metric(info)),
+        "One row per arm (every config value equal but the seed), named by the keys that vary: seeds with a result "
+        "/ planned, mean \u00b1 sample s.d. and 95% t interval over the seeds, parameters, tokens, training FLOPs, "
+        "tokens/s and wall time (means over the seeds); arms.csv has every number at full precision.",
+        csv=table, lead=True))
+    fig = metric_figure(runs, x=opts.x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
+                        nuisance=opts.nuisance)
+    if fig is not None:
+        parts.figures.append(fig)
+    if include_curves:
+        curve_fig = arm_curves(runs, curves)
+        if curve_fig is not None:
+            parts.figures.append(curve_fig)
+    return parts
+
+
+def _metric(info: ExperimentInfo) -> str:
+    return "test_rmse" if info.figure == "gp_table" else info.options.metric
+
+
 def render_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", *,
                  include_curves: bool = True) -> ReportParts:
-    """The figure kind's parts plus (unless it is `curves` itself) the training curves."""
-    render = get_figure_kind(info.figure)
-    parts = render(runs, curves)
-    if include_curves and info.figure != "curves":
-        from cemctl.report.figures.curves import training_curves
+    """The parts any grid gets (`generic_parts`), then the figure kind's own."""
+    if "arm" not in runs.columns:
+        from cemctl.report.arms import with_arms
 
-        fig = training_curves(runs, curves)
-        if fig is not None:
-            parts.figures.append(fig)
-    return parts
+        runs = with_arms(runs, nuisance=info.options.nuisance, order=info.axes)
+    parts = generic_parts(info, runs, curves, include_curves=include_curves)
+    render = get_figure_kind(info.figure)
+    return parts.extend(render(runs, curves))
 
 
 def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", out_dir: Path | str, *,
@@ -213,8 +219,10 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     get_figure_kind(info.figure)  # unknown kinds fail before any work
     out_dir = check_output_dir(out_dir)  # never replace anything an earlier report did not write
     from cemctl.report.aggregate import finished
+    from cemctl.report.arms import with_arms
 
-    value = "test_rmse" if info.figure == "gp_table" else "test_ppl"
+    runs = with_arms(runs, nuisance=info.options.nuisance, order=info.axes)
+    value = _metric(info)
     states = runs["state"].value_counts().to_dict() if "state" in runs.columns else {}
     if finished(runs, value).empty:
         summary = ", ".join(f"{n} {s}" for s, n in states.items()) or "no runs"
@@ -263,12 +271,13 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
     all_tables = list(parts.tables)
     if not problems.empty:
         all_tables.append(TablePart("missing_and_failed", problems, "Runs with no usable result, with reasons."))
+    lead = []
     for tp in all_tables:
-        paths = write_table(tp.frame, out / "tables", tp.name, caption=tp.caption)
+        paths = write_table(tp.frame, out / "tables", tp.name, caption=tp.caption, csv=tp.csv)
         result.tables += list(paths.values())
         if tp.name != "missing_and_failed":
-            tables.append(IndexTable(tp.name, tp.caption, tp.frame,
-                                     {fmt: f"tables/{p.name}" for fmt, p in paths.items()}))
+            (lead if tp.lead else tables).append(IndexTable(tp.name, tp.caption, tp.frame,
+                                                            {fmt: f"tables/{p.name}" for fmt, p in paths.items()}))
     runs.to_csv(out / "runs.csv", index=False)
     counts = _counts(runs, problems)
     result.counts, result.notes = counts, list(dict.fromkeys(parts.notes))
@@ -287,10 +296,12 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
     if info.scale:
         header.insert(1, ("scale", info.scale + (f"; other scales: {', '.join(info.other_scales)}"
                                                  if info.other_scales else "")))
+    if info.where:
+        header.insert(1, ("runs selected", f"--where {info.where}"))
     if info.description:
         header.insert(0, ("description", info.description))
     content = IndexContent(title=f"Report: {info.name}", header=header, notes=result.notes, figures=figures,
-                           tables=tables, problems=problems)
+                           tables=tables, problems=problems, lead=lead)
     (out / "index.md").write_text(render_markdown(content))
     (out / "index.html").write_text(render_html(content))
     return result
@@ -323,14 +334,22 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
 
         sync_runs(engine, runs_root, run_ids=[r.id for r in list_runs(engine, experiment=experiment)])
     chosen = pick_scale(engine, experiment, scale)
-    runs = select_runs(load_runs(engine, experiment, scale=chosen), where)
+    from cemctl.grid.where import describe, filter_frame, parse_where
+
+    conds = parse_where(where)
+    runs = filter_frame(load_runs(engine, experiment, scale=chosen), conds)
     curves = load_curves(engine, runs["run_id"]) if include_curves else None
     if include_curves and (curves is None or curves.empty) and runs_root is not None:
         curves = curves_from_run_dirs(runs_root, runs["run_id"])
     others = [x for x in scale_summaries(engine, experiment) if x.scale != chosen]
+    from cemctl.db.runs import run_axes
+    from cemctl.grid.spec import options_from_text
+
+    axes = list(dict.fromkeys(k for a in run_axes(engine, experiment).values() for k in a))
     info = ExperimentInfo(exp.name, exp.figure, grid_path=exp.grid_path, grid_sha256=exp.grid_sha256,
                           description=exp.description, scale=chosen or "",
-                          other_scales=[f"{x.scale} ({x.done}/{x.runs} done; --scale {x.scale})" for x in others])
+                          other_scales=[f"{x.scale} ({x.done}/{x.runs} done; --scale {x.scale})" for x in others],
+                          options=options_from_text(exp.grid_text, exp.grid_path), axes=axes, where=describe(conds))
     if info.figure not in FIGURE_KINDS:
         raise ConfigError("experiment.figure", f"unknown figure kind {info.figure!r} in experiment {exp.name!r}",
                           value=info.figure, allowed=FIGURE_KINDS.names(), source=exp.grid_path or None)

@@ -55,6 +55,7 @@ class IndexContent:
     figures: list[IndexFigure] = field(default_factory=list)
     tables: list[IndexTable] = field(default_factory=list)
     problems: "pd.DataFrame | None" = None  # missing and failed runs
+    lead: list[IndexTable] = field(default_factory=list)  # tables shown first (the arms table)
 
 
 def _links(files: dict[str, str], skip: str = "") -> list[tuple[str, str]]:
@@ -67,6 +68,9 @@ def render_markdown(c: IndexContent) -> str:
     out.append("")
     if c.notes:
         out += ["## Notes", ""] + [f"- {printable(n)}" for n in c.notes] + [""]
+    for t in c.lead:
+        out += [f"## {t.name.capitalize()}", "", t.caption, "", to_markdown(t.frame).rstrip(), ""]
+        out += ["Files: " + ", ".join(f"[{fmt.upper()}]({p})" for fmt, p in _links(t.files, "md")), ""]
     if c.figures:
         out += ["## Figures", ""]
         for f in c.figures:
@@ -107,6 +111,10 @@ def render_html(c: IndexContent) -> str:
     out.append("</dl>")
     if c.notes:
         out += ["<h2>Notes</h2>", "<ul>"] + [f"<li>{e(n)}</li>" for n in c.notes] + ["</ul>"]
+    for t in c.lead:
+        links = " ".join(f"<a href=\"{e(p)}\">{e(fmt.upper())}</a>" for fmt, p in _links(t.files, "md"))
+        out += [f"<h2 id=\"tab-{e(t.name)}\">{e(t.name.capitalize())}</h2>", f"<p>{e(t.caption)} {links}</p>",
+                _html_table(t.frame)]
     if c.figures:
         out.append("<h2>Figures</h2>")
         for f in c.figures:

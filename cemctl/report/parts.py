@@ -25,8 +25,10 @@ class FigurePart:
 @dataclass
 class TablePart:
     name: str  # file stem
-    frame: "pd.DataFrame"
+    frame: "pd.DataFrame"  # what the index, Markdown and LaTeX show
     caption: str
+    csv: "pd.DataFrame | None" = None  # what the CSV holds, when more than `frame` (full precision, every column)
+    lead: bool = False  # shown at the top of the index, before the figures (the arms table)
 
 
 @dataclass

@@ -28,6 +28,8 @@ def _variants(kind: str) -> list[dict[str, Any]]:
     mlp_pm = {"model.mlp": "cem_param_matched"}
     if kind in ("components", "curves"):
         return [llama, att, mlp, mlp_pm]
+    if kind == "generic":  # a researcher's own question: two axes the paper's figures never vary
+        return [{**att, "model.attn_step_size": eta, "model.attn_steps": t} for eta in (0.5, 1.0) for t in (1, 2)]
     if kind == "recursion":
         out = [llama]
         for t in (1, 2):
@@ -61,6 +63,7 @@ def _ppl(cfg: RunConfig, params: int, seed: int, rng: Any) -> float:
     base = 40.0 * (params / 1e6) ** -0.25
     if m.attention == "cem":
         base *= 1.01 - 0.03 * (m.attn_steps - 1) - (0.01 if m.attn_precond == "diag_lowrank" and m.attn_steps > 1 else 0)
+        base *= 1.0 + 0.02 * (m.attn_step_size - 1.0) * (m.attn_steps - 1)
         base *= {"none": 1.06, "shared": 1.0, "per_head": 0.99}[m.kq_diagonal] if m.attn_precond == "diag" else 1.0
     if m.mlp.startswith("cem"):
         base *= 1.06 - 0.03 * (m.mlp_steps - 1) - (0.01 if m.mlp_precond == "diag_lowrank" and m.mlp_steps > 1 else 0)

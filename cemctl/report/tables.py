@@ -97,10 +97,12 @@ def read_table_csv(path: Path) -> "pd.DataFrame":
     return pd.read_csv(path)
 
 
-def write_table(frame: "pd.DataFrame", out_dir: Path, name: str, *, caption: str = "") -> dict[str, Path]:
-    """Write `name`.csv, `name`.md and `name`.tex into `out_dir`; returns {format: path}."""
+def write_table(frame: "pd.DataFrame", out_dir: Path, name: str, *, caption: str = "",
+                csv: "pd.DataFrame | None" = None) -> dict[str, Path]:
+    """Write `name`.csv (`csv` when given: the full-precision version of `frame`), `name`.md and `name`.tex
+    into `out_dir`; returns {format: path}."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": write_csv(frame, out_dir / f"{name}.csv")}
+    paths = {"csv": write_csv(frame if csv is None else csv, out_dir / f"{name}.csv")}
     md = out_dir / f"{name}.md"
     md.write_text(to_markdown(frame))
     tex = out_dir / f"{name}.tex"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
+from cemctl.report.aggregate import extra_settings
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +43,9 @@ def gp_frame(runs: "pd.DataFrame") -> "pd.DataFrame":
         out[col] = frame[src] if src is not None else float("nan")
     if REFERENCE in frame.columns:
         out[REFERENCE] = frame[REFERENCE]
+    # what else varies among the runs (lr, width, ...) splits a series: two arms are never averaged together
+    has_config = any("." in c for c in frame.columns)
+    out["setting"] = extra_settings(frame, [*_SOURCES["kernel"], *_SOURCES["T"]]) if has_config and len(frame) else ""
     out = out[pd.to_numeric(out["test_rmse"], errors="coerce").notna()]
     return out.reset_index(drop=True)
 
@@ -51,21 +55,24 @@ def rmse_table(gp: "pd.DataFrame", *, ddof: int = 1) -> "pd.DataFrame":
     import pandas as pd
 
     rows = []
-    for (kernel, t), group in gp.groupby(["kernel", "T"], sort=True):
+    gp = gp if "setting" in gp.columns else gp.assign(setting="")
+    for (kernel, setting, t), group in gp.groupby(["kernel", "setting", "T"], sort=True):
         vals = group["test_rmse"].astype(float)
-        rows.append({"kernel": kernel, "T": int(t), "test RMSE (mean)": float(vals.mean()),
+        rows.append({"kernel": kernel, "setting": setting, "T": int(t), "test RMSE (mean)": float(vals.mean()),
                      "test RMSE (s.d.)": float(vals.std(ddof=ddof)) if len(vals) > ddof else float("nan"),
                      "n seeds": int(len(vals)),
                      "params": float(pd.to_numeric(group["params"], errors="coerce").mean()),
                      "FLOPs": float(pd.to_numeric(group["flops"], errors="coerce").mean())})
         if REFERENCE in group.columns:
             rows[-1]["exact GP RMSE"] = float(pd.to_numeric(group[REFERENCE], errors="coerce").mean())
-    columns = ["kernel", "T", "test RMSE (mean)", "test RMSE (s.d.)", "n seeds", "params", "FLOPs"]
+    columns = ["kernel", "setting", "T", "test RMSE (mean)", "test RMSE (s.d.)", "n seeds", "params", "FLOPs"]
     table = pd.DataFrame(rows, columns=columns + (["exact GP RMSE"] if REFERENCE in gp.columns else []))
     if not table.empty:
-        best = table.loc[table.groupby("kernel")["test RMSE (mean)"].idxmin(), ["kernel", "T"]]
-        table["best T"] = table.apply(lambda r: bool((best["kernel"].eq(r["kernel"]) & best["T"].eq(r["T"])).any()),
-                                      axis=1)
+        best = table.loc[table.groupby(["kernel", "setting"])["test RMSE (mean)"].idxmin(), ["kernel", "setting", "T"]]
+        table["best T"] = table.apply(lambda r: bool((best["kernel"].eq(r["kernel"]) & best["setting"].eq(r["setting"])
+                                                      & best["T"].eq(r["T"])).any()), axis=1)
+    if not table["setting"].astype(bool).any():
+        table = table.drop(columns="setting")
     return table
 
 
@@ -77,11 +84,13 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         return parts
     table = rmse_table(gp)
     fig, (ax,) = style.new_figure(1, panel_w=5.0, panel_h=3.6)
-    for j, (kernel, sub) in enumerate(table.groupby("kernel", sort=True)):
+    series = ["kernel", "setting"] if "setting" in table.columns else ["kernel"]
+    for j, (key, sub) in enumerate(table.groupby(series, sort=True)):
+        key = key if isinstance(key, tuple) else (key,)
         stats = sub.rename(columns={"test RMSE (mean)": "mean", "test RMSE (s.d.)": "std", "n seeds": "n"})
         style.plot_seed_points(ax, sub["T"].astype(float).tolist(), stats[["mean", "std", "n"]],
-                               color=style.CYCLE[j % len(style.CYCLE)], marker=style.SIZE_MARKERS[j],
-                               label=f"{kernel} kernel")
+                               color=style.CYCLE[j % len(style.CYCLE)], marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)],
+                               label=f"{key[0]} kernel" + (f", {key[1]}" if len(key) > 1 and key[1] else ""))
         best = sub[sub["best T"]].iloc[0]
         ax.plot([best["T"]], [best["test RMSE (mean)"]], "*", color=style.CYCLE[j % len(style.CYCLE)],
                 markersize=15, markeredgecolor="black", markeredgewidth=0.7, zorder=5)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import aggregate_seeds, match_baselines
+from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,22 +34,11 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     if sub.empty:
         parts.notes.append("kq_diagonal: no CEM attention runs with a Llama MLP")
         return parts
-    # Anything else that varies (preconditioner, T, lr) becomes a separate series.
-    others = [c for c in ("model.attn_precond", "model.attn_steps", "train.lr")
-              if c in sub.columns and sub[c].nunique() > 1]
-
-    def series_of(r: dict) -> str:
-        bits = []
-        for c in others:
-            if c == "model.attn_precond":
-                bits.append(style.precond_label(r[c]))
-            elif c == "model.attn_steps":
-                bits.append(f"T={int(r[c])}")
-            else:
-                bits.append(f"lr={r[c]:g}")
-        return ", ".join(bits) or "CEM attention"
-
-    sub = sub.assign(series=[series_of(r) for r in sub.to_dict("records")])
+    # Anything else that varies (preconditioner, T, lr, ...) becomes a separate series: arms are never merged.
+    sub = sub.assign(series=series_labels(sub, [KQ_COLUMN, "model.size"]))
+    others = sub["series"].nunique() > 1
+    if not others:
+        sub = sub.assign(series="CEM attention")
     series_names = sorted(sub["series"].unique())
     sizes = style.size_order(sub["model.size"])
     ncols, nrows = style.grid_shape(len(sizes))

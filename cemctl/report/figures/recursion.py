@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import aggregate_seeds, match_baselines
+from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,23 +24,6 @@ COMPONENTS = {
 }
 
 
-def _series_label(row: dict, precond_col: str, extra_cols: list[str]) -> str:
-    label = style.precond_label(row[precond_col])
-    for col in extra_cols:
-        value = row.get(col)
-        if col == "model.mlp":
-            label += ", param-matched" if value == "cem_param_matched" else ", dim-matched"
-        elif col == "model.kq_diagonal":
-            label += f", {style.KQ_LABELS.get(str(value), str(value))}"
-        else:
-            label += f", {col.split('.')[-1]}={value}"
-    return label
-
-
-def _varying(frame: "pd.DataFrame", cols: list[str]) -> list[str]:
-    return [c for c in cols if c in frame.columns and frame[c].nunique(dropna=False) > 1]
-
-
 def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> ReportParts:
     import pandas as pd
 
@@ -49,23 +32,25 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
     sub = agg[agg["role"].eq(component)]
     if sub.empty:
         return parts
-    extra = _varying(sub, ["model.mlp", "model.kq_diagonal", "train.lr"])
+    # a series per preconditioner, and per value of anything else that varies (never two arms in one line)
+    sub = sub.assign(series=series_labels(sub, [steps_col, "model.size", precond_col],
+                                          [style.precond_label(p) for p in sub[precond_col]]))
+    extra = sub["series"].nunique() > sub[precond_col].nunique()
     sizes = style.size_order(sub["model.size"])
     ncols, nrows = style.grid_shape(len(sizes))
     fig, axes = style.new_figure(ncols, nrows)
-    series_precond = {_series_label(r, precond_col, extra): r[precond_col] for r in sub.to_dict("records")}
+    series_precond = dict(zip(sub["series"], sub[precond_col]))
     if extra:  # several settings share a preconditioner: one colour per series
         colors = {lab: style.CYCLE[i % len(style.CYCLE)] for i, lab in enumerate(sorted(series_precond))}
     else:
         colors = {lab: style.PRECOND_COLORS.get(str(p), "0.3") for lab, p in series_precond.items()}
     series_ns: dict[str, list[int]] = {}
-    for r in sub.to_dict("records"):
-        series_ns.setdefault(_series_label(r, precond_col, extra), []).append(int(r["n"]))
+    for lab, n in zip(sub["series"], sub["n"]):
+        series_ns.setdefault(lab, []).append(int(n))
     base_ns = [int(agg.at[int(b), "n"]) for b in set(base_idx[sub.index]) if b >= 0]
     rows = []
     for ax, size in zip(axes, sizes):
         panel = sub[sub["model.size"].eq(size)].copy()
-        panel["series"] = [_series_label(r, precond_col, extra) for r in panel.to_dict("records")]
         for j, (series, group) in enumerate(panel.groupby("series", sort=True)):
             group = group.sort_values(steps_col)
             # a small horizontal offset per series keeps error bars apart

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cemctl.report import style
-from cemctl.report.aggregate import aggregate_seeds, difference_std, match_baselines
+from cemctl.report.aggregate import extra_settings, aggregate_seeds, difference_std, match_baselines
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,9 +43,11 @@ def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "p
     other_col, col, steps_col, precond_col, _, _ = COMPONENTS[component]
     rows = agg[agg[other_col].eq("llama") & agg[col].isin(["reuse", "cem", "cem_param_matched"])]
     with_precond = rows.loc[rows[col] != "reuse", precond_col].nunique() > 1
+    # anything else that varies splits a setting (never two arms in one T=1 -> T=2 pair)
+    rows = rows.assign(_extra=extra_settings(rows, [col, precond_col, "model.size", steps_col, other_col]))
     out = []
-    keys = [col, precond_col, "model.size"]
-    for (kind, precond, size), group in rows.groupby(keys, sort=False):
+    keys = [col, precond_col, "model.size", "_extra"]
+    for (kind, precond, size, extra), group in rows.groupby(keys, sort=False):
         at = {int(t): g.iloc[0] for t, g in group.groupby(steps_col)}
         t1, t2 = at.get(1), at.get(2)
         t1_from = "run"
@@ -53,7 +55,12 @@ def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "p
             bases = [int(base_idx[i]) for i in group.index if base_idx[i] >= 0]
             if bases:
                 t1, t1_from = agg.loc[bases[0]], "Llama baseline"
-        rec = {"setting": _setting(kind, component, precond, with_precond), "kind": kind,
+        if len(group.groupby(steps_col)) != len(group):
+            from cem_core.arms import ArmLabelCollision
+
+            raise ArmLabelCollision(f"two arms at one T in the {component} reuse/recursion figure ({kind}, {size})")
+        rec = {"setting": _setting(kind, component, precond, with_precond) + (f", {extra}" if extra else ""),
+               "kind": kind,
                "size": size, "T=1 from": t1_from if t1 is not None else "missing"}
         for label, r in (("T=1", t1), ("T=2", t2)):
             rec[f"ppl {label} (mean)"] = float(r["mean"]) if r is not None else float("nan")

@@ -1,0 +1,103 @@
+"""Arms: runs that differ only in their seed (`cemctl status --arms`, `report`, `claims`, `compare`, `export`, `cemctl.api`).
+
+    arm_id(flat_config)                      -> "3fa2c1d0e5b7": the hash of the whole config minus the nuisance keys
+    labels = ArmLabels.of(flat_configs)      # labels from the keys that vary among these configs
+    labels.label(flat_config)                -> "attn_step_size=0.5, attn_steps=2"
+
+An *arm* is a run's whole resolved configuration minus its seed (and minus any other
+key the experiment declares a nuisance: `[experiment] nuisance = [...]`). Two runs are
+in one arm only if every other value is equal: nothing here, and nothing that uses
+it, ever merges runs that differ in anything else. The arm id hashes the same items a
+run id does (`cem_core.identity`), so fields added since 0.2.0 at their default do not
+split an arm either.
+
+A label names an arm by the keys that vary among the arms shown together, by their
+short name where it is unique (`model.attn_steps` -> `attn_steps`), values written as a
+grid file writes them. Two arms never get the same label: `ArmLabels.of` raises
+`ArmLabelCollision` (a bug, caught by the test suite) rather than show one name for two.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from cem_core.errors import CemError
+
+SEED_KEY = "train.seed"
+DEFAULT_NUISANCE: tuple[str, ...] = (SEED_KEY,)
+
+
+class ArmLabelCollision(CemError):
+    """Two different arms would be shown under one label."""
+
+
+def arm_items(flat: Mapping[str, Any], nuisance: Sequence[str] = DEFAULT_NUISANCE) -> dict[str, Any]:
+    """The config items that make an arm: the run id's identity items without the nuisance keys."""
+    from cem_core.identity import identity_items
+
+    drop = set(nuisance)
+    return {k: v for k, v in identity_items(flat).items() if k not in drop}
+
+
+def arm_id(flat: Mapping[str, Any], nuisance: Sequence[str] = DEFAULT_NUISANCE) -> str:
+    """12 hex characters naming the arm of a (flattened, resolved) config."""
+    text = json.dumps(arm_items(flat, nuisance), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def format_value(value: Any) -> str:
+    """A config value as a grid file writes it: 1.0 -> '1', 0.002 -> '0.002', True -> 'true'."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = f"{value:g}"
+        return text if float(text) == value else repr(value)  # never two values under one text
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def short_names(keys: Sequence[str]) -> dict[str, str]:
+    """Dotted keys -> their last part where unique among `keys` (model.attn_steps -> attn_steps)."""
+    tails = [k.split(".")[-1] for k in keys]
+    return {k: (t if tails.count(t) == 1 else k) for k, t in zip(keys, tails)}
+
+
+def varying_keys(configs: Iterable[Mapping[str, Any]], nuisance: Sequence[str] = DEFAULT_NUISANCE,
+                 order: Sequence[str] = ()) -> list[str]:
+    """Keys (not nuisance) with more than one value among `configs`: those in `order` first (e.g. the grid's
+    axes, in file order), then the rest alphabetically."""
+    configs = list(configs)
+    keys: set[str] = set()
+    for c in configs:
+        keys.update(arm_items(c, nuisance))
+    varying = {k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1}
+    first = [k for k in order if k in varying]
+    return first + sorted(varying - set(first))
+
+
+@dataclass(frozen=True)
+class ArmLabels:
+    keys: tuple[str, ...]  # the varying keys labels are made of
+    nuisance: tuple[str, ...] = DEFAULT_NUISANCE
+
+    @classmethod
+    def of(cls, configs: Iterable[Mapping[str, Any]], nuisance: Sequence[str] = DEFAULT_NUISANCE,
+           order: Sequence[str] = ()) -> "ArmLabels":
+        configs = list(configs)
+        labels = cls(tuple(varying_keys(configs, nuisance, order)), tuple(nuisance))
+        seen: dict[str, str] = {}
+        for c in configs:
+            aid, text = arm_id(c, nuisance), labels.label(c)
+            if seen.setdefault(text, aid) != aid:
+                raise ArmLabelCollision(f"arms {seen[text]} and {aid} would both be labelled {text!r}")
+        return labels
+
+    def label(self, flat: Mapping[str, Any]) -> str:
+        names = short_names(list(self.keys))
+        return ", ".join(f"{names[k]}={format_value(flat.get(k))}" for k in self.keys) or "all runs"

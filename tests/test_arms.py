@@ -1,0 +1,171 @@
+"""Arm identity (`cem_core.arms`): the whole config minus the seed; two runs differing in any other key are
+never one arm, in the identity, in the labels or in any figure a report draws."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cem_core.arms import ArmLabelCollision, ArmLabels, arm_id, format_value
+from cem_core.config import RunConfig, field_names, flatten, resolve
+from cemctl.grid.kinds import FIGURE_KINDS
+from tests.helpers import cli, finish_run
+
+
+def _other(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 2 + 0.5
+    return f"{value}-other"
+
+
+BASE = flatten(resolve(RunConfig.from_dict({"model.attention": "cem", "model.kq_diagonal": "shared"})).to_dict())
+
+
+@pytest.mark.parametrize("key", [k for k in field_names() if k != "train.seed"])
+def test_two_configs_differing_in_any_single_key_are_two_arms(key):
+    other = {**BASE, key: _other(BASE[key])}
+    assert arm_id(other) != arm_id(BASE), key
+    labels = ArmLabels.of([BASE, other])
+    assert labels.keys == (key,) and labels.label(BASE) != labels.label(other)
+
+
+def test_seeds_and_declared_nuisance_keys_do_not_make_arms():
+    seeds = [{**BASE, "train.seed": s} for s in range(3)]
+    assert len({arm_id(c) for c in seeds}) == 1
+    cache = {**BASE, "data.cache_dir": "/elsewhere"}
+    assert arm_id(cache) != arm_id(BASE)
+    assert arm_id(cache, nuisance=("train.seed", "data.cache_dir")) == arm_id(BASE, nuisance=("train.seed", "data.cache_dir"))
+
+
+def test_labels_name_the_varying_keys_in_grid_order_and_values_as_grids_write_them():
+    configs = [{**BASE, "model.attn_step_size": eta, "model.attn_steps": t, "train.seed": s}
+               for eta in (0.5, 1.0) for t in (1, 2, 4) for s in (0, 1)]
+    labels = ArmLabels.of(configs, order=["model.attn_steps", "model.attn_step_size"])
+    assert labels.keys == ("model.attn_steps", "model.attn_step_size")
+    assert labels.label(configs[0]) == "attn_steps=1, attn_step_size=0.5"
+    assert len({labels.label(c) for c in configs}) == 6 == len({arm_id(c) for c in configs})
+    assert format_value(1.0) == "1" and format_value(0.002) == "0.002" and format_value(True) == "true"
+    assert format_value(1e-7) != format_value(1.0000001e-7)  # never two values under one text
+
+
+def _twin(runs, curves, key="model.init_std"):
+    """Every run once more, in an arm that differs only in `key` (another run id, a slightly worse loss)."""
+    import pandas as pd
+
+    twin = runs.copy()
+    twin[key] = [_other(v) for v in twin[key]]
+    twin["run_id"] = [f"{r}x" for r in twin["run_id"]]
+    for col in ("test_ppl", "val_ppl"):
+        if col in twin:
+            twin[col] = twin[col] * 1.05
+    for col in ("test_loss", "val_loss"):
+        if col in twin:
+            twin[col] = twin[col] + math.log(1.05)
+    if "test_rmse" in twin:
+        twin["test_rmse"] = twin["test_rmse"] * 1.05
+    tc = curves.copy()
+    tc["run_id"] = [f"{r}x" for r in tc["run_id"]]
+    return pd.concat([runs, twin], ignore_index=True), pd.concat([curves, tc], ignore_index=True)
+
+
+def _row_sets(parts):
+    return {t.name: [tuple(map(str, r)) for r in t.frame.itertuples(index=False)] for t in parts.tables}
+
+
+def _assert_distinct(parts):
+    """No table of the report shows two identical rows (two arms that read as one)."""
+    for name, rows in _row_sets(parts).items():
+        assert len(rows) == len(set(rows)), f"table {name} shows two arms as identical rows"
+
+
+def _frames(kind):
+    from cemctl.report.synthetic import synthetic_frames, synthetic_from_grid
+
+    if kind == "gp_table":
+        return synthetic_from_grid(str(Path(__file__).resolve().parents[1] / "experiments" / "gp.toml"), "tiny",
+                                   failures=False)
+    return synthetic_frames(kind, sizes=("nano",), seeds=(0, 1), steps=6, failures=False)
+
+
+@pytest.mark.parametrize("kind", list(FIGURE_KINDS))
+def test_no_figure_kind_merges_two_arms(kind):
+    from cemctl.report.build import ExperimentInfo, render_parts
+
+    runs, curves = _frames(kind)
+    plain = render_parts(ExperimentInfo("x", kind), runs, curves)
+    twin_runs, twin_curves = _twin(runs, curves)
+    twin = render_parts(ExperimentInfo("x", kind), twin_runs, twin_curves)
+    _assert_distinct(twin)
+    for name, rows in _row_sets(plain).items():  # every table has a row for each twin arm too
+        assert len(_row_sets(twin)[name]) == 2 * len(rows), (kind, name)
+    arms = next(t.frame for t in twin.tables if t.name == "arms")
+    assert arms["arm"].is_unique and any("init_std=" in a for a in arms["arm"])
+    for part in plain.figures + twin.figures:
+        part.figure.clear()
+
+
+def test_the_check_catches_a_figure_kind_that_would_merge():
+    """A figure naming its series by the paper's variant alone would show the twins as one row: the check fails."""
+    from cemctl.report.aggregate import aggregate_seeds, series_labels
+    from cemctl.report.parts import ReportParts, TablePart
+
+    runs, curves = _twin(*_frames("components"))
+    agg = aggregate_seeds(runs, "test_ppl")
+    naive = agg[["variant", "model.size", "n"]]  # the old tables: the paper's name, the size, the seeds
+    with pytest.raises(AssertionError, match="two arms as identical rows"):
+        _assert_distinct(ReportParts(tables=[TablePart("naive", naive, "")]))
+    # the one mechanism figure kinds use refuses to draw two arms at one point
+    with pytest.raises(ArmLabelCollision):
+        series_labels(agg.assign(**{"model.init_std": 0.02}), ["model.size", "model.attention", "model.mlp"],
+                      agg["variant"])
+
+
+OWN_GRID = """seeds = [0, 1]
+[experiment]
+name = "own"
+description = "step size x steps of CEM attention: a question the paper never asks"
+x = "model.attn_steps"
+[base]
+"model.size" = "nano"
+"model.attention" = "cem"
+"data.tokenizer" = "byte"
+"train.max_steps" = 40
+[axes]
+"model.attn_step_size" = [0.5, 1.0, 2.0]
+"model.attn_steps" = [1, 2]
+"""
+
+
+def test_a_grid_of_your_own_is_reported_with_six_distinct_arms(tmp_path):
+    (tmp_path / "own.toml").write_text(OWN_GRID)
+    res = cli(tmp_path, "plan", str(tmp_path / "own.toml"), "--json")
+    assert res.returncode == 0, res.output
+    runs = json.loads(res.stdout)["runs"]
+    assert len(runs) == 12
+    for i, r in enumerate(runs):
+        eta, t = r["axes"]["model.attn_step_size"], r["axes"]["model.attn_steps"]
+        finish_run(tmp_path / "runs" / r["run_id"], test_loss=1.5 + eta / 10 + t / 100 + r["axes"]["train.seed"] / 1000)
+    out = tmp_path / "report"
+    res = cli(tmp_path, "report", "own", "--out", str(out), "--format", "png")
+    assert res.returncode == 0, res.output
+    import pandas as pd
+
+    arms = pd.read_csv(out / "tables" / "arms.csv")
+    assert len(arms) == 6 and arms["arm"].is_unique
+    assert set(arms["arm"]) == {f"attn_step_size={e}, attn_steps={t}" for e in ("0.5", "1", "2") for t in (1, 2)}
+    assert set(arms["seeds done"]) == {2} and set(arms["seeds planned"]) == {2}
+    row = arms[arms["arm"].eq("attn_step_size=0.5, attn_steps=2")].iloc[0]
+    assert row["test_loss mean"] == pytest.approx(1.5 + 0.05 + 0.02 + 0.0005)  # seeds 0 and 1
+    assert row["test_loss 95% low"] < row["test_loss mean"] < row["test_loss 95% high"]
+    for name in ("metric.png", "training_curves.png"):
+        assert (out / "figures" / name).exists(), name
+    index = (out / "index.md").read_text()
+    assert index.index("arms") < index.index("training_curves")  # the arms table comes first
+    assert "attn_step_size=2, attn_steps=1" in index
