@@ -200,3 +200,31 @@ def test_plan_dry_run_consults_the_database(project):
     assert "12 runs, 0 new" in res.stdout
     states = [ln.split()[-1] for ln in res.stdout.splitlines() if re.match(r"^[0-9a-f]{8}\s", ln)]
     assert states.count("done") == 10 and "new" not in states
+
+
+def test_where_selects_runs_and_says_how_many(project):
+    res = cli(project, "status", "stepsize", "--where", "attn_steps=2", "--where", "attn_step_size<2",
+              "--limit", "0", env={"COLUMNS": "120"})
+    assert res.returncode == 0, res.output
+    lines = _rows(res.stdout, _ids(project))
+    assert len(lines) == 4  # eta 0.5 and 1, two seeds each
+    assert "same for every run shown: attn_steps=2" in res.stdout
+    assert "4 of 12 runs meet --where attn_steps=2 and attn_step_size<2" in res.stdout
+    assert "more runs not shown" not in res.stdout
+    by_result = cli(project, "status", "--where", "test_loss<1.52", "--json")
+    losses = [r["test_loss"] for e in json.loads(by_result.stdout)["experiments"] for r in e["runs"]]
+    assert losses and all(x < 1.52 for x in losses)
+    assert_clean_error(cli(project, "status", "--where", "attn_stepz=2", subprocess=True), contains="did you mean")
+
+
+def test_arms_view_has_one_row_per_arm(project):
+    res = cli(project, "status", "stepsize", "--arms", env={"COLUMNS": "120"})
+    assert res.returncode == 0, res.output
+    rows = [ln for ln in res.stdout.splitlines() if re.match(r"^(0\.5|1|2)\s+[12]\s", ln)]
+    assert len(rows) == 6
+    assert "6 arms" in res.stdout
+    # 10 finished runs in grid order: the first five arms have both seeds done, the last arm none
+    assert sum(" 2/2 " in ln for ln in rows) == 5 and sum(" 0/2 " in ln for ln in rows) == 1
+    assert any("1 failed, 1 planned" in ln for ln in rows)
+    first = rows[0]
+    assert "1.5050 \u00b1 0.0071" in first  # seeds 0 and 1: 1.50 and 1.51

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -69,6 +69,10 @@ def register(app: typer.Typer) -> None:
                                               "run, scale, state, progress, train, val, test, ppl, tok/s, elapsed, eta, "
                                               "job, attempts, reason, an axis or any config key (e.g. attn_steps, train.lr)."),
         wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width of the terminal."),
+        where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting KEY OP VALUE (repeatable; "
+                                                  "e.g. attn_steps>=2, 'train.lr in 1e-3,2e-3', tag.note~warmup)."),
+        arms: bool = typer.Option(False, "--arms", help="One row per arm (every config value equal but the seed): "
+                                  "seeds done, states, test loss mean +- s.d."),
         state: Optional[str] = typer.Option(None, "--state", help="Only runs in these states, e.g. failed,running."),
         sort: Optional[str] = typer.Option(None, "--sort", help="Order runs by a column (ascending; -COLUMN or "
                                            "COLUMN:desc for descending), e.g. --sort test."),
@@ -90,14 +94,31 @@ def register(app: typer.Typer) -> None:
             states = parse_states(state)
             cols = parse_columns(columns)
             order = parse_sort(sort)
-            wanted = (cols or []) + ([order[0]] if order else [])
+            from cemctl.grid.where import parse_where
+
+            conds = parse_where(where)
+            wanted = (cols or []) + ([order[0]] if order else []) + [c.key for c in conds]
+            need_config = arms or any("." in k and not k.startswith("tag.") for k in wanted)
             timeout_s = heartbeat_timeout(heartbeat_timeout_s)
             engine, can_sync = open_status_db(db_url(db))
 
             def snapshot() -> list[Any]:
                 statuses = status_snapshot(engine, runs_dir(runs), experiment, sync=can_sync and not no_sync,
-                                           heartbeat_timeout_s=timeout_s, limit=0 if as_json else limit, scale=scale,
-                                           states=states, with_config=any("." in k for k in wanted))
+                                           heartbeat_timeout_s=timeout_s,
+                                           limit=0 if as_json or conds or arms else limit, scale=scale,
+                                           states=states, with_config=need_config)
+                if conds:
+                    from cemctl.commands.views.status import run_record
+                    from cemctl.grid.where import matches
+
+                    from cemctl.grid.where import describe
+
+                    for exp in statuses:
+                        exp.state_counts = exp.state_counts or exp.counts
+                        exp.total_runs = exp.total
+                        exp.runs = [r for r in exp.runs if matches(conds, run_record(r))]
+                        exp.matching = len(exp.runs)
+                        exp.selection = " ".join(filter(None, [exp.selection, f"--where {describe(conds)}"]))
                 if order:
                     from cemctl.commands.views.status import sort_rows
 
@@ -114,10 +135,10 @@ def register(app: typer.Typer) -> None:
                             return
                         time.sleep(interval_s)
                 if watch and sys.stdout.isatty():
-                    _watch_live(snapshot, interval_s, columns=cols, wide=wide, limit=limit)
+                    _watch_live(snapshot, interval_s, columns=cols, wide=wide, limit=limit, arms=arms)
                     return
                 while True:
-                    _print_tables(snapshot(), columns=cols, wide=wide, limit=limit)
+                    _print_tables(snapshot(), columns=cols, wide=wide, limit=limit, arms=arms)
                     if not watch:
                         return
                     sys.stdout.flush()
@@ -127,19 +148,20 @@ def register(app: typer.Typer) -> None:
                     raise
 
 
-def _views(statuses: list[Any], width: int | None, *, columns: list[str] | None, wide: bool, limit: int) -> list[Any]:
+def _views(statuses: list[Any], width: int | None, *, columns: list[str] | None, wide: bool, limit: int,
+           arms: bool = False) -> list[Any]:
     from cemctl.commands.views.status import status_views
 
-    return status_views(statuses, width=width, now=time.time(), columns=columns, wide=wide, limit=limit)
+    return status_views(statuses, width=width, now=time.time(), columns=columns, wide=wide, limit=limit, arms=arms)
 
 
 def _empty_note() -> str:
     return "no experiments yet (run `cemctl plan FILE` or `cemctl launch FILE`)"
 
 
-def _print_tables(statuses: list[Any], *, columns: list[str] | None, wide: bool, limit: int) -> None:
+def _print_tables(statuses: list[Any], *, columns: list[str] | None, wide: bool, limit: int, arms: bool) -> None:
     tty, width = output_width()
-    views = _views(statuses, width, columns=columns, wide=wide, limit=limit)
+    views = _views(statuses, width, columns=columns, wide=wide, limit=limit, arms=arms)
     if not views:
         print(_empty_note())
         return
@@ -156,7 +178,8 @@ def _print_tables(statuses: list[Any], *, columns: list[str] | None, wide: bool,
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def _watch_live(snapshot: Any, interval_s: float, *, columns: list[str] | None, wide: bool, limit: int) -> None:
+def _watch_live(snapshot: Any, interval_s: float, *, columns: list[str] | None, wide: bool, limit: int,
+                arms: bool) -> None:
     from rich.console import Group
     from rich.live import Live
     from rich.text import Text
@@ -164,7 +187,7 @@ def _watch_live(snapshot: Any, interval_s: float, *, columns: list[str] | None, 
     console = stdout_console()
 
     def draw() -> Any:
-        views = _views(snapshot(), console.width, columns=columns, wide=wide, limit=limit)
+        views = _views(snapshot(), console.width, columns=columns, wide=wide, limit=limit, arms=arms)
         if not views:
             return Text(_empty_note(), style="dim")
         parts: list[Any] = []

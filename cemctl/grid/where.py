@@ -105,7 +105,8 @@ def resolve_key(key: str, known: Sequence[str] = ()) -> str:
         raise ConfigError("--where", f"ambiguous key {key!r}", allowed=matches)
     import difflib
 
-    close = difflib.get_close_matches(key, [*names, *SPECIAL_KEYS, *RESULT_KEYS], n=3, cutoff=0.75)
+    tails = sorted({k.split(".")[-1] for k in names})
+    close = difflib.get_close_matches(key, [*names, *tails, *SPECIAL_KEYS, *RESULT_KEYS], n=3, cutoff=0.75)
     raise ConfigError("--where", f"unknown key {key!r}" + (f" (did you mean {' or '.join(close)}?)" if close else ""),
                       allowed=[*SPECIAL_KEYS, *RESULT_KEYS, "tag.NAME",
                                "a config key (model.*, train.*, data.*, gp.*, task) or its last part"])

@@ -216,7 +216,10 @@ def experiment_view(exp: "ExperimentStatus", *, width: int | None, now: float, c
     notes = []
     if (note := hidden_note(layout)):
         notes.append(note)
-    hidden = exp.total - len(rows)
+    selected = exp.matching if exp.matching is not None else exp.total
+    if exp.matching is not None:
+        notes.append(f"{exp.matching} of {exp.total} runs meet {exp.selection}")
+    hidden = selected - len(rows)
     if hidden > 0:
         notes.append(f"... {hidden} more runs not shown (use --limit 0 to show all)")
     return ExperimentView(printable(exp.name), exp.total, list(exp.counts.items()), constants if not columns else [],
@@ -241,5 +244,58 @@ def _cells(r: "RunRow", keys: Sequence[str], ids: dict[str, str], now: float) ->
 
 
 def status_views(statuses: Sequence["ExperimentStatus"], *, width: int | None, now: float,
-                 columns: Sequence[str] | None = None, wide: bool = False, limit: int = 0) -> list[ExperimentView]:
+                 columns: Sequence[str] | None = None, wide: bool = False, limit: int = 0,
+                 arms: bool = False) -> list[ExperimentView]:
+    if arms:
+        return [arms_view(e, width=width) for e in statuses]
     return [experiment_view(e, width=width, now=now, columns=columns, wide=wide, limit=limit) for e in statuses]
+
+
+def run_record(r: "RunRow") -> dict[str, Any]:
+    """What `--where` sees of a status row: its config (or its axes), state, id, scale, results, tags."""
+    rec: dict[str, Any] = dict(r.config or r.axes)
+    rec.update({"run_id": r.run_id, "state": r.state, "scale": r.scale, "test_loss": r.test_loss,
+                "test_ppl": r.test_ppl, "val_loss": r.val_loss, "tokens": r.tokens, "tokens_per_s": _avg_rate(r)})
+    rec.update({f"tag.{k}": v for k, v in (getattr(r, "tags", None) or {}).items()})
+    return rec
+
+
+def arms_view(exp: "ExperimentStatus", *, width: int | None) -> ExperimentView:
+    """One row per arm (`cem_core.arms`): its label, seeds done / runs, the states, the test loss over the seeds."""
+    import math
+
+    from cem_core.arms import ArmLabels, arm_id, short_names as arm_short_names
+
+    configs = {r.run_id: (r.config or {}) for r in exp.runs}
+    axes: list[str] = []
+    for r in exp.runs:
+        axes += [k for k in r.axes if k not in axes]
+    labels = ArmLabels.of(list(configs.values()), order=axes)
+    groups: dict[str, list["RunRow"]] = {}
+    for r in exp.runs:
+        groups.setdefault(arm_id(configs[r.run_id]), []).append(r)
+    names = arm_short_names(list(labels.keys))
+    key_cols = [Column(k, names[k], priority=2, shrink_to=6) for k in labels.keys]
+    cols = [*key_cols, Column("seeds", "seeds", align="right", required=True),
+            Column("states", "states", required=True, shrink_to=12),
+            Column("test", "test (mean \u00b1 s.d.)", align="right", required=True),
+            Column("arm", "arm id", priority=8)]
+    rows = []
+    for aid, runs in groups.items():
+        losses = [r.test_loss for r in runs if r.state == "done" and r.test_loss is not None]
+        mean = sum(losses) / len(losses) if losses else None
+        sd = math.sqrt(sum((x - mean) ** 2 for x in losses) / (len(losses) - 1)) if len(losses) > 1 else None
+        states: dict[str, int] = {}
+        for r in runs:
+            states[r.state] = states.get(r.state, 0) + 1
+        first = configs[runs[0].run_id]
+        rows.append({**{k: Cell(F.value(first.get(k))) for k in labels.keys},
+                     "seeds": Cell(f"{len(losses)}/{len(runs)}"),
+                     "states": Cell(", ".join(f"{n} {st}" for st, n in states.items()),
+                                    STATE_STYLES.get(next(iter(states)), "") if len(states) == 1 else ""),
+                     "test": Cell(F.loss(mean) + (f" \u00b1 {F.loss(sd)}" if sd is not None else "")),
+                     "arm": Cell(aid, "dim")})
+    layout = fit(cols or [Column("seeds", "seeds", required=True)], rows, width)
+    notes = [n for n in [hidden_note(layout)] if n]
+    return ExperimentView(printable(exp.name), exp.total, list(exp.counts.items()), [], layout, rows,
+                          notes + [f"{len(groups)} arms: every config value equal but the seed"])

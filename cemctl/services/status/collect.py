@@ -115,6 +115,8 @@ class ExperimentStatus:
     runs: list[RunRow] = field(default_factory=list)
     state_counts: dict[str, int] | None = None  # set when `runs` is a limited selection
     total_runs: int | None = None
+    matching: int | None = None  # runs meeting a --state/--where selection (None: no selection)
+    selection: str = ""  # that selection, as the user wrote it
 
     @property
     def counts(self) -> dict[str, int]:
@@ -209,6 +211,10 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
                     exp = by_id[eid]
                     exp.state_counts[state] = n  # type: ignore[index]
                     exp.total_runs = (exp.total_runs or 0) + n
+        if states is not None:
+            for exp in by_id.values():
+                exp.matching = sum((exp.state_counts or {}).get(st, 0) for st in states)
+                exp.selection = "--state " + ",".join(states)
         if limit > 0:
             for eid, exp in by_id.items():
                 picked = list(s.execute(base.where(link.c.experiment_id == eid).order_by(priority, link.c.position).limit(limit)))
@@ -230,7 +236,9 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
                     o_counts = dict(s.execute(select(Run.state, func.count()).where(Run.id.not_in(linked)).group_by(Run.state)).all())
                     oq_sel = oq.where(Run.state.in_(list(states))) if states is not None else oq
                     rows = [_row(rec, {}) for rec in s.execute(oq_sel.order_by(priority, Run.created_at).limit(limit))]
-                    out.append(ExperimentStatus(NO_EXPERIMENT, rows, state_counts=o_counts, total_runs=n_orphans))
+                    out.append(ExperimentStatus(NO_EXPERIMENT, rows, state_counts=o_counts, total_runs=n_orphans,
+                                                matching=sum(o_counts.get(st, 0) for st in states)
+                                                if states is not None else None))
             else:
                 orphans = [_row(rec, {}) for rec in s.execute(oq.order_by(Run.created_at))]
                 if orphans:
@@ -238,7 +246,8 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
                     if states is not None:
                         orphans = [r for r in orphans if r.state in states]
                     out.append(ExperimentStatus(NO_EXPERIMENT, orphans, state_counts=dict(everything),
-                                                total_runs=sum(everything.values())))
+                                                total_runs=sum(everything.values()),
+                                                matching=len(orphans) if states is not None else None))
     return out
 
 
