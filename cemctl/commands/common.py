@@ -62,7 +62,6 @@ def print_view(view: Any) -> None:
         sys.stdout.write("\n".join(view.plain_lines()) + "\n")
 
 
-DEFAULT_DB_URL = "sqlite:///results.db"
 DEFAULT_RUNS_DIR = "runs"
 
 # The options every command shares: one definition each, so every command honours the same env vars.
@@ -78,10 +77,9 @@ ScaleFilterOption = typer.Option(None, "--scale", help="Only the runs planned at
 
 def db_url(value: str | None) -> str:
     """Resolve --db / $CEMCTL_DB; a bare path means SQLite."""
-    url = value or os.environ.get("CEMCTL_DB") or DEFAULT_DB_URL
-    if "://" not in url:
-        url = f"sqlite:///{url}"
-    return url
+    from cemctl.db.engine import resolve_db_url
+
+    return resolve_db_url(value)
 
 
 def runs_dir(value: str | None) -> Path:

@@ -67,7 +67,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print every field of every run as JSON."),
         columns: Optional[str] = typer.Option(None, "--columns", "-c", help="Exactly these columns, comma-separated: "
                                               "run, scale, state, progress, train, val, test, ppl, tok/s, elapsed, eta, "
-                                              "job, attempts, reason, an axis or any config key (e.g. attn_steps, train.lr)."),
+                                              "job, attempts, reason, an axis, any config key (e.g. attn_steps, train.lr) or "
+                                              "a tag (tag.NAME)."),
         wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width of the terminal."),
         where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting KEY OP VALUE (repeatable; "
                                                   "e.g. attn_steps>=2, 'train.lr in 1e-3,2e-3', tag.note~warmup)."),
@@ -106,7 +107,8 @@ def register(app: typer.Typer) -> None:
                 statuses = status_snapshot(engine, runs_dir(runs), experiment, sync=can_sync and not no_sync,
                                            heartbeat_timeout_s=timeout_s,
                                            limit=0 if as_json or conds or arms else limit, scale=scale,
-                                           states=states, with_config=need_config)
+                                           states=states, with_config=need_config,
+                                           with_tags=any(k.startswith("tag.") for k in wanted))
                 if conds:
                     from cemctl.commands.views.status import run_record
                     from cemctl.grid.where import matches

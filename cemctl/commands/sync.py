@@ -35,6 +35,9 @@ def sync_command(
     with cli_errors():
         engine = open_db(db_url(db))
         stats = sync_runs(engine, runs_dir(runs), heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
+        from cemctl.db.tags import sync_tags
+
+        sync_tags(engine, runs_dir(runs))  # tags and notes: tags.json is the ground truth too
     typer.echo(stats.summary())
     for error in stats.errors:
         stderr_console().print(f"skipped: {error}", markup=False, highlight=False, soft_wrap=True)

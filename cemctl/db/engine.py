@@ -205,6 +205,28 @@ def open_existing_db(url: str) -> Engine:
     return open_db(url, create=False)
 
 
+def open_readonly_db(url: str) -> Engine:
+    """The database strictly read-only, whoever may write it (`cemctl.api`, `export`, `compare`): a SQLite file
+    through a `mode=ro` URI, PostgreSQL in read-only transactions; never created, never migrated."""
+    u = make_url(resolve_db_url(url))
+    target = _sqlite_target(u)
+    if target is not None:
+        path, _ = target
+        path = path if path.is_absolute() else path.resolve()
+        return open_db(f"sqlite:///file:{path.as_posix()}?mode=ro&uri=true", create=False)
+    engine = open_db(url, create=False, migrate=False)
+    from cemctl.db.migrations import check_current
+
+    check_current(engine)
+    return engine.execution_options(postgresql_readonly=True, cemctl_readonly=True)
+
+
+def resolve_db_url(value: str | None) -> str:
+    """--db / $CEMCTL_DB / results.db as a SQLAlchemy URL (a bare path means SQLite)."""
+    url = value or os.environ.get("CEMCTL_DB") or "sqlite:///results.db"
+    return url if "://" in url else f"sqlite:///{url}"
+
+
 def is_readonly(engine: Engine) -> bool:
     """The engine was opened read-only: callers must not sync run directories into it."""
     return bool(engine.get_execution_options().get("cemctl_readonly"))

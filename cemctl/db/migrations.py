@@ -23,6 +23,7 @@ Versions:
      marks_json ([[mark]] labels) and planned_at. Old links take their experiment's
      recorded scale and overrides (the table is rebuilt: a new primary key).
   6  runs.config_mtime (config.json last checked against the run id; the `damaged` state).
+  7  table `run_tags` (a run's tags and notes, mirrored from its tags.json: `cemctl tag`, `cemctl note`).
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -39,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 6
+CURRENT_VERSION = 7
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -153,7 +154,17 @@ def _to_v6(conn: Connection) -> None:
     _add_columns(conn, "runs", [("config_mtime", "FLOAT")])
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5, 6: _to_v6}
+def _to_v7(conn: Connection) -> None:
+    """The run_tags table (`cemctl tag`, `cemctl note`)."""
+    conn.execute(text(
+        "CREATE TABLE IF NOT EXISTS run_tags (run_id VARCHAR(64) NOT NULL PRIMARY KEY REFERENCES runs (id) "
+        "ON DELETE CASCADE, tags_json TEXT NOT NULL DEFAULT '{}', notes_json TEXT NOT NULL DEFAULT '[]', "
+        "file_mtime FLOAT, recorded_at FLOAT NOT NULL)"
+    ))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5, 6: _to_v6,
+                                                       7: _to_v7}
 
 
 def schema_version(conn: Connection) -> int:

@@ -19,6 +19,7 @@ helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
   series "" except for energy lines: "<layer>/<sublayer>/<t>");
   wide columns for the known keys, anything else in `extra_json`.
 - `results`: the terminal `result.json` of a run, one row per run.
+- `run_tags`: a run's tags and notes (`cemctl tag`, `cemctl note`), mirrored from its tags.json.
 - `evals`: test-time recursion evaluations (`cemctl eval`, the run's evals.json):
   one row per (run_id, attn_steps, mlp_steps) with the test loss/perplexity and
   FLOPs per token at those recursion depths.
@@ -197,3 +198,14 @@ class Eval(Base):
     evaluated_at: Mapped[Optional[float]] = mapped_column(Float)  # when the evaluation ran
     recorded_at: Mapped[float] = mapped_column(Float)  # when it was ingested
     __table_args__ = (UniqueConstraint("run_id", "attn_steps", "mlp_steps", name="uq_evals_run_attn_mlp"),)
+
+
+class RunTags(Base):
+    """A run's tags and notes (`cemctl tag`, `cemctl note`), mirrored from its tags.json (schema v7)."""
+
+    __tablename__ = "run_tags"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tags_json: Mapped[str] = mapped_column(Text, default="{}")
+    notes_json: Mapped[str] = mapped_column(Text, default="[]")
+    file_mtime: Mapped[Optional[float]] = mapped_column(Float)  # tags.json when it was read
+    recorded_at: Mapped[float] = mapped_column(Float)

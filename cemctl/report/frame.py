@@ -91,16 +91,19 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) -> "pd.DataFrame":
+def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None,
+              unlinked: bool = False) -> "pd.DataFrame":
     """The runs frame of one experiment (grid order; each run once), read with `pd.read_sql` from the
     `experiment_runs`, `runs` and `results` tables; only the runs planned at `scale` when given.
     With `experiment=None`: the runs of every experiment, each (run, scale) once (`cemctl claims`).
     Result values come from `results` (the run's result.json) with the run row's summary as
     fallback; scalar keys of result.json the table has no column for (e.g. `test_rmse`) become
     columns too. `scale` and `marks` (the grid's [[mark]] labels, "; "-joined) are columns.
+    `unlinked` (with `experiment=None`): also the runs no experiment links (a database rebuilt by
+    `cemctl sync` from run folders alone), with an empty experiment and scale.
     """
     import pandas as pd
-    from sqlalchemy import func, select
+    from sqlalchemy import func, literal, null, select
 
     from cemctl.db.models import Experiment, ExperimentRun, Result, Run
 
@@ -108,6 +111,7 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) 
         select(
             Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
             Run.error.label("run_error"), ExperimentRun.position, ExperimentRun.scale.label("scale"),
+            Experiment.name.label("experiment"),
             ExperimentRun.marks_json, ExperimentRun.planned_at,
             func.coalesce(Result.params_total, Run.params_total).label("params_total"),
             func.coalesce(Result.params_non_embedding, Run.params_non_embedding).label("params_non_embedding"),
@@ -128,9 +132,24 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) 
         stmt = stmt.where(ExperimentRun.scale == scale)
     with engine.connect() as conn:
         raw = pd.read_sql(stmt, conn)
+        if unlinked and experiment is None and scale is None:
+            lone = (select(Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
+                           Run.error.label("run_error"), literal(0).label("position"), literal("").label("scale"),
+                           literal("").label("experiment"), literal("[]").label("marks_json"),
+                           null().label("planned_at"),
+                           *[c for c in stmt.selected_columns][10:])
+                    .select_from(Run).outerjoin(Result, Result.run_id == Run.id)
+                    .where(Run.id.not_in(select(ExperimentRun.run_id))).order_by(Run.created_at))
+            extra = pd.read_sql(lone, conn)
+            if not extra.empty:
+                raw = pd.concat([raw, extra], ignore_index=True) if not raw.empty else extra
     records, seen = [], set()
+    names: dict[Any, list[str]] = {}
     for rec in raw.to_dict("records"):
         key = rec["run_id"] if experiment is not None else (rec["run_id"], rec["scale"])
+        names.setdefault(key, [])
+        if rec["experiment"] and rec["experiment"] not in names[key]:
+            names[key].append(rec["experiment"])
         if key in seen:  # linked by several plan keys (or experiments): once, from its latest plan
             continue
         seen.add(key)
@@ -141,7 +160,11 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) 
         marks = json.loads(rec.pop("marks_json", None) or "[]")
         rec["extra"]["marks"] = "; ".join(str(m) for m in marks)
         rec["extra"]["scale"] = rec.pop("scale", None) or ""
+        rec["extra"]["experiment"] = names[key]  # filled in below, once every link was seen
         records.append(rec)
+    for rec in records:
+        rec["extra"]["experiment"] = ", ".join(rec["extra"]["experiment"])
+        rec.pop("experiment", None)
     return runs_frame(records)
 
 

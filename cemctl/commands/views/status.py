@@ -84,13 +84,19 @@ def resolve_column(name: str, axes: Sequence[str], *, config_keys: Sequence[str]
     name = ALIASES.get(name, name)
     if name in _FIELDS or name == "run":
         return name
+    if name.startswith("tag."):
+        from cem_core.runfiles.tags import TAG_NAME
+
+        if TAG_NAME.match(name[4:]):
+            return name
     candidates = list(dict.fromkeys([*axes, *config_keys]))
     if name in candidates:
         return name
     matches = [k for k in candidates if k.split(".")[-1] == name]
     if len(matches) == 1:
         return matches[0]
-    allowed = column_names() + [short_names(list(axes)).get(a, a) for a in axes] + ["any config key (model.*, train.*, ...)"]
+    allowed = column_names() + [short_names(list(axes)).get(a, a) for a in axes] + ["tag.NAME",
+                                                                                   "any config key (model.*, train.*, ...)"]
     raise ConfigError("--columns", f"unknown column {name!r}" + (f" (ambiguous: {', '.join(matches)})" if matches else ""),
                       allowed=allowed)
 
@@ -108,6 +114,8 @@ def raw_value(r: "RunRow", key: str, now: float) -> Any:
         return r.run_id
     if key in _FIELDS:
         return _FIELDS[key][3](r, now)
+    if key.startswith("tag."):
+        return (r.tags or {}).get(key[4:])
     if key in r.axes:
         return r.axes[key]
     return (r.config or {}).get(key)

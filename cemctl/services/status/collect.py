@@ -57,6 +57,7 @@ class RunRow:
     result_tokens: int | None = None  # result.json's tokens and wall time: a finished run's average speed
     wall_time_s: float | None = None
     config: dict[str, Any] | None = None  # the flattened resolved config (only when asked for: `with_config`)
+    tags: dict[str, str] | None = None  # `cemctl tag` tags (only when asked for)
 
     @property
     def axes(self) -> dict[str, Any]:

@@ -53,13 +53,23 @@ def table_limit(engine: Engine, experiment: str | None, limit: int) -> int:
 
 def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = None, *, sync: bool = True,
                     heartbeat_timeout_s: float | None = None, limit: int = 0, scale: str | None = None,
-                    states: Sequence[str] | None = None, with_config: bool = False) -> list[ExperimentStatus]:
+                    states: Sequence[str] | None = None, with_config: bool = False,
+                    with_tags: bool = False) -> list[ExperimentStatus]:
     """Sync (unless `sync` is false), then one ExperimentStatus per experiment with at most `limit` runs each
-    (0: all), only runs in `states` when given (the counts still cover every run)."""
+    (0: all), only runs in `states` when given (the counts still cover every run); `with_tags` attaches each
+    run's tags (`cemctl tag`)."""
     if sync:
         refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
-    return collect_status(engine, experiment, limit=table_limit(engine, experiment, limit), scale=scale,
-                          states=states, with_config=with_config)
+    statuses = collect_status(engine, experiment, limit=table_limit(engine, experiment, limit), scale=scale,
+                              states=states, with_config=with_config)
+    if with_tags:
+        from cemctl.db.tags import tags_of
+
+        tags = tags_of(engine, [r.run_id for e in statuses for r in e.runs])
+        for e in statuses:
+            for r in e.runs:
+                r.tags = tags[r.run_id].tags if r.run_id in tags else {}
+    return statuses
 
 
 def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> dict[str, Any]:

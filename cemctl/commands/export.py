@@ -1,0 +1,43 @@
+"""`cemctl export EXPERIMENT|--where ... --format csv|parquet|jsonl|tensorboard -o OUT [--curves]`.
+
+One row per run (run id, experiment, scale, state, arm, every config key, the results,
+tags and notes), or with `--curves` the per-step metrics in long form; `tensorboard`
+writes one event folder per run (train/val loss, lr, tokens/s) for TensorBoard or a
+tracker that reads its files. Refuses to replace a file it did not write unless
+`--force`. Library: `cemctl.services.export`.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url
+
+
+def export_command(
+    experiment: Optional[str] = typer.Argument(None, help="Experiment to export (or select runs with --where)."),
+    fmt: str = typer.Option("csv", "--format", "-f", help="csv, parquet, jsonl or tensorboard (a folder)."),
+    out: str = typer.Option(..., "--out", "-o", help="The file to write (a folder for tensorboard)."),
+    where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting KEY OP VALUE (repeatable)."),
+    curves: bool = typer.Option(False, "--curves", help="The per-step metrics in long form instead of one row per run."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="Only the runs planned at this scale."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT even if cemctl did not write it (a regular file)."),
+    db: Optional[str] = DbOption,
+    runs: Optional[str] = RunsDirOption,  # noqa: ARG001 - every database command takes it; export reads the database
+) -> None:
+    """Export runs (or their curves) as CSV, Parquet, JSON lines or TensorBoard event files."""
+    with cli_errors():
+        from cemctl.services.export import export_runs
+
+        result = export_runs(db_url(db), experiment, where=where, fmt=fmt, out=out, curves=curves, scale=scale,
+                             force=force)
+    if result.fmt == "tensorboard":
+        typer.echo(f"exported {result.runs} runs to {result.out} (one event folder per run, {result.rows} scalars)")
+    else:
+        typer.echo(f"exported {result.runs} runs ({result.rows} {'rows of curves' if curves else 'rows'}) to {result.out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_command)

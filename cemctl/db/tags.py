@@ -1,0 +1,67 @@
+"""Tags and notes in the results database (`cemctl tag`, `cemctl note`, `cemctl sync`, `status --columns tag.x`).
+
+    store_tags(engine, run_id, record, file_mtime)     # after writing the run's tags.json
+    tags_of(engine, run_ids) -> {run_id: TagsRecord}
+    sync_tags(engine, runs_root, run_ids=None) -> n    # re-read every tags.json whose file changed
+
+The run directory's tags.json is the ground truth (`cem_core.runfiles.tags`); the
+`run_tags` table mirrors it so status, export and the API read tags with the runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from cem_core.runfiles.tags import TagsRecord, read_tags, tags_mtime
+from cemctl.db.engine import read_session, retry_locked, write_session
+from cemctl.db.models import Run, RunTags
+
+
+def store_tags(engine: Engine, run_id: str, record: TagsRecord, file_mtime: float | None) -> None:
+    def write() -> None:
+        with write_session(engine) as s:
+            row = s.get(RunTags, run_id)
+            if row is None:
+                row = RunTags(run_id=run_id)
+                s.add(row)
+            row.tags_json = json.dumps(record.to_dict()["tags"], sort_keys=True)
+            row.notes_json = json.dumps(record.notes)
+            row.file_mtime = file_mtime
+            row.recorded_at = time.time()
+
+    retry_locked(write)
+
+
+def tags_of(engine: Engine, run_ids: Iterable[str]) -> dict[str, TagsRecord]:
+    ids = list(run_ids)
+    out: dict[str, TagsRecord] = {}
+    with read_session(engine) as s:
+        for i in range(0, len(ids), 500):
+            q = select(RunTags.run_id, RunTags.tags_json, RunTags.notes_json).where(RunTags.run_id.in_(ids[i:i + 500]))
+            for rid, tags, notes in s.execute(q):
+                out[rid] = TagsRecord.from_dict({"tags": json.loads(tags or "{}"), "notes": json.loads(notes or "[]")})
+    return out
+
+
+def sync_tags(engine: Engine, runs_root: Path | str, run_ids: Iterable[str] | None = None) -> int:
+    """Mirror the tags.json of the runs (all known runs when `run_ids` is None) whose file changed; returns how many."""
+    root = Path(runs_root)
+    with read_session(engine) as s:
+        q = select(Run.id, RunTags.file_mtime).outerjoin(RunTags, RunTags.run_id == Run.id)
+        if run_ids is not None:
+            q = q.where(Run.id.in_(list(run_ids)))
+        known = list(s.execute(q))
+    changed = 0
+    for rid, recorded in known:
+        mtime = tags_mtime(root / rid)
+        if mtime == recorded:
+            continue
+        store_tags(engine, rid, read_tags(root / rid) if mtime is not None else TagsRecord(), mtime)
+        changed += 1
+    return changed
