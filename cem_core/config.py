@@ -55,6 +55,7 @@ class ModelConfig:
     mlp_precond_rank: int = 16
     kq_diagonal: str = "none"
     cem_position: str = "alibi"
+    attn_start: str = "h"  # CEM attention's x_0: h (the residual stream) or norm (RMSNorm(h), Alg. 1 read literally)
     param_match_factor: float = 1.5  # width multiplier of cem_param_matched
     # Llama specifics and shared
     rope_theta: float = 10000.0
@@ -273,6 +274,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     V.PRECONDITIONERS.check(m.mlp_precond, key="model.mlp_precond")
     V.KQ_DIAGONALS.check(m.kq_diagonal)
     V.CEM_POSITIONS.check(m.cem_position)
+    V.CEM_STARTS.check(m.attn_start)
     for key in ("d_model", "n_layers", "n_heads", "d_mlp", "context_len", "vocab_size"):
         value = getattr(m, key)
         if value < 0:
@@ -298,6 +300,8 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError("model.kq_diagonal", f"needs model.attention='cem' (got {m.attention!r})", allowed=("none",))
         if m.attn_precond != "identity":
             raise ConfigError("model.attn_precond", f"needs model.attention='cem' (got {m.attention!r})", allowed=("identity",))
+        if m.attn_start != "h":
+            raise ConfigError("model.attn_start", f"needs model.attention='cem' (got {m.attention!r})", allowed=("h",))
     if m.attention == "llama" and m.attn_steps != 1:
         raise ConfigError("model.attn_steps", "must be 1 for model.attention='llama' (use 'reuse' or 'cem' for T > 1)", allowed=(1,))
     if not m.mlp.startswith("cem") and m.mlp_precond != "identity":

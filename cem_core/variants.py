@@ -41,6 +41,10 @@ CEM_POSITIONS: Registry = Registry("CEM position encoding", "model.cem_position"
 CEM_POSITIONS.add("alibi", "alibi", "ALiBi distance penalty + learned self / non-self biases per head")
 CEM_POSITIONS.add("none", "none", "causal mask only")
 
+CEM_STARTS: Registry = Registry("CEM attention start", "model.attn_start")
+CEM_STARTS.add("h", "h", "x_0 = h: the residual stream (T=1 is the pre-norm residual block)")
+CEM_STARTS.add("norm", "norm", "x_0 = RMSNorm(h): Algorithm 1's 'x_i <- n_i' read literally")
+
 TASKS: Registry = Registry("task", "task")
 TASKS.register_lazy("lm", "cem_core.train.tasks:LMTask", "language modelling")
 TASKS.register_lazy("gp", "cem_core.gp.task:GPTask", "the synthetic Gaussian-process regression study")

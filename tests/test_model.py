@@ -380,3 +380,22 @@ def test_compile_modes(monkeypatch):
     with pytest.raises(ConfigError, match="train.compile"):
         resolve(RunConfig.from_dict({"train.compile": "sometimes"}))
     assert resolve(RunConfig.from_dict({"train.compile": True})).train.compile == "on"
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_attention_may_start_at_the_normed_input(steps):
+    """attn_start='norm': x_0 = RMSNorm(h) (Alg. 1's 'x_i <- n_i'); the first step's update is the same."""
+    torch.manual_seed(0)
+    base = dict(attention="cem", attn_steps=steps, kq_diagonal="shared", attn_precond="diag")
+    from_h = CEMAttention(model_cfg(**base))
+    from_n = CEMAttention(model_cfg(**base, attn_start="norm"))
+    from_n.load_state_dict(from_h.state_dict())
+    h = 3.0 * torch.randn(2, 7, from_h.d_model)
+    n = from_h.norm(h)
+    xs_h, xs_n = list(from_h.iterate(h)), list(from_n.iterate(h))
+    assert torch.equal(xs_h[0], h) and torch.allclose(xs_n[0], n)
+    # step 1 uses the same query u = n either way, so it moves both starts by the same update
+    torch.testing.assert_close(xs_n[1] - xs_n[0], xs_h[1] - xs_h[0])
+    assert not torch.allclose(from_n(h), from_h(h))
+    with pytest.raises(ConfigError, match="model.attn_start"):
+        resolve(RunConfig.from_dict({"model.attention": "llama", "model.attn_start": "norm"}))

@@ -132,6 +132,7 @@ class CEMAttention(nn.Module):
         self.d_model, self.n_heads, self.head_dim = d, K, d // K
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.steps, self.step_size = cfg.attn_steps, cfg.attn_step_size
+        self.start = cfg.attn_start  # x_0: "h" or "norm" (RMSNorm(h))
         self.norm = RMSNorm(d, cfg.norm_eps)
         self.w_q = nn.Linear(d, d, bias=False)  # weight [K*Dh, d]: queries, and (transposed) the output
         self.w_k = nn.Linear(d, d, bias=False)  # keys, and the values
@@ -206,11 +207,12 @@ class CEMAttention(nn.Module):
                 and not torch.compiler.is_compiling())
 
     def iterate(self, h: torch.Tensor) -> Iterator[torch.Tensor]:
-        """Yields x_0 = h, x_1, ..., x_T (keys, values and biases fixed; only x moves)."""
+        """Yields x_0 (h, or RMSNorm(h) for attn_start='norm'), x_1, ..., x_T (keys, values and biases fixed;
+        only x moves)."""
         n = self.norm(h)
         k = self.keys(n)
         bias = self.position_bias(h.shape[1])
-        x = h
+        x = n if self.start == "norm" else h
         yield x
         for t in range(self.steps):
             u = n if t == 0 else self.norm(x)
