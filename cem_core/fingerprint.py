@@ -1,0 +1,123 @@
+"""Which code trained a run: a fingerprint of the model and training code (`cemctl launch`, `status`, `report`, `claims`).
+
+    code_fingerprint()                      -> "9f3a61c0b2d4" (this installation's cem_core)
+    code_fingerprint(plugins=["my_layer"])  -> the same, with the plugin modules a grid loads
+
+What counts as model code is what decides the numbers a run produces: the model
+(`cem_core/model/`), the training step, optimizer, schedule, sampling and evaluation
+(`cem_core/train/`: loop, optim, tasks, sampler, evaluate), the token stream
+(`cem_core/data/`: sources, tokenizer, packing, the built-in corpus), the GP task
+(`cem_core/gp/`) and any plugin module of the grid. Not counted: configuration and
+validation (a config is hashed into the run id already), logging, checkpoint files,
+the orchestration in `cemctl/`, recursion evaluation after training.
+
+Each file counts by what it computes, not how it reads: its syntax tree with every
+docstring removed (comments and layout are not in the tree), so editing a docstring,
+a comment or the formatting keeps the fingerprint, while any change to a statement,
+an expression or a constant changes it. The fingerprint is 12 hex characters of the
+sha256 over the sorted (file, tree) pairs. Torch-free: it reads source files only.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+from pathlib import Path
+from typing import Iterable, Sequence
+
+CORE = Path(__file__).resolve().parent
+# Relative to the cem_core package: folders (every .py file in them) and single files.
+MODEL_CODE: tuple[str, ...] = (
+    "model",
+    "train/loop.py", "train/optim.py", "train/tasks.py", "train/sampler.py", "train/evaluate.py",
+    "data/sources.py", "data/tokenizer.py", "data/packing.py", "data/builtin_corpus.py",
+    "gp",
+)
+
+
+def normalized(source: str) -> str:
+    """The syntax tree of `source` without docstrings, as text (comments and layout are not in a tree)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def model_code_files(root: Path = CORE) -> list[Path]:
+    files: list[Path] = []
+    for item in MODEL_CODE:
+        path = root / item
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return [f for f in files if f.is_file() and "__pycache__" not in f.parts]
+
+
+def plugin_files(plugins: Iterable[str]) -> list[Path]:
+    """The source files of plugin modules (a package: every .py file in it)."""
+    out: list[Path] = []
+    for name in plugins:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        origin = Path(spec.origin)
+        if spec.submodule_search_locations:
+            for location in spec.submodule_search_locations:
+                out += sorted(Path(location).rglob("*.py"))
+        elif origin.suffix == ".py":
+            out.append(origin)
+    return out
+
+
+def _file_digest(path: Path, cache: dict[str, list]) -> str:
+    """sha256 of the file's normalized tree; `cache` maps a path to [mtime_ns, size, digest] (parsing is the cost)."""
+    st = path.stat()
+    key = str(path)
+    hit = cache.get(key)
+    if isinstance(hit, list) and len(hit) == 3 and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
+        return str(hit[2])
+    digest = hashlib.sha256(normalized(path.read_text(encoding="utf-8")).encode()).hexdigest()
+    cache[key] = [st.st_mtime_ns, st.st_size, digest]
+    return digest
+
+
+def _cache_path() -> Path:
+    import os
+
+    base = os.environ.get("CEMCTL_CACHE") or str(Path.home() / ".cache" / "cemctl")
+    return Path(base) / "code-fingerprints.json"
+
+
+def fingerprint_of(files: Sequence[tuple[str, Path]]) -> str:
+    import json
+    import os
+
+    path = _cache_path()
+    try:
+        cache = json.loads(path.read_text()) if path.is_file() else {}
+        cache = cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError):
+        cache = {}
+    before = dict(cache)
+    h = hashlib.sha256()
+    for name, file in sorted(files, key=lambda item: item[0]):
+        h.update(name.encode() + b"\0" + _file_digest(file, cache).encode() + b"\0")
+    if cache != before:  # best effort: a cache that cannot be written only costs the parsing next time
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return h.hexdigest()[:12]
+
+
+def code_fingerprint(plugins: Sequence[str] = (), root: Path = CORE) -> str:
+    """The fingerprint of the model and training code under `root` (a cem_core folder) and the plugins."""
+    files = [(str(p.relative_to(root)), p) for p in model_code_files(root)]
+    files += [(f"plugin:{p.name}", p) for p in plugin_files(plugins)]
+    return fingerprint_of(files)
