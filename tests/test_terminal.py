@@ -104,6 +104,7 @@ def test_report_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_claims_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
+    assert cli(project, "plan", "fig2a", "--scale", "tiny").returncode == 0  # a grid that declares a claim
     screen = on_pty(["claims", "--out", str(project / f"claims-{size[0]}")], project, cols=size[0], rows=size[1],
                     cwd=project)
     screen.assert_clean(0)

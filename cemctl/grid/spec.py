@@ -14,6 +14,8 @@ A grid file is TOML a researcher writes by hand:
     [[exclude]]                  # partial assignment (key = value or [values]) of runs to drop
     [[mark]]                     # label = "...", plus a partial assignment: runs it matches carry the
                                  # label in plan and report (e.g. "beyond the paper")
+    [[claim]]                    # claims `cemctl claims` tests on the runs: parts with arm selectors, a
+                                 # statistic, an expectation and a margin (cemctl/grid/claims.py)
     seeds = [0, 1]               # -> axis train.seed
     [scale.tiny] / [scale.paper] # base / axes / seeds / exclude overrides, chosen with --scale
     [slurm]                      # job resources for `cemctl launch --executor slurm` (checked by
@@ -37,9 +39,10 @@ from typing import Any
 from cem_core.config import field_names, flatten
 from cem_core.errors import ConfigError
 from cem_core.names import check_experiment_name
+from cemctl.grid.claims import parse_claims
 from cemctl.grid.kinds import DEFAULT_SCALE, FIGURE_KINDS, SCALES
 
-TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "seeds", "scale", "slurm")
+TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "claim", "seeds", "scale", "slurm")
 EXPERIMENT_KEYS = ("name", "description", "figure", "x", "hue", "metric", "nuisance")
 METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse")  # what a report may plot
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
@@ -81,6 +84,7 @@ class GridSpec:
     scales_defined: list[str] = field(default_factory=list)
     marks: list[MarkSpec] = field(default_factory=list)
     report: "ReportOptions" = field(default_factory=lambda: ReportOptions())
+    claims: list[Any] = field(default_factory=list)  # cemctl.grid.claims.ClaimSpec
 
 
 @dataclass(frozen=True)
@@ -366,4 +370,13 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
         description=description, figure=figure, scale=scale, base=base, axes=axes, zips=zips,
         extras=extras, excludes=excludes, seeds=seeds, scales_defined=list(scales),
         marks=_marks(doc.get("mark", []), spath), report=report_options(exp, spath),
+        claims=parse_claims(doc.get("claim"), spath),
     )
+
+
+def claims_from_text(text: str, path: str = "") -> list[Any]:
+    """The [[claim]] tables of a recorded grid's text ([] when it has none or cannot be read now)."""
+    try:
+        return parse_claims(tomllib.loads(text or "").get("claim"), path)
+    except (tomllib.TOMLDecodeError, ConfigError):
+        return []

@@ -50,6 +50,7 @@ class ExperimentInfo:
     options: ReportOptions = field(default_factory=ReportOptions)  # [experiment] x / hue / metric / nuisance
     axes: Sequence[str] = ()  # the grid's varied keys, in file order (labels and the default x follow it)
     where: str = ""  # the --where filter the runs were selected with ("" = none)
+    claims: Sequence[object] = ()  # the grid's [[claim]] tables (cemctl.grid.claims.ClaimSpec)
 
 
 @dataclass
@@ -126,19 +127,22 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
     return pd.DataFrame(rows, columns=["run_id", "arm", "seed", "state", "reason"])
 
 
-def claims_tables(runs: "pd.DataFrame") -> list[TablePart]:
-    """The paper's findings these runs can test (`cemctl.report.claims`): a table, if any part has runs."""
-    from cemctl.report.claims import TOLERANCE, evaluate_claims
+def claims_tables(runs: "pd.DataFrame", claims: Sequence[object]) -> list[TablePart]:
+    """The grid's own [[claim]] tables tested on these runs (`cemctl.report.claims`), if any part has runs."""
+    if not claims or runs.empty:
+        return []
+    from cemctl.report.claims import evaluate_claims
 
-    table = evaluate_claims(runs)
+    table = evaluate_claims(runs, claims)  # type: ignore[arg-type]
     table = table[table["n"] > 0]
     if table.empty:
         return []
-    shown = table[["claim", "part", "scale", "expect", "effect", "ci95_low", "ci95_high", "n", "verdict"]]
+    shown = table[["claim", "part", "scale", "expect", "effect", "ci95_low", "ci95_high", "method", "n", "label",
+                   "verdict", "label_holm", "verdict_holm"]]
     return [TablePart("claims", shown.reset_index(drop=True),
-                      "The paper's findings these runs test: difference of test loss (nats) between the arms, paired "
-                      f"by setting and seed, with a 95% interval and a verdict (tolerance +-{TOLERANCE} nats); "
-                      "`cemctl claims` tests them on every run in the database.")]
+                      "The claims this grid declares ([[claim]]), tested on its runs: the part's statistic with a 95% "
+                      "interval, its label and verdict, unadjusted and after Holm over this table; `cemctl claims` "
+                      "tests every grid's claims on every run, with the statistical plan written out.")]
 
 
 def mark_notes(runs: "pd.DataFrame") -> list[str]:
@@ -235,7 +239,7 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     if extras is not None:
         parts.extend(extras)
     parts.notes += mark_notes(runs)
-    parts.tables += claims_tables(runs)
+    parts.tables += claims_tables(runs, info.claims)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
     tmp = new_build_dir(out_dir)
     try:
@@ -343,13 +347,14 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
         curves = curves_from_run_dirs(runs_root, runs["run_id"])
     others = [x for x in scale_summaries(engine, experiment) if x.scale != chosen]
     from cemctl.db.runs import run_axes
-    from cemctl.grid.spec import options_from_text
+    from cemctl.grid.spec import claims_from_text, options_from_text
 
     axes = list(dict.fromkeys(k for a in run_axes(engine, experiment).values() for k in a))
     info = ExperimentInfo(exp.name, exp.figure, grid_path=exp.grid_path, grid_sha256=exp.grid_sha256,
                           description=exp.description, scale=chosen or "",
                           other_scales=[f"{x.scale} ({x.done}/{x.runs} done; --scale {x.scale})" for x in others],
-                          options=options_from_text(exp.grid_text, exp.grid_path), axes=axes, where=describe(conds))
+                          options=options_from_text(exp.grid_text, exp.grid_path), axes=axes, where=describe(conds),
+                          claims=claims_from_text(exp.grid_text, exp.grid_path))
     if info.figure not in FIGURE_KINDS:
         raise ConfigError("experiment.figure", f"unknown figure kind {info.figure!r} in experiment {exp.name!r}",
                           value=info.figure, allowed=FIGURE_KINDS.names(), source=exp.grid_path or None)

@@ -1,311 +1,372 @@
-"""Does CEM hold up? The paper's six headline findings tested on the runs there are (`cemctl claims`).
+"""Claims decided honestly (`cemctl claims`, and the claims table of every report).
 
-    table = evaluate_claims(runs)     # runs: a runs frame with a `scale` column (cemctl.report.frame)
-    table -> one row per (claim part, scale): effect, 95% interval, n, verdict, runs used
+    table = evaluate_claims(runs, claims)     # runs: runs frame with `scale` (cemctl.report.frame + arms)
+    verdicts = claim_verdicts(table)          # claims: ClaimSpec from the grids' [[claim]] tables
 
-Every claim part is a contrast of test losses (nats per token) between groups
-of runs that differ only in the component the claim is about: runs are paired
-on every other config value (size, data, recipe) and on the seed, so each pair
-(setting, seed) gives one difference; the effect is their mean with a 95%
-t interval over the pairs (n = pairs). Where a group's seeds do not match the
-other's, the groups' means are compared instead (Welch interval). An interaction
-("preconditioners help more at T=2", "recursion gains more than reuse") is a
-difference of differences with the same pairing.
+The plan, fixed before any number is seen (it is printed on every claims page):
 
-Verdicts, for an expectation:
-- `lower` (the claim says the first arm has the lower loss): holds if the whole
-  interval is below 0, reversed if it is above 0, else inconclusive;
-- `close` (the arms are about equal): holds if the interval lies within
-  +-TOLERANCE, reversed if it lies wholly outside, else inconclusive;
-- `not_worse`: holds if the interval's upper end is below +TOLERANCE, reversed if
-  its lower end is above it, else inconclusive.
-A part with no pairs is `not run` and names the grid to launch; with one pair it
-is inconclusive (no interval).
-
-TOLERANCE is 0.02 nats (a 2% perplexity difference), the margin under which the
-paper calls two models "close".
+- Arms. A part's selectors must each match exactly one arm (every config value but the
+  seed) per setting (scale and model size); a selector matching two is refused with the
+  arms it matched, and the arms a part compares may differ only in the keys its
+  selectors set differently. No two configurations are ever pooled into one cell.
+- Estimate. `paired = true` parts (the arms are the same model at initialisation) take
+  the per-seed contrast and a paired t interval. Others take the contrast of the arm
+  means with the within-arm variance pooled over every arm of the stratum (all finished
+  arms at that scale and size, df = the sum of seeds - 1), falling back to Welch when
+  nothing can be pooled. Learning-rate optima are bootstrapped over seeds (an optimum at
+  the edge of the sweep is censored: the interval is open on that side). Several sizes:
+  the mean of the per-size effects.
+- Decision. A part's 95% interval is placed against 0 and its margin (a % of the
+  reference arm's loss, or stated units): `lower` / `higher` (the interval excludes 0),
+  `close` (within +-margin), `not close` (wholly beyond it), else inconclusive. The
+  verdict says what that means for the part's expectation: holds, contradicted (the
+  opposite, or for a directional claim: no difference as large as the margin), or
+  inconclusive; `not run` without runs.
+- Multiplicity. Holm's step-down procedure over all parts of the page at one scale
+  (family-wise error 5%); each part shows its unadjusted and its adjusted verdict and
+  interval, and the claim's verdict uses the adjusted ones.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
-from cemctl.report.aggregate import SEED_COLUMN, config_columns, finished
-from cemctl.report.style import COMPONENT_COLUMNS
+from cem_core.errors import ConfigError
+from cemctl.grid.claims import ClaimSpec, PartSpec
+from cemctl.report.stats import (
+    BootEstimate,
+    Estimate,
+    TEstimate,
+    decide,
+    holm,
+    holm_levels,
+    paired_estimate,
+    pooled_estimate,
+    pooled_variance,
+    seeds_for_power,
+    welch_estimate,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-TOLERANCE = 0.02
 VALUE = "test_loss"
 LR = "train.lr"
-
-Selector = dict[str, Any]
-
-
-def _cem_attn(**kw: Any) -> Selector:
-    return {"model.attention": "cem", "model.mlp": "llama", **kw}
+SEED = "train.seed"
+SETTING = "model.size"
+ALPHA = 0.05
+BOOTSTRAP = 2000  # resamples of each learning-rate sweep (the smallest p a bootstrap part can have: 1/2001)
 
 
-def _cem_mlp(**kw: Any) -> Selector:
-    return {"model.attention": "llama", "model.mlp": "cem", **kw}
+class PooledArms(ConfigError):
+    """A selector matches several arms at one setting, or a part compares arms that differ in more than it says."""
 
 
-LLAMA: Selector = {"model.attention": "llama", "model.mlp": "llama"}
-FULL_CEM: Selector = {"model.attention": "cem", "model.mlp": "cem", "model.attn_steps": 2, "model.mlp_steps": 2,
-                      "model.attn_precond": "diag_lowrank", "model.mlp_precond": "diag_lowrank"}
-
-
-@dataclass(frozen=True)
-class Part:
-    """One testable statement: sum_g coef_g * loss(group g), expected `lower` (< 0), `close` or `not_worse`."""
-
-    claim: int
-    name: str
-    groups: tuple[tuple[float, Selector], ...]
-    expect: str
-    grids: tuple[str, ...]
-    statistic: str = "loss"  # "loss", or over a learning-rate sweep: "optimal_log2_lr" / "optimal_loss"
-
-
-def _diff(a: Selector, b: Selector) -> tuple[tuple[float, Selector], ...]:
-    return ((1.0, a), (-1.0, b))
-
-
-def _interaction(a2: Selector, b2: Selector, a1: Selector, b1: Selector) -> tuple[tuple[float, Selector], ...]:
-    return ((1.0, a2), (-1.0, b2), (-1.0, a1), (1.0, b1))
-
-
-CLAIMS: dict[int, str] = {
-    1: "CEM attention (T=1) is close to Llama attention with about half its parameters",
-    2: "CEM MLP (T=1) is worse than the gated MLP; parameter matching narrows the gap",
-    3: "T=2 beats T=1 for both CEM sublayers; preconditioners help more at T=2",
-    4: "The KQ diagonal matters; shared is close to per-head",
-    5: "Within-layer recursion gains more than plain reuse",
-    6: "Full CEM prefers a higher learning rate than Llama and matches it with fewer parameters",
-}
-
-PARTS: tuple[Part, ...] = (
-    Part(1, "CEM attention T=1 (no diagonal, the paper's arm) - Llama",
-         _diff(_cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "identity", "model.kq_diagonal": "none"}),
-               LLAMA), "close", ("fig2a",)),
-    Part(2, "gated MLP - CEM MLP T=1 (CEM worse: expected < 0)",
-         _diff(LLAMA, _cem_mlp(**{"model.mlp_steps": 1, "model.mlp_precond": "identity"})), "lower", ("fig2b",)),
-    Part(2, "param-matched CEM MLP - CEM MLP (the gap narrows: expected < 0)",
-         _diff({"model.attention": "llama", "model.mlp": "cem_param_matched", "model.mlp_steps": 1,
-                "model.mlp_precond": "identity"},
-               _cem_mlp(**{"model.mlp_steps": 1, "model.mlp_precond": "identity"})), "lower", ("fig2b",)),
-    Part(3, "CEM attention T=2 - T=1 (diag+low-rank, shared diagonal)",
-         _diff(_cem_attn(**{"model.attn_steps": 2, "model.attn_precond": "diag_lowrank", "model.kq_diagonal": "shared"}),
-               _cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "diag_lowrank", "model.kq_diagonal": "shared"})),
-         "lower", ("fig2c",)),
-    Part(3, "CEM MLP T=2 - T=1 (diag+low-rank)",
-         _diff(_cem_mlp(**{"model.mlp_steps": 2, "model.mlp_precond": "diag_lowrank"}),
-               _cem_mlp(**{"model.mlp_steps": 1, "model.mlp_precond": "diag_lowrank"})), "lower", ("fig2d",)),
-    Part(3, "attention: preconditioner gain at T=2 - gain at T=1 (diag+low-rank vs none)",
-         _interaction(
-             _cem_attn(**{"model.attn_steps": 2, "model.attn_precond": "diag_lowrank", "model.kq_diagonal": "shared"}),
-             _cem_attn(**{"model.attn_steps": 2, "model.attn_precond": "identity", "model.kq_diagonal": "shared"}),
-             _cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "diag_lowrank", "model.kq_diagonal": "shared"}),
-             _cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "identity", "model.kq_diagonal": "shared"})),
-         "lower", ("fig2c", "fig4")),
-    Part(3, "MLP: preconditioner gain at T=2 - gain at T=1 (diag+low-rank vs none)",
-         _interaction(
-             _cem_mlp(**{"model.mlp_steps": 2, "model.mlp_precond": "diag_lowrank"}),
-             _cem_mlp(**{"model.mlp_steps": 2, "model.mlp_precond": "identity"}),
-             _cem_mlp(**{"model.mlp_steps": 1, "model.mlp_precond": "diag_lowrank"}),
-             _cem_mlp(**{"model.mlp_steps": 1, "model.mlp_precond": "identity"})),
-         "lower", ("fig2d", "fig3c")),
-    Part(4, "shared KQ diagonal - no diagonal (the diagonal matters: expected < 0)",
-         _diff(_cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "diag", "model.kq_diagonal": "shared"}),
-               _cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "diag", "model.kq_diagonal": "none"})),
-         "lower", ("fig3b",)),
-    Part(4, "shared - per-head KQ diagonal (close)",
-         _diff(_cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "diag", "model.kq_diagonal": "shared"}),
-               _cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "diag", "model.kq_diagonal": "per_head"})),
-         "close", ("fig3b",)),
-    Part(5, "attention: CEM recursion gain (T=2 - T=1) - plain reuse gain",
-         _interaction(_cem_attn(**{"model.attn_steps": 2, "model.attn_precond": "identity", "model.kq_diagonal": "shared"}),
-                      _cem_attn(**{"model.attn_steps": 1, "model.attn_precond": "identity", "model.kq_diagonal": "shared"}),
-                      {"model.attention": "reuse", "model.mlp": "llama", "model.attn_steps": 2},
-                      {"model.attention": "reuse", "model.mlp": "llama", "model.attn_steps": 1}),
-         "lower", ("fig4",)),
-    Part(5, "MLP: CEM recursion gain (T=2 - T=1) - plain reuse gain",
-         _interaction(_cem_mlp(**{"model.mlp_steps": 2, "model.mlp_precond": "identity"}),
-                      _cem_mlp(**{"model.mlp_steps": 1, "model.mlp_precond": "identity"}),
-                      {"model.attention": "llama", "model.mlp": "reuse", "model.mlp_steps": 2},
-                      {"model.attention": "llama", "model.mlp": "reuse", "model.mlp_steps": 1}),
-         "lower", ("fig3c",)),
-    Part(6, "optimal log2(lr): Llama - full CEM (CEM prefers higher: expected < 0)",
-         _diff(LLAMA, FULL_CEM), "lower", ("fig3a",), statistic="optimal_log2_lr"),
-    Part(6, "optimal test loss: full CEM - Llama (matches with fewer parameters)",
-         _diff(FULL_CEM, LLAMA), "not_worse", ("fig3a",), statistic="optimal_loss"),
-)
+def _matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
+    for key, want in selector.items():
+        have = config.get(key)
+        if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(have, (int, float)) \
+                and not isinstance(have, bool):
+            if not math.isclose(float(have), float(want), rel_tol=1e-12, abs_tol=0.0):
+                return False
+        elif str(have) != str(want):
+            return False
+    return True
 
 
 @dataclass
-class Estimate:
-    effect: float = float("nan")
-    low: float = float("nan")
-    high: float = float("nan")
-    n: int = 0
-    paired: bool = True
-    run_ids: list[str] = field(default_factory=list)
+class Arm:
+    id: str
+    label: str
+    config: dict[str, Any]
+    values: dict[int, float]  # seed -> loss
+    run_ids: list[str]
+
+    @property
+    def losses(self) -> list[float]:
+        return [self.values[s] for s in sorted(self.values)]
 
 
-def _matches(frame: "pd.DataFrame", sel: Selector) -> "pd.Series":
-    import pandas as pd
+def _arms(rows: "pd.DataFrame") -> list[Arm]:
+    from cemctl.report.arms import config_of
 
-    mask = pd.Series(True, index=frame.index)
-    for key, value in sel.items():
-        if key not in frame.columns:
-            return pd.Series(False, index=frame.index)
-        mask &= frame[key].astype(str) == str(value)
-    return mask
-
-
-def _pair_keys(frame: "pd.DataFrame", part: Part) -> list[str]:
-    """Columns two arms must share to be compared: every config value but the components (and lr for sweeps)."""
-    skip = set(COMPONENT_COLUMNS) | {SEED_COLUMN}
-    for _, sel in part.groups:
-        skip |= set(sel)
-    if part.statistic != "loss":
-        skip.add(LR)
-    return [c for c in config_columns(frame) if c not in skip]
-
-
-def _t_interval(values: list[float]) -> tuple[float, float, float]:
-    from scipy import stats
-
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, float("nan"), float("nan")
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def _sweep_statistic(group: "pd.DataFrame", statistic: str) -> float | None:
-    """Over one seed's learning-rate sweep: the Akima optimum's log2(lr), or its loss."""
-    from cemctl.report.optimum import akima_optimum
-
-    if group[LR].nunique() < 3:
-        return None
-    opt = akima_optimum(group[LR].astype(float).tolist(), group[VALUE].astype(float).tolist())
-    return math.log2(opt.lr) if statistic == "optimal_log2_lr" else opt.value
-
-
-def _cells(frame: "pd.DataFrame", part: Part, keys: list[str]) -> list[dict[tuple, tuple[float, list[str]]]]:
-    """Per group: {(setting..., seed): (value, run ids)}."""
     out = []
-    for _, sel in part.groups:
-        sub = frame[_matches(frame, sel)]
-        cells: dict[tuple, tuple[float, list[str]]] = {}
-        for key, g in sub.groupby(keys + [SEED_COLUMN], dropna=False, sort=False):
-            key = key if isinstance(key, tuple) else (key,)
-            if part.statistic == "loss":
-                cells[key] = (float(g[VALUE].astype(float).mean()), list(g["run_id"]))
-            else:
-                value = _sweep_statistic(g, part.statistic)
-                if value is not None:
-                    cells[key] = (value, list(g["run_id"]))
-        out.append(cells)
+    for aid, g in rows.groupby("arm", sort=False):
+        cfg = {k: v for k, v in config_of(g.iloc[0].to_dict()).items() if k != SEED}
+        values = {int(s): float(v) for s, v in zip(g[SEED], g[VALUE])}
+        out.append(Arm(aid, str(g["arm_label"].iloc[0]), cfg, values, list(g["run_id"])))
     return out
 
 
-def estimate(frame: "pd.DataFrame", part: Part) -> Estimate:
-    """The part's effect over the runs of `frame` (one scale), paired by setting and seed."""
-    keys = _pair_keys(frame, part)
-    cells = _cells(frame, part, keys)
-    common = set(cells[0]).intersection(*cells[1:]) if cells else set()
-    if common:
-        values = [sum(coef * cells[g][k][0] for g, (coef, _) in enumerate(part.groups)) for k in sorted(common, key=str)]
-        mean, low, high = _t_interval(values)
-        used = sorted({rid for g in range(len(cells)) for k in common for rid in cells[g][k][1]})
-        return Estimate(mean, low, high, len(values), True, used)
-    # no seed-matched pairs: compare the groups' means (Welch), setting by setting
-    settings = set.intersection(*[{k[:-1] for k in c} for c in cells]) if cells and all(cells) else set()
-    if not settings:
-        return Estimate()
-    from scipy import stats
-
-    effect, var, dof_terms, used, n_min = 0.0, 0.0, [], [], None
-    for g, (coef, _) in enumerate(part.groups):
-        vals = [v for k, (v, _) in cells[g].items() if k[:-1] in settings]
-        used += [rid for k, (_, rids) in cells[g].items() if k[:-1] in settings for rid in rids]
-        m = sum(vals) / len(vals)
-        s2 = sum((v - m) ** 2 for v in vals) / (len(vals) - 1) if len(vals) > 1 else float("nan")
-        effect += coef * m
-        var += coef * coef * s2 / len(vals)
-        dof_terms.append((coef * coef * s2 / len(vals), len(vals)))
-        n_min = len(vals) if n_min is None else min(n_min, len(vals))
-    if not math.isfinite(var) or var == 0:
-        return Estimate(effect, float("nan"), float("nan"), n_min or 0, False, sorted(set(used)))
-    dof = var ** 2 / sum(t * t / (n - 1) for t, n in dof_terms if n > 1)
-    half = float(stats.t.ppf(0.975, dof)) * math.sqrt(var)
-    return Estimate(effect, effect - half, effect + half, n_min or 0, False, sorted(set(used)))
+ATTENTION_KEYS = ("model.attn_steps", "model.attn_step_size", "model.attn_precond", "model.attn_precond_rank",
+                  "model.kq_diagonal", "model.cem_position", "model.attn_start")
+MLP_KEYS = ("model.mlp_steps", "model.mlp_step_size", "model.mlp_precond", "model.mlp_precond_rank",
+            "model.param_match_factor")
 
 
-def verdict(est: Estimate, expect: str, tolerance: float = TOLERANCE) -> str:
-    if est.n == 0 or not math.isfinite(est.effect):
-        return "not run"
-    if not (math.isfinite(est.low) and math.isfinite(est.high)):
-        return "inconclusive"
-    if expect == "lower":
-        return "holds" if est.high < 0 else "reversed" if est.low > 0 else "inconclusive"
-    if expect == "close":
-        if -tolerance < est.low and est.high < tolerance:
-            return "holds"
-        return "reversed" if est.low > tolerance or est.high < -tolerance else "inconclusive"
-    if expect == "not_worse":
-        return "holds" if est.high < tolerance else "reversed" if est.low > tolerance else "inconclusive"
-    raise ValueError(f"unknown expectation {expect!r}")
+def _contrast_keys(part: PartSpec) -> set[str]:
+    """The keys a part's arms may differ in: those its selectors set differently; a different attention (MLP)
+    kind also brings that sublayer's own settings (Llama attention has no KQ diagonal to match CEM's)."""
+    keys: set[str] = set()
+    for k in set().union(*part.arms):
+        values = {repr(sel.get(k, "<unset>")) for sel in part.arms}
+        if len(values) > 1:
+            keys.add(k)
+    if "model.attention" in keys:
+        keys.update(ATTENTION_KEYS)
+    if "model.mlp" in keys:
+        keys.update(MLP_KEYS)
+    return keys
 
 
-def evaluate_claims(runs: "pd.DataFrame", *, scales: list[str] | None = None,
-                    launch_hint: Callable[[Part, str], str] | None = None) -> "pd.DataFrame":
-    """One row per (claim part, scale present in `runs`): effect, interval, n, verdict, the runs used."""
+def _select(part: PartSpec, arms: list[Arm], setting: str) -> list[list[Arm]] | None:
+    """Per selector, its arms at this setting (one, or one per learning rate for a sweep); None if one is missing."""
+    chosen: list[list[Arm]] = []
+    sweep = part.statistic in ("lr_optimum", "optimal_loss")
+    for i, selector in enumerate(part.arms):
+        hits = [a for a in arms if _matches(a.config, selector)]
+        if not hits:
+            return None
+        groups: dict[Any, list[Arm]] = {}
+        for a in hits:
+            groups.setdefault(a.config.get(LR) if sweep else None, []).append(a)
+        for lr, same in groups.items():
+            if len(same) > 1:
+                where = f" at lr {lr:g}" if sweep and isinstance(lr, float) else ""
+                raise PooledArms(f"claims.{part.name}", f"arm selector {i + 1} matches {len(same)} arms at setting "
+                                 f"{setting}{where}: " + " | ".join(a.label for a in same)
+                                 + "; pin the keys that tell them apart")
+        chosen.append(sorted(hits, key=lambda a: float(a.config.get(LR) or 0)) if sweep else hits)
+    allowed = _contrast_keys(part) | ({LR} if sweep else set())
+    first = chosen[0][0].config
+    for group in chosen[1:]:
+        for other in group:
+            differ = sorted(k for k in set(first) | set(other.config)
+                            if k not in allowed and str(first.get(k)) != str(other.config.get(k)))
+            if differ:
+                k = differ[0]
+                raise PooledArms(f"claims.{part.name}", f"compares arms that differ in {k} ({first.get(k)!r} vs "
+                                 f"{other.config.get(k)!r}) at setting {setting}, which its selectors do not set "
+                                 f"apart: pin {k} in every selector")
+    return chosen
+
+
+def _estimate_setting(part: PartSpec, chosen: list[list[Arm]], stratum: list[Arm],
+                      rng: Any) -> tuple[Estimate | None, list[str], float, dict[str, Any]]:
+    """(estimate, run ids, reference loss, details) of the part at one setting."""
+    runs = [rid for group in chosen for a in group for rid in a.run_ids]
+    info: dict[str, Any] = {}
+    if part.statistic in ("lr_optimum", "optimal_loss"):
+        est, ref = _sweep_estimate(part, chosen, rng, info)
+        return est, runs, ref, info
+    arms = [group[0] for group in chosen]
+    ref = sum(arms[part.reference].losses) / len(arms[part.reference].losses)
+    if part.paired:
+        common = sorted(set.intersection(*[set(a.values) for a in arms]))
+        diffs = [sum(c * a.values[s] for c, a in zip(part.coefs, arms)) for s in common]
+        info["paired_sd"] = _sd(diffs)
+        return (paired_estimate(diffs) if diffs else None), runs, ref, info
+    groups = [(c, a.losses) for c, a in zip(part.coefs, arms)]
+    s2, df = pooled_variance([a.losses for a in stratum])
+    info.update(pooled_sd=math.sqrt(s2) if df else math.nan, stratum_arms=sum(len(a.values) >= 2 for a in stratum),
+                arm_sds=[_sd(a.losses) for a in arms])
+    if df > 0:
+        return pooled_estimate(groups, s2, df), runs, ref, info
+    return welch_estimate(groups), runs, ref, info
+
+
+def _sd(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return math.nan
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def _sweep_stat(lrs: list[float], means: list[float], statistic: str) -> tuple[float, bool, bool]:
+    """(statistic, at the low edge, at the high edge) of one sweep's Akima optimum."""
+    from cemctl.report.optimum import akima_optimum
+
+    opt = akima_optimum(lrs, means, grid_points=801)
+    low_edge = opt.at_edge and math.isclose(opt.lr, min(lrs))
+    high_edge = opt.at_edge and not low_edge
+    value = math.log2(opt.lr) if statistic == "lr_optimum" else opt.value
+    return value, low_edge, high_edge
+
+
+def _sweep_estimate(part: PartSpec, chosen: list[list[Arm]], rng: Any, info: dict[str, Any]
+                    ) -> tuple[BootEstimate | None, float]:
+    import numpy as np
+
+    sweeps = []
+    for group in chosen:
+        lrs = [float(a.config[LR]) for a in group]
+        if len(set(lrs)) < 3:
+            return None, math.nan
+        sweeps.append((lrs, [np.asarray(a.losses, dtype=float) for a in group]))
+    point = []
+    for lrs, vals in sweeps:
+        point.append(_sweep_stat(lrs, [float(v.mean()) for v in vals], part.statistic))
+    effect = point[0][0] - point[1][0]
+    samples = np.empty(BOOTSTRAP)
+    for b in range(BOOTSTRAP):
+        stats = []
+        for lrs, vals in sweeps:
+            means = [float(v[rng.integers(0, len(v), len(v))].mean()) for v in vals]
+            stats.append(_sweep_stat(lrs, means, part.statistic)[0])
+        samples[b] = stats[0] - stats[1]
+    censored = ""
+    if part.statistic == "lr_optimum":  # an optimum at the sweep's edge is a bound, not a value
+        (_, lo0, hi0), (_, lo1, hi1) = point
+        if hi0 or lo1:
+            censored = "high"  # arm 1's optimum could be higher still (or arm 2's lower): the effect is at least this
+        if lo0 or hi1:
+            censored = "low" if not censored else "both"
+        steps = [abs(math.log2(b) - math.log2(a)) for lrs, _ in sweeps for a, b in zip(lrs, lrs[1:])]
+        info["grid_octaves"] = min(steps) if steps else math.nan
+        info["optima"] = [round(2 ** p[0], 6) for p in point]
+    est = BootEstimate(effect, samples, n=min(len(v) for _, vals in sweeps for v in vals), censored=censored)
+    ref_lrs, ref_vals = sweeps[part.reference]
+    ref = min(float(v.mean()) for v in ref_vals)
+    return est, ref
+
+
+def _combine(estimates: list[Estimate]) -> Estimate:
+    """The mean of per-setting estimates (independent settings)."""
+    if len(estimates) == 1:
+        return estimates[0]
+    if all(isinstance(e, TEstimate) for e in estimates):
+        se = math.sqrt(sum(e.se ** 2 for e in estimates)) / len(estimates)  # type: ignore[union-attr]
+        return TEstimate(sum(e.effect for e in estimates) / len(estimates), se,
+                         min(e.df for e in estimates), estimates[0].method, min(e.n for e in estimates))  # type: ignore[union-attr]
+    import numpy as np
+
+    samples = np.mean([e.samples for e in estimates], axis=0)  # type: ignore[union-attr]
+    censored = ",".join(sorted({e.censored for e in estimates if e.censored}))  # type: ignore[union-attr]
+    return BootEstimate(sum(e.effect for e in estimates) / len(estimates), samples, n=min(e.n for e in estimates),
+                        censored=censored)
+
+
+def _interval(est: Estimate, level: float) -> tuple[float, float]:
+    low, high = est.interval(level)
+    if isinstance(est, BootEstimate) and est.censored:
+        if est.censored in ("high", "both"):
+            high = math.inf
+        if est.censored in ("low", "both"):
+            low = -math.inf
+    return low, high
+
+
+def _power(part: PartSpec, est: Estimate | None, margin: float, info: dict[str, Any]) -> int | None:
+    if est is None or not isinstance(est, TEstimate) or not margin > 0:
+        return None
+    expect = part.expect
+    if est.method == "paired t":
+        return seeds_for_power(expect=expect, margin=margin, method="paired t", sd=info.get("paired_sd", math.nan))
+    if est.method == "pooled t":
+        return seeds_for_power(expect=expect, margin=margin, method="pooled t", sd=info.get("pooled_sd", math.nan),
+                               coefs=part.coefs, stratum_arms=int(info.get("stratum_arms", 0)))
+    return seeds_for_power(expect=expect, margin=margin, method="Welch", coefs=part.coefs,
+                           arm_sds=info.get("arm_sds", []))
+
+
+def evaluate_claims(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: Sequence[str] | None = None,
+                    power: bool = False, seed: int = 0) -> "pd.DataFrame":
+    """One row per (claim part, scale): the estimate and interval, unadjusted and Holm-adjusted decisions."""
+    import numpy as np
     import pandas as pd
+
+    from cemctl.report.aggregate import finished
 
     done = finished(runs, VALUE)
     if "scale" not in done.columns:
         done = done.assign(scale="")
-    present = scales if scales is not None else sorted(set(done["scale"].astype(str))) or [""]
+    if "arm" not in done.columns:
+        from cemctl.report.arms import with_arms
+
+        done = with_arms(done)
+    present = list(scales) if scales is not None else sorted(set(done["scale"].astype(str))) or [""]
     rows = []
     for scale in present:
-        frame = done[done["scale"].astype(str) == scale]
-        for part in PARTS:
-            est = estimate(frame, part) if not frame.empty else Estimate()
-            v = verdict(est, part.expect)
-            hint = ""
-            if v == "not run" or (v == "inconclusive" and est.n < 3):
-                hint = launch_hint(part, scale) if launch_hint else \
-                    "launch " + " and ".join(f"experiments/{g}.toml" for g in part.grids) + (f" --scale {scale}" if scale else "")
-            rows.append({"claim": part.claim, "statement": CLAIMS[part.claim], "part": part.name, "scale": scale,
-                         "expect": part.expect, "unit": "log2(lr)" if part.statistic == "optimal_log2_lr" else "nats",
-                         "effect": est.effect, "ci95_low": est.low, "ci95_high": est.high, "n": est.n,
-                         "paired": est.paired, "verdict": v, "next": hint, "runs": ",".join(est.run_ids)})
+        at = done[done["scale"].astype(str) == scale]
+        settings = sorted(set(at[SETTING].astype(str))) if SETTING in at.columns and not at.empty else []
+        arms_by = {s: _arms(at[at[SETTING].astype(str) == s]) for s in settings}
+        family = []
+        for claim in claims:
+            for part in claim.parts:
+                rng = np.random.default_rng([seed, len(rows)])
+                ests, used, refs, infos = [], [], [], []
+                for s in settings:
+                    chosen = _select(part, arms_by[s], f"{scale or '-'}/{s}")
+                    if chosen is None:
+                        continue
+                    est, ids, ref, info = _estimate_setting(part, chosen, arms_by[s], rng)
+                    if est is not None:
+                        ests.append(est)
+                        used += ids
+                        refs.append(ref)
+                        infos.append(info)
+                est = _combine(ests) if ests else None
+                margin = part.margin.value * abs(sum(refs) / len(refs)) if part.margin.relative and refs else \
+                    (part.margin.value if not part.margin.relative else math.nan)
+                d = decide(est, part.expect, margin if math.isfinite(margin) else 0.0, ALPHA)
+                low, high = _interval(est, 1 - ALPHA) if est is not None else (math.nan, math.nan)
+                info = infos[0] if len(infos) == 1 else {}
+                row = {
+                    "claim": claim.id, "statement": claim.statement, "part": part.name, "scale": scale,
+                    "statistic": part.statistic, "unit": part.unit, "expect": part.expect, "margin": margin,
+                    "margin_rule": part.margin.describe(part.unit),
+                    "effect": est.effect if est is not None else math.nan, "ci95_low": low, "ci95_high": high,
+                    "method": est.method if est is not None else "", "df": getattr(est, "df", math.nan),
+                    "n": est.n if est is not None else 0, "sizes": len(ests), "p": d.p, "label": d.label,
+                    "verdict": d.verdict, "censored": getattr(est, "censored", "") if est is not None else "",
+                    "grid_octaves": info.get("grid_octaves", math.nan), "runs": ",".join(sorted(set(used))),
+                    "source": part.source or claim.source,
+                }
+                if power:
+                    row["seeds_for_80pct_power"] = _power(part, est, margin, info)
+                rows.append(row)
+                family.append((len(rows) - 1, est, part, margin))
+        ps = [rows[i]["p"] for i, *_ in family]
+        adjusted, levels = holm(ps), holm_levels(ps, ALPHA)
+        for (i, est, part, margin), p_adj, level in zip(family, adjusted, levels):
+            if est is None or not math.isfinite(p_adj):
+                rows[i].update(p_holm=math.nan, holm_low=math.nan, holm_high=math.nan, label_holm=rows[i]["label"],
+                               verdict_holm=rows[i]["verdict"])
+                continue
+            low, high = _interval(est, 1 - level)
+            if p_adj <= ALPHA:
+                d = decide(est, part.expect, margin if math.isfinite(margin) else 0.0, level)
+                label, verdict = d.label, d.verdict
+            else:
+                label, verdict = "inconclusive", "inconclusive"
+            rows[i].update(p_holm=p_adj, holm_low=low, holm_high=high, label_holm=label, verdict_holm=verdict)
     return pd.DataFrame(rows)
 
 
 def claim_verdicts(table: "pd.DataFrame") -> "pd.DataFrame":
-    """One row per (claim, scale): holds only if every part holds; reversed if any part is reversed."""
+    """One row per (claim, scale) from the Holm-adjusted part verdicts: holds (every part holds), contradicted
+    (some part contradicted, none holds), partly (some hold, some are contradicted), inconclusive, not run."""
     import pandas as pd
 
     rows = []
-    for (claim, scale), g in table.groupby(["claim", "scale"], sort=True):
-        parts = list(g["verdict"])
-        if all(p == "holds" for p in parts):
-            v = "holds"
-        elif any(p == "reversed" for p in parts):
-            v = "reversed" if all(p in ("reversed", "not run") for p in parts) else "partly reversed"
-        elif all(p == "not run" for p in parts):
+    if table.empty:
+        return pd.DataFrame(columns=["claim", "scale", "statement", "verdict", "parts"])
+    for (claim, scale), g in table.groupby(["claim", "scale"], sort=False):
+        verdicts = list(g["verdict_holm"])
+        if all(v == "not run" for v in verdicts):
             v = "not run"
+        elif all(v == "holds" for v in verdicts):
+            v = "holds"
+        elif "contradicted" in verdicts and "holds" in verdicts:
+            v = "partly contradicted"
+        elif "contradicted" in verdicts:
+            v = "contradicted"
+        elif "holds" in verdicts:
+            v = "partly holds"
         else:
             v = "inconclusive"
-        rows.append({"claim": claim, "scale": scale, "statement": CLAIMS[int(claim)], "verdict": v,
-                     "parts": "; ".join(f"{p}: {vv}" for p, vv in zip(g["part"], parts))})
+        rows.append({"claim": claim, "scale": scale, "statement": g["statement"].iloc[0], "verdict": v,
+                     "parts": "; ".join(f"{p}: {vv}" for p, vv in zip(g["part"], verdicts))})
     return pd.DataFrame(rows)

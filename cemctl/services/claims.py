@@ -1,16 +1,17 @@
-"""`cemctl claims [--scale S] [--out DIR]`: the paper's six findings, tested on every run in the database.
+"""`cemctl claims [--scale S] [--out DIR] [--power]`: the claims the grids declare, tested on every run there is.
 
-    result = claims_report(db_url, out_dir="reports/claims", scale=None, runs_root="runs")
-    result.parts   # one row per (claim part, scale): effect, 95% interval, n, verdict, next step
-    result.claims  # one row per (claim, scale): the verdict
+    result = claims_report(db_url, out_dir="reports/claims", scale="cpu", runs_root="runs")
+    result.parts   # one row per (claim part, scale): effect, 95% interval, labels, verdicts, Holm-adjusted ones
+    result.claims  # one row per (claim, scale): the verdict from the adjusted part verdicts
 
-Syncs the run directories (unless the database is read-only or `sync=False`),
-loads the finished runs of every experiment with the scale they were planned
-at, evaluates `cemctl.report.claims.PARTS`, and writes `claims.md`,
-`claims.csv` (every part with the runs it used), `claims_summary.csv` and
-`claims.png` / `.pdf` (effect +- interval per claim part and scale) into the
-output folder, replaced only if an earlier `cemctl claims` wrote it
-(`cemctl.report.outdir`).
+The claims are data: every recorded experiment's `[[claim]]` tables (the paper's six
+findings live in experiments/*.toml; parts of one claim id may come from several
+grids). Syncs the run directories (unless the database is read-only or `sync=False`),
+evaluates them with `cemctl.report.claims` on the finished runs at each scale, and
+writes `claims.md` (the statistical plan, the verdicts, every part unadjusted and
+adjusted), `claims.csv` (every part with the runs it used), `claims_summary.csv` and
+`claims.png` / `.pdf` into the output folder (replaced only if an earlier `cemctl
+claims` wrote it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import datetime as _dt
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cem_core.errors import CemError
 
@@ -27,7 +28,24 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-VERDICT_COLORS = {"holds": "#2ca02c", "reversed": "#d62728", "inconclusive": "#7f7f7f", "not run": "#c7c7c7"}
+VERDICT_COLORS = {"holds": "#2ca02c", "contradicted": "#d62728", "inconclusive": "#7f7f7f", "not run": "#c7c7c7"}
+CSV_COLUMNS = ("claim", "part", "scale", "statistic", "unit", "expect", "margin", "effect", "ci95_low", "ci95_high",
+               "method", "df", "n", "p", "label", "verdict", "p_holm", "holm_low", "holm_high", "label_holm",
+               "verdict_holm", "censored", "runs")
+PLAN = (
+    "How each part is decided (fixed before the numbers; `cemctl/report/claims.py`): a part names its arms by "
+    "selectors that must each match exactly one arm (every config value but the seed) per scale and size, and its "
+    "arms may differ only in what the selectors set apart, so no two configurations are pooled. Parts declared "
+    "paired (the same model at initialisation) use the per-seed contrast and a paired t interval; the others the "
+    "contrast of arm means with the within-arm variance pooled over every finished arm at that scale and size "
+    "(its df shown), or Welch when nothing can be pooled; learning-rate optima are bootstrapped over seeds, an "
+    "optimum at the edge of the sweep leaving the interval open on that side. A 95% interval below 0 reads "
+    "`lower` (the first arm's loss is lower: better), above 0 `higher`, within +-margin `close`, wholly beyond it "
+    "`not close`, anything else `inconclusive`. A part `holds` when that label is the expected one; it is "
+    "`contradicted` by the opposite label, or, for a directional part, by `close` (no difference as large as the "
+    "margin). Margins are ours, not the paper's (it gives none): a % of the reference arm's test loss, or stated "
+    "units. Multiplicity: Holm's step-down procedure over every part of the page at one scale (family-wise error "
+    "5%); the claim verdicts use the adjusted part verdicts.")
 
 
 @dataclass
@@ -39,30 +57,45 @@ class ClaimsResult:
 
 
 def claims_figure(parts: "pd.DataFrame") -> "Figure":
-    """Effect +- 95% interval of every claim part (rows) at every scale (marker), coloured by verdict."""
+    """Effect with its 95% interval (thin) and Holm-adjusted interval (thick) per part, coloured by the adjusted
+    verdict; the grey band is the part's margin. Learning-rate parts are drawn in log2(lr) / 10."""
     from matplotlib.lines import Line2D
 
     from cemctl.report import style
 
-    shown = parts[parts["n"] > 0]
     labels = list(dict.fromkeys(f"{r.claim}. {r.part}" for r in parts.itertuples()))
     scales = list(dict.fromkeys(parts["scale"]))
-    fig, (ax,) = style.new_figure(1, panel_w=8.5, panel_h=0.42 * len(labels) + 1.5)
-    for r in shown.itertuples():
+    fig, (ax,) = style.new_figure(1, panel_w=9.0, panel_h=0.42 * len(labels) + 1.6)
+    for r in parts.itertuples():
         y = labels.index(f"{r.claim}. {r.part}") + (scales.index(r.scale) - (len(scales) - 1) / 2) * 0.25
-        x = r.effect / (1.0 if r.unit == "nats" else 10.0)  # log2(lr) parts drawn at 1/10 scale
-        lo, hi = (r.ci95_low, r.ci95_high) if math.isfinite(r.ci95_low) else (r.effect, r.effect)
-        xerr = [[x - lo / (1.0 if r.unit == "nats" else 10.0)], [hi / (1.0 if r.unit == "nats" else 10.0) - x]]
-        ax.errorbar([x], [y], xerr=xerr, fmt=style.SIZE_MARKERS[scales.index(r.scale) % len(style.SIZE_MARKERS)],
-                    color=VERDICT_COLORS.get(r.verdict, "0.3"), capsize=3, markersize=6)
-    ax.axvline(0, color="0.3", linewidth=0.8)
-    from cemctl.report.claims import TOLERANCE
+        k = 1.0 if r.unit == "nats" else 10.0
+        if math.isfinite(r.margin) and r.margin > 0:
+            ax.fill_betweenx([y - 0.3, y + 0.3], -r.margin / k, r.margin / k, color="0.88", linewidth=0, zorder=0)
+        if not math.isfinite(r.effect):
+            continue
+        color = VERDICT_COLORS.get(r.verdict_holm, "0.3")
 
-    ax.axvspan(-TOLERANCE, TOLERANCE, color="0.85", alpha=0.5, linewidth=0)
+        def clip(v: float) -> float:
+            return v / k if math.isfinite(v) else (1e3 if v > 0 else -1e3)
+
+        if math.isfinite(r.ci95_low) or math.isfinite(r.ci95_high):
+            ax.plot([clip(r.ci95_low), clip(r.ci95_high)], [y, y], "-", color=color, linewidth=1.0)
+        if math.isfinite(r.holm_low) or math.isfinite(r.holm_high):
+            ax.plot([clip(r.holm_low), clip(r.holm_high)], [y, y], "-", color=color, linewidth=3.0, alpha=0.45)
+        ax.plot([r.effect / k], [y], style.SIZE_MARKERS[scales.index(r.scale) % len(style.SIZE_MARKERS)],
+                color=color, markersize=6)
+    finite = [v / (1.0 if u == "nats" else 10.0) for v, u in zip(
+        list(parts["ci95_low"]) + list(parts["ci95_high"]) + list(parts["effect"]), list(parts["unit"]) * 3)
+        if math.isfinite(v)]
+    if finite:
+        span = max(abs(min(finite)), abs(max(finite))) * 1.15 or 0.1
+        ax.set_xlim(-span, span)
+    ax.axvline(0, color="0.3", linewidth=0.8)
     ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels([lab if len(lab) <= 70 else lab[:67] + "..." for lab in labels], fontsize=7.5)
+    ax.set_yticklabels([lab if len(lab) <= 72 else lab[:69] + "..." for lab in labels], fontsize=7.5)
     ax.invert_yaxis()
-    ax.set_xlabel("difference in test loss (nats)\noptimal-lr part: log2(lr) / 10; grey band: +-tolerance")
+    ax.set_xlabel("effect (nats of test loss; learning-rate parts: log2(lr) / 10)\n"
+                  "thin: 95% interval; thick: Holm-adjusted interval; grey band: the part's margin")
     handles = [Line2D([], [], color=c, marker="o", linestyle="none", label=v) for v, c in VERDICT_COLORS.items()]
     handles += [Line2D([], [], color="0.3", marker=style.SIZE_MARKERS[i % len(style.SIZE_MARKERS)], linestyle="none",
                        label=f"scale {s or '(none)'}") for i, s in enumerate(scales)]
@@ -70,34 +103,79 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
     return fig
 
 
-def _fmt(v: float) -> str:
-    return "" if v is None or not math.isfinite(v) else f"{v:+.4f}"
+def _fmt(v: float, digits: int = 4) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if math.isinf(v):
+        return "+inf" if v > 0 else "-inf"
+    return f"{v:+.{digits}f}"
+
+
+def _interval(lo: float, hi: float) -> str:
+    return f"[{_fmt(lo)}, {_fmt(hi)}]" if math.isfinite(lo) or math.isfinite(hi) else ""
 
 
 def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[tuple[str, str]]) -> str:
     from cem_core.names import printable
-    from cemctl.report.claims import TOLERANCE
     from cemctl.report.tables import to_markdown
 
-    out = ["# Does CEM hold up? The paper's six findings", ""]
+    out = ["# Does CEM hold up? The claims, decided", ""]
     out += [f"- **{k}**: {printable(v)}" for k, v in header]
-    out += ["", "Each part is a difference of test losses (nats per token; lower is better) between arms that differ "
-            "only in what the claim is about, paired by setting and seed; the interval is a 95% t interval over "
-            f"the pairs. `close` holds when the interval lies within +-{TOLERANCE} nats, `lower` when it lies below 0, "
-            f"`not_worse` when its upper end is below +{TOLERANCE}.", "", "## Verdicts", ""]
+    out += ["", PLAN, "", "## Verdicts (Holm-adjusted)", ""]
     out.append(to_markdown(claims[["claim", "scale", "verdict", "statement"]]).rstrip())
     out += ["", "## Every part", ""]
-    table = parts.assign(effect=[_fmt(v) for v in parts["effect"]],
-                         ci95=[f"[{_fmt(lo)}, {_fmt(hi)}]" if math.isfinite(lo) else ""
-                               for lo, hi in zip(parts["ci95_low"], parts["ci95_high"])])
-    out.append(to_markdown(table[["claim", "part", "scale", "expect", "unit", "effect", "ci95", "n", "verdict",
-                                  "next"]]).rstrip())
-    out += ["", "![claims](claims.png)", "", "The runs each part used are listed in `claims.csv`.", ""]
+    table = parts.assign(
+        effect=[_fmt(v) for v in parts["effect"]],
+        ci95=[_interval(lo, hi) for lo, hi in zip(parts["ci95_low"], parts["ci95_high"])],
+        holm=[_interval(lo, hi) for lo, hi in zip(parts["holm_low"], parts["holm_high"])],
+        margin=[f"{m:.4f}" if math.isfinite(m) else "" for m in parts["margin"]],
+        p=[f"{p:.3g}" if math.isfinite(p) else "" for p in parts["p"]],
+        p_holm=[f"{p:.3g}" if math.isfinite(p) else "" for p in parts["p_holm"]],
+        df=[f"{d:.0f}" if isinstance(d, float) and math.isfinite(d) else "" for d in parts["df"]],
+        unadjusted=[f"{lab}: {v}" for lab, v in zip(parts["label"], parts["verdict"])],
+        adjusted=[f"{lab}: {v}" for lab, v in zip(parts["label_holm"], parts["verdict_holm"])],
+    )
+    cols = ["claim", "part", "scale", "expect", "unit", "margin", "effect", "ci95", "method", "df", "n", "p",
+            "unadjusted", "holm", "p_holm", "adjusted"]
+    if "seeds_for_80pct_power" in parts.columns:
+        table = table.assign(seeds_needed=[("" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                                            str(int(v))) if v is not None else "> 64"
+                                           for v in parts["seeds_for_80pct_power"]])
+        cols.append("seeds_needed")
+    out.append(to_markdown(table[cols]).rstrip())
+    out += ["", "`unadjusted`: label and verdict at the part's own 95% interval; `adjusted`: after Holm (the "
+            "interval `holm` is at the part's Holm level). `margin` in the part's unit. The runs each part used "
+            "are listed in `claims.csv`."]
+    notes = [f"{r.claim}. {r.part}: " + ("the optimum lies at the edge of the sweep (the interval is open on that "
+                                          "side)" if r.censored else "")
+             for r in parts.itertuples() if r.censored]
+    if notes:
+        out += ["", "Censored optima:", ""] + [f"- {printable(n)}" for n in notes]
+    out += ["", "![claims](claims.png)", ""]
     return "\n".join(out)
 
 
+def gather_claims(engine: Any) -> list[Any]:
+    """Every recorded experiment's [[claim]] tables; parts of one claim id from several grids are one claim."""
+    from cemctl.db.runs import list_experiments
+    from cemctl.grid.claims import ClaimSpec
+    from cemctl.grid.spec import claims_from_text
+
+    merged: dict[str, ClaimSpec] = {}
+    for exp in list_experiments(engine):
+        for claim in claims_from_text(exp.grid_text, exp.grid_path or exp.name):
+            for part in claim.parts:
+                part.source = exp.name
+            if claim.id in merged:
+                merged[claim.id].parts += claim.parts
+            else:
+                claim.source = exp.name
+                merged[claim.id] = claim
+    return sorted(merged.values(), key=lambda c: (not c.id.isdigit(), int(c.id) if c.id.isdigit() else 0, c.id))
+
+
 def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str | None = None,
-                  runs_root: Path | str | None = None, sync: bool = True,
+                  runs_root: Path | str | None = None, sync: bool = True, power: bool = False,
                   formats: tuple[str, ...] = ("png", "pdf")) -> ClaimsResult:
     from cemctl.db.engine import is_readonly, open_existing_db
     from cemctl.report.claims import claim_verdicts, evaluate_claims
@@ -109,12 +187,18 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
         from cemctl.db.ingest import sync_runs
 
         sync_runs(engine, runs_root)
+    claims = gather_claims(engine)
+    if not claims:
+        raise CemError("claims: no recorded grid declares a [[claim]] (plan the figure grids first, e.g. "
+                       "`cemctl plan fig2a --scale cpu`)")
     runs = load_runs(engine, None, scale=scale)
     if runs.empty:
         raise CemError("claims: the results database holds no runs yet (plan and launch the figure grids first)")
-    parts = evaluate_claims(runs, scales=[scale] if scale is not None else None)
-    claims = claim_verdicts(parts)
-    result = ClaimsResult(parts, claims)
+    parts = evaluate_claims(runs, claims, scales=[scale] if scale is not None else None, power=power)
+    parts["next"] = [f"cemctl launch {r.source} --scale {r.scale}" if r.verdict == "not run" and r.scale else ""
+                     for r in parts.itertuples()]
+    verdicts = claim_verdicts(parts)
+    result = ClaimsResult(parts, verdicts)
     if out_dir is None:
         return result
     from cemctl.report.outdir import check_output_dir, new_build_dir, swap_in
@@ -129,9 +213,11 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                   ("git commit", git_commit()), ("scales", ", ".join(sorted(set(parts["scale"]))) or "-"),
                   ("finished runs", str(int((runs["state"] == "done").sum()))),
                   ("grids (sha256)", grids or "-")]
-        (tmp / "claims.md").write_text(claims_markdown(parts, claims, header))
-        parts.to_csv(tmp / "claims.csv", index=False)
-        claims.to_csv(tmp / "claims_summary.csv", index=False)
+        (tmp / "claims.md").write_text(claims_markdown(parts, verdicts, header))
+        csv_cols = [c for c in CSV_COLUMNS if c in parts.columns] + \
+            [c for c in ("seeds_for_80pct_power", "next") if c in parts.columns]
+        parts[csv_cols].to_csv(tmp / "claims.csv", index=False)
+        verdicts.to_csv(tmp / "claims_summary.csv", index=False)
         fig = claims_figure(parts)
         for fmt in formats:
             fig.savefig(tmp / f"claims.{fmt}", dpi=150, format=fmt)

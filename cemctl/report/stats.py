@@ -1,0 +1,274 @@
+"""The statistics of `cemctl claims`: estimates with intervals, decisions against a margin, Holm, power.
+
+    est = paired_estimate(diffs)                                  # the same model at initialisation, paired by seed
+    est = pooled_estimate(groups, pooled_var, pooled_df)          # other parts: the stratum's pooled variance
+    est = welch_estimate(groups)                                  # when there is nothing to pool
+    est = BootEstimate(effect, samples)                           # the learning-rate optimum, bootstrapped over seeds
+    d = decide(est, expect="lower", margin=0.014, alpha=0.05)     # label, verdict, p
+    adjusted = holm([d.p for d in decisions])                     # Holm's step-down adjusted p-values
+    seeds_for_power(...)                                          # seeds per arm for 80% power at the margin
+
+A contrast is sum_g c_g * mean(loss of arm g): a difference (1, -1) or an interaction
+(1, -1, -1, 1). Every interval is two-sided at `level`; a part is decided at
+alpha = 1 - level by where its interval lies (see `decide`), and its p-value is the
+smallest alpha at which it would be decided, so Holm's procedure over the parts
+controls the family-wise rate of wrong decisive verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+Group = tuple[float, Sequence[float]]  # (contrast coefficient, the arm's per-seed values)
+
+
+@dataclass
+class TEstimate:
+    """effect ~ t(df) * se around the truth: paired, pooled or Welch."""
+
+    effect: float
+    se: float
+    df: float
+    method: str  # "paired t" | "pooled t" | "Welch"
+    n: int  # seeds per arm (the smallest), or pairs
+
+    def interval(self, level: float = 0.95) -> tuple[float, float]:
+        if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
+            return (math.nan, math.nan)
+        from scipy import stats
+
+        half = float(stats.t.ppf(0.5 + level / 2, self.df)) * self.se
+        return self.effect - half, self.effect + half
+
+    def p_above(self, threshold: float) -> float:
+        """One-sided p-value for 'the true effect exceeds threshold' (small when the effect is well above it)."""
+        if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
+            return math.nan
+        from scipy import stats
+
+        return float(stats.t.sf((self.effect - threshold) / self.se, self.df))
+
+    def p_below(self, threshold: float) -> float:
+        if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
+            return math.nan
+        from scipy import stats
+
+        return float(stats.t.cdf((self.effect - threshold) / self.se, self.df))
+
+
+@dataclass
+class BootEstimate:
+    """effect with its bootstrap distribution (percentile intervals); bounds censored at a sweep's edge."""
+
+    effect: float
+    samples: np.ndarray
+    method: str = "bootstrap"
+    n: int = 0
+    censored: str = ""  # "" | "low" | "high": the effect is only known to be at most / at least its value
+
+    def interval(self, level: float = 0.95) -> tuple[float, float]:
+        s = self.samples[np.isfinite(self.samples)]
+        if s.size < 20:
+            return (math.nan, math.nan)
+        lo, hi = np.quantile(s, [0.5 - level / 2, 0.5 + level / 2])
+        return float(lo), float(hi)
+
+    def p_above(self, threshold: float) -> float:
+        s = self.samples[np.isfinite(self.samples)]
+        return (float(np.sum(s <= threshold)) + 1) / (s.size + 1) if s.size else math.nan
+
+    def p_below(self, threshold: float) -> float:
+        s = self.samples[np.isfinite(self.samples)]
+        return (float(np.sum(s >= threshold)) + 1) / (s.size + 1) if s.size else math.nan
+
+
+Estimate = TEstimate | BootEstimate
+
+
+def _mean(x: Sequence[float]) -> float:
+    return float(sum(x)) / len(x)
+
+
+def _var(x: Sequence[float]) -> float:
+    m = _mean(x)
+    return sum((v - m) ** 2 for v in x) / (len(x) - 1)
+
+
+def paired_estimate(diffs: Sequence[float]) -> TEstimate:
+    """The mean of per-seed contrasts (arms that are the same model at initialisation, paired by seed)."""
+    n = len(diffs)
+    if n < 2:
+        return TEstimate(_mean(diffs) if n else math.nan, math.nan, 0, "paired t", n)
+    return TEstimate(_mean(diffs), math.sqrt(_var(diffs) / n), n - 1, "paired t", n)
+
+
+def pooled_variance(arms: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """(s_p^2, df): the within-arm variance pooled over every arm with at least two seeds."""
+    ss, df = 0.0, 0
+    for values in arms:
+        if len(values) >= 2:
+            ss += _var(values) * (len(values) - 1)
+            df += len(values) - 1
+    return (ss / df if df else math.nan), df
+
+
+def pooled_estimate(groups: Sequence[Group], pooled_var: float, pooled_df: int) -> TEstimate:
+    """sum c_g mean_g with se from the stratum's pooled within-arm variance (df = the pooled df)."""
+    effect = sum(c * _mean(v) for c, v in groups)
+    se = math.sqrt(pooled_var * sum(c * c / len(v) for c, v in groups)) if pooled_df else math.nan
+    return TEstimate(effect, se, pooled_df, "pooled t", min(len(v) for _, v in groups))
+
+
+def welch_estimate(groups: Sequence[Group]) -> TEstimate:
+    """sum c_g mean_g with each arm's own variance; Satterthwaite's df."""
+    effect = sum(c * _mean(v) for c, v in groups)
+    n_min = min(len(v) for _, v in groups)
+    if n_min < 2:
+        return TEstimate(effect, math.nan, 0, "Welch", n_min)
+    terms = [c * c * _var(v) / len(v) for c, v in groups]
+    var = sum(terms)
+    if var <= 0:
+        return TEstimate(effect, math.nan, 0, "Welch", n_min)
+    df = var ** 2 / sum(t * t / (len(v) - 1) for t, (_, v) in zip(terms, groups))
+    return TEstimate(effect, math.sqrt(var), df, "Welch", n_min)
+
+
+# ---------------------------------------------------------------------------------------------- decisions
+
+LOWER, HIGHER, CLOSE = "lower", "higher", "close"
+EXPECTS = (LOWER, HIGHER, CLOSE)
+
+
+@dataclass
+class Decision:
+    label: str  # lower | higher | close | not close | inconclusive | not run
+    verdict: str  # holds | contradicted | inconclusive | not run
+    p: float  # the smallest alpha at which the part is decided (its Holm input)
+    low: float = math.nan
+    high: float = math.nan
+    candidates: dict[str, float] = field(default_factory=dict)  # decisive label -> its p
+
+
+def label_ps(est: Estimate, expect: str, margin: float) -> dict[str, float]:
+    """Each decisive label the part can take, with the p-value of its test (two-sided intervals, so 2x one side):
+    'lower' (the interval below 0), 'higher' (above 0), 'close' (within +-margin), and for a `close`
+    expectation 'not close' (wholly beyond the margin on one side)."""
+    def two_sided(p: float) -> float:
+        return min(1.0, 2 * p) if math.isfinite(p) else math.nan
+
+    out: dict[str, float] = {LOWER: two_sided(est.p_below(0.0)), HIGHER: two_sided(est.p_above(0.0))}
+    if margin > 0:
+        out[CLOSE] = two_sided(max(est.p_above(-margin), est.p_below(margin)))
+        if expect == CLOSE:
+            out["not close"] = two_sided(min(est.p_above(margin), est.p_below(-margin)))
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
+# Which label each expectation counts as holding, and which as contradicting it.
+HOLDS = {LOWER: (LOWER,), HIGHER: (HIGHER,), CLOSE: (CLOSE,)}
+CONTRADICTS = {LOWER: (HIGHER, CLOSE), HIGHER: (LOWER, CLOSE), CLOSE: ("not close",)}
+PRECEDENCE = {LOWER: (LOWER, HIGHER, CLOSE), HIGHER: (HIGHER, LOWER, CLOSE), CLOSE: (CLOSE, "not close", LOWER, HIGHER)}
+
+
+def decide(est: Estimate | None, expect: str, margin: float, alpha: float = 0.05) -> Decision:
+    """The label the interval at level 1 - alpha supports (in the expectation's order of precedence), the
+    verdict it gives the expectation, and the part's p-value (the least alpha at which it is decided).
+    A 'close' or directional label that is not the expected one contradicts the claim only when decisive;
+    for a `close` expectation, a decisive 'lower'/'higher' that does not clear the margin is inconclusive."""
+    if expect not in EXPECTS:
+        raise ValueError(f"unknown expectation {expect!r}")
+    if est is None or not math.isfinite(est.effect):
+        return Decision("not run", "not run", math.nan)
+    ps = label_ps(est, expect, margin)
+    low, high = est.interval(1 - alpha)
+    if not ps:
+        return Decision("inconclusive", "inconclusive", math.nan, low, high)
+    decided = [lab for lab in PRECEDENCE[expect] if lab in ps and ps[lab] <= alpha]
+    p = min(ps.values())
+    if not decided:
+        return Decision("inconclusive", "inconclusive", p, low, high, ps)
+    label = decided[0]
+    if label in HOLDS[expect]:
+        verdict = "holds"
+    elif label in CONTRADICTS[expect]:
+        verdict = "contradicted"
+    else:
+        verdict = "inconclusive"
+    return Decision(label, verdict, p, low, high, ps)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and does not count in the family)."""
+    idx = [i for i, p in enumerate(pvalues) if math.isfinite(p)]
+    k = len(idx)
+    order = sorted(idx, key=lambda i: pvalues[i])
+    out = [math.nan] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def holm_levels(pvalues: Sequence[float], alpha: float = 0.05) -> list[float]:
+    """The alpha at which Holm tests each part: alpha / (k - rank) by the part's rank (NaN: not in the family)."""
+    idx = [i for i, p in enumerate(pvalues) if math.isfinite(p)]
+    k = len(idx)
+    out = [math.nan] * len(pvalues)
+    for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
+        out[i] = alpha / (k - rank)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- power
+
+def _power_t(expect: str, margin: float, se: float, df: float, alpha: float) -> float:
+    """Power of the part's decision at the margin: a directional part detecting a true effect of +-margin;
+    a `close` part deciding 'close' when the truth is 0."""
+    from scipy import integrate, stats
+
+    if not (se > 0 and df > 0):
+        return math.nan
+    crit = float(stats.t.ppf(1 - alpha / 2, df))
+    if expect in (LOWER, HIGHER):
+        nc = margin / se
+        return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+    # close at a true 0: |effect| + crit * s < margin, effect ~ N(0, se^2), s = se * sqrt(chi2_df / df)
+    def integrand(x: float) -> float:
+        s = se * math.sqrt(x / df)
+        room = margin - crit * s
+        return (2 * stats.norm.cdf(room / se) - 1) * stats.chi2.pdf(x, df) if room > 0 else 0.0
+
+    upper = df * (margin / (crit * se)) ** 2
+    return float(integrate.quad(integrand, 0, upper, limit=200)[0])
+
+
+def power_at(n: int, *, expect: str, margin: float, method: str, alpha: float = 0.05, sd: float = math.nan,
+             coefs: Sequence[float] = (1.0, -1.0), arm_sds: Sequence[float] = (), stratum_arms: int = 0) -> float:
+    """Power with n seeds per arm: `sd` is the paired differences' s.d. (paired) or the pooled within-arm s.d.
+    (pooled, over `stratum_arms` arms); `arm_sds` each arm's s.d. (Welch)."""
+    if n < 2:
+        return 0.0
+    if method == "paired t":
+        return _power_t(expect, margin, sd / math.sqrt(n), n - 1, alpha)
+    if method == "pooled t":
+        se = sd * math.sqrt(sum(c * c for c in coefs) / n)
+        return _power_t(expect, margin, se, max(1, stratum_arms) * (n - 1), alpha)
+    terms = [c * c * s * s / n for c, s in zip(coefs, arm_sds)]
+    var = sum(terms)
+    df = var ** 2 / sum(t * t / (n - 1) for t in terms) if var > 0 else 0
+    return _power_t(expect, margin, math.sqrt(var), df, alpha)
+
+
+def seeds_for_power(target: float = 0.8, max_n: int = 64, **kw: object) -> int | None:
+    """The fewest seeds per arm (2..max_n) reaching `target` power; None if even max_n does not."""
+    for n in range(2, max_n + 1):
+        p = power_at(n, **kw)  # type: ignore[arg-type]
+        if math.isfinite(p) and p >= target:
+            return n
+    return None
