@@ -38,6 +38,10 @@ def register(app: typer.Typer) -> None:
         executor: str = typer.Option("local", "--executor", "-e", help="Where runs execute: local | slurm."),
         scale: Optional[str] = typer.Option(None, "--scale", help="Scale preset of the grid file (tiny | paper | ...)."),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key for every run: key=value (repeatable)."),
+        seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds to run, e.g. 0-7 or 0,1,5 (replaces the grid's "
+                                            "list; finished runs are kept and not run again)."),
+        add_seeds: int = typer.Option(0, "--add-seeds", min=0, help="Run N more seeds after the grid's (e.g. when "
+                                      "`cemctl claims --power` asks for them)."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run runs whose result is failed."),
         redo_damaged: bool = typer.Option(False, "--redo-damaged", help="Repair damaged runs (their files moved to .damaged-*/, the recorded config restored) and run them again."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Show what would start; start nothing."),
@@ -69,6 +73,7 @@ def register(app: typer.Typer) -> None:
         """Launch every run of a grid that is not done (idempotent)."""
         with cli_errors():
             from cemctl.executors.local.pinning import parse_gpus
+            from cemctl.grid.expand import parse_seeds
             from cemctl.services.launch.launcher import LaunchRequest, detach as run_detached, launch
 
             overrides = {}
@@ -87,6 +92,7 @@ def register(app: typer.Typer) -> None:
                 dry_run=dry_run, run_ids=list(run) if run else None, gpus=parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu,
                 gpus_per_run=gpus_per_run, workers=workers, slurm=slurm, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s),
                 prepare=prepare, data_workers=data_workers,
+                seeds=parse_seeds(seeds) if seeds is not None else None, add_seeds=add_seeds,
             )
             if detach and not dry_run:
                 if executor != "local":

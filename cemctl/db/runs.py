@@ -127,7 +127,7 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
 
     check_experiment_name(plan.name, plan.path or None)  # it names folders (reports/<name>): never a path
     root = Path(runs_root).resolve()
-    key = overrides_key(plan.overrides)
+    key = overrides_key(getattr(plan, "plan_overrides", plan.overrides))
 
     def write() -> RecordedPlan:
         now = time.time()

@@ -48,6 +48,12 @@ class Plan:
     varied: list[str] = field(default_factory=list)  # axis keys that vary, in file order
     excluded: int = 0  # assignments dropped by [[exclude]]
     duplicates: int = 0  # assignments that resolved to an already listed run
+    seeds: list[int] | None = None  # `--seeds` / `--add-seeds`: the seed list that replaced the grid's
+
+    @property
+    def plan_overrides(self) -> dict[str, Any]:
+        """What makes this plan's key besides the scale: the --set overrides and a --seeds list."""
+        return {**self.overrides, **({"--seeds": self.seeds} if self.seeds is not None else {})}
 
 
 @dataclass
@@ -158,7 +164,47 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
 
 
 def load_grid(
-    path: str | Path, scale: str = DEFAULT_SCALE, overrides: dict[str, Any] | None = None, *, max_runs: int = MAX_RUNS
+    path: str | Path, scale: str = DEFAULT_SCALE, overrides: dict[str, Any] | None = None, *, max_runs: int = MAX_RUNS,
+    seeds: list[int] | None = None, add_seeds: int = 0,
 ) -> Plan:
-    """Parse, validate and expand a grid file: the one entry point for grid files."""
-    return expand(parse_grid(path, scale), overrides, max_runs=max_runs)
+    """Parse, validate and expand a grid file: the one entry point for grid files. `seeds` replaces the grid's
+    seed list; `add_seeds` extends it with that many new seeds (the next integers)."""
+    spec = parse_grid(path, scale)
+    chosen = with_seeds(spec, seeds, add_seeds)
+    if chosen is not None:
+        spec.seeds = chosen
+    plan = expand(spec, overrides, max_runs=max_runs)
+    plan.seeds = chosen
+    return plan
+
+
+def with_seeds(spec: GridSpec, seeds: list[int] | None, add_seeds: int) -> list[int] | None:
+    """The seed list a launch asks for (None: the grid's own); refused where the grid varies the seed otherwise."""
+    if seeds is None and not add_seeds:
+        return None
+    if SEED_KEY in spec.axes or any(SEED_KEY in z for z in spec.zips):
+        raise ConfigError("--seeds", f"{spec.path} varies {SEED_KEY} in its axes; give seeds = [...] in the grid instead")
+    if seeds is not None and add_seeds:
+        raise ConfigError("--add-seeds", "give --seeds or --add-seeds, not both")
+    if seeds is not None:
+        return seeds
+    current = spec.seeds if spec.seeds is not None else [int(spec.base.get(SEED_KEY, 0))]
+    start = max(current) + 1
+    return list(current) + list(range(start, start + add_seeds))
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0-7' -> [0..7]; '0,1,5' -> [0, 1, 5]; '0-2,5' -> [0, 1, 2, 5] (ConfigError naming the form otherwise)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ConfigError("--seeds", f"must be seed numbers like 0-7 or 0,1,2,5, got {text!r}", allowed=["0-7", "0,1,5"])
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or last - first > 10_000:
+            raise ConfigError("--seeds", f"bad range {part!r} in {text!r}", allowed=["0-7", "0,1,5"])
+        out += [s for s in range(first, last + 1) if s not in out]
+    if not out:
+        raise ConfigError("--seeds", "needs at least one seed", allowed=["0-7", "0,1,5"])
+    return out

@@ -119,6 +119,8 @@ def plan_experiment(
     mfu: float = DEFAULT_MFU,
     cpu_gflops: float = DEFAULT_CPU_GFLOPS,
     record: bool = True,
+    seeds: list[int] | None = None,
+    add_seeds: int = 0,
 ) -> PlanReport:
     """Validate and expand the grid, then (if `record`) write config.json files and record the runs."""
     if not (gpu_tflops > 0 and math.isfinite(gpu_tflops)):
@@ -127,7 +129,7 @@ def plan_experiment(
         raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
     if not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
         raise ConfigError("--cpu-gflops", f"must be a positive, finite number, got {cpu_gflops}")
-    plan = load_grid(grid_path(path), scale, overrides)
+    plan = load_grid(grid_path(path), scale, overrides, seeds=seeds, add_seeds=add_seeds)
     rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
     report = PlanReport(plan, rows)
     if record:

@@ -15,6 +15,7 @@ the command line.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -50,6 +51,8 @@ class LaunchRequest:
     heartbeat_timeout_s: float | None = None
     prepare: bool = False  # slurm: prepare missing data on this node first (local always does)
     data_workers: int | None = None  # tokenizer processes when data is prepared here (default: the CPU count)
+    seeds: list[int] | None = None  # --seeds: replace the grid's seed list (finished runs are kept)
+    add_seeds: int = 0  # --add-seeds N: N more seeds after the grid's
     snapshot: bool = True  # run jobs from a code snapshot (tests of the executor may turn it off)
     job_env: dict[str, str] = field(default_factory=dict)  # extra environment for every job
 
@@ -142,18 +145,28 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
 
     is_grid = looks_like_file(req.target) or (
         find_grid(req.target) is not None and (engine is None or get_experiment(engine, req.target) is None))
+    grid_target = req.target
+    if not is_grid and (req.seeds is not None or req.add_seeds) and engine is not None:
+        exp = get_experiment(engine, req.target)  # more seeds: re-plan the experiment from its grid file
+        if exp is not None:
+            if not exp.grid_path or not Path(exp.grid_path).is_file():
+                raise CemError(f"launch: --seeds re-plans {req.target!r} from its grid file, and "
+                               f"{exp.grid_path or 'its grid file'} is gone; give the grid file")
+            is_grid, grid_target = True, exp.grid_path
+            if req.scale is None:
+                req = dataclasses.replace(req, scale=exp.scale)
     if is_grid:
         from cemctl.grid import DEFAULT_SCALE, load_grid
         from cemctl.services.plan import grid_path, plan_experiment
 
         scale = req.scale or DEFAULT_SCALE
         if req.dry_run:  # validate and show, write nothing (no database, no config.json)
-            plan = load_grid(grid_path(req.target), scale, req.overrides)
+            plan = load_grid(grid_path(grid_target), scale, req.overrides, seeds=req.seeds, add_seeds=req.add_seeds)
         else:
-            plan = plan_experiment(req.target, scale=scale, overrides=req.overrides, db_url=url,
-                                   runs_root=runs_root).plan
+            plan = plan_experiment(grid_target, scale=scale, overrides=req.overrides, db_url=url,
+                                   runs_root=runs_root, seeds=req.seeds, add_seeds=req.add_seeds).plan
         runs = [(pr.run_id, runs_root / pr.run_id) for pr in plan.runs]
-        return Target(plan.name, runs, _slurm_table(plan.text, req.target), req.target,
+        return Target(plan.name, runs, _slurm_table(plan.text, grid_target), grid_target,
                       {pr.run_id: dict(pr.axes) for pr in plan.runs})
     if req.overrides:
         raise ConfigError("--set", f"applies to a grid file; {req.target!r} is a recorded experiment (give its grid "
