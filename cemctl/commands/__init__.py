@@ -7,8 +7,8 @@ import importlib
 import typer
 
 # Order is the order of `cemctl --help`.
-COMMAND_MODULES = ("demo", "plan", "data", "launch", "status", "report", "claims", "compare", "export", "tag", "sync",
-                   "logs", "cancel", "eval")
+COMMAND_MODULES = ("demo", "plan", "data", "launch", "status", "report", "claims", "compare", "export", "tag", "archive",
+                   "sync", "logs", "cancel", "eval")
 
 
 def register_all(app: typer.Typer) -> None:

@@ -1,0 +1,115 @@
+"""`cemctl archive` / `cemctl import`: results anyone can re-derive (hashes checked, idempotent, nothing replaced)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.helpers import assert_clean_error, cli, finish_run, tiny_grid
+
+GRID = tiny_grid("arch", seeds="[0, 1, 2]", extra='''
+[axes]
+"model.attention" = ["llama", "cem"]
+
+[[claim]]
+id = "A"
+statement = "CEM attention is close to Llama attention"
+[[claim.part]]
+name = "CEM attention - Llama"
+arms = [{ "model.attention" = "cem" }, { "model.attention" = "llama" }]
+expect = "close"
+margin = "2%"
+''')
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "arch.toml").write_text(GRID)
+    res = cli(src, "plan", str(src / "arch.toml"), "--json")
+    assert res.returncode == 0, res.output
+    for r in json.loads(res.stdout)["runs"]:
+        a = r["axes"]
+        finish_run(src / "runs" / r["run_id"], test_loss=1.5 + 0.002 * a["train.seed"]
+                   + (0.003 if a["model.attention"] == "cem" else 0.0))
+    assert cli(src, "tag", "arch", "phase=final").returncode == 0
+    return src
+
+
+def test_an_archive_imported_into_an_empty_database_reproduces_the_claims(project, tmp_path):
+    out = tmp_path / "arch.tar.gz"
+    res = cli(project, "archive", "arch", "--scale", "tiny", "-o", str(out))
+    assert res.returncode == 0, res.output
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert "manifest.json" in names and not any("checkpoints" in n or n.endswith(".log") for n in names)
+    assert cli(project, "claims", "--out", str(project / "claims")).returncode == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    res = cli(fresh, "import", str(out))
+    assert res.returncode == 0, res.output
+    assert "imported 6 runs (0 already here)" in res.stdout
+    assert cli(fresh, "claims", "--scale", "tiny", "--out", str(fresh / "claims")).returncode == 0
+    before = pd.read_csv(project / "claims" / "claims.csv")
+    after = pd.read_csv(fresh / "claims" / "claims.csv")
+    pd.testing.assert_frame_equal(before, after)
+    status = json.loads(cli(fresh, "status", "arch", "--json").stdout)["experiments"][0]
+    assert status["counts"] == {"done": 6}
+    assert cli(fresh, "export", "arch", "-o", str(fresh / "x.csv")).returncode == 0
+    runs = pd.read_csv(fresh / "x.csv")
+    assert set(runs["tag.phase"]) == {"final"}  # tags travel too
+    again = cli(fresh, "import", str(out))  # idempotent
+    assert again.returncode == 0 and "imported 0 runs (6 already here)" in again.stdout
+
+
+def _rewrite(src: Path, dst: Path, change) -> None:  # noqa: ANN001
+    with tarfile.open(src) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar]
+    with tarfile.open(dst, "w:gz") as tar:
+        for m, data in members:
+            data = change(m.name, data)
+            m.size = len(data)
+            tar.addfile(m, io.BytesIO(data))
+
+
+def test_a_damaged_or_foreign_archive_is_refused_and_writes_nothing(project, tmp_path):
+    out = tmp_path / "arch.tar.gz"
+    assert cli(project, "archive", "arch", "-o", str(out)).returncode == 0
+    bad = tmp_path / "bad.tar.gz"
+    _rewrite(out, bad, lambda name, data: data.replace(b'"test_loss": 1.5', b'"test_loss": 9.5')
+             if name.endswith("result.json") else data)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert_clean_error(cli(fresh, "import", str(bad), subprocess=True), contains="does not match its sha256")
+    assert not (fresh / "runs").exists() or not any((fresh / "runs").iterdir())
+    (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
+    assert_clean_error(cli(fresh, "import", str(tmp_path / "junk.tar.gz"), subprocess=True), contains="not a cemctl archive")
+
+
+def test_a_different_run_under_an_existing_id_is_refused(project, tmp_path):
+    out = tmp_path / "arch.tar.gz"
+    assert cli(project, "archive", "arch", "-o", str(out)).returncode == 0
+    other = tmp_path / "other"
+    (other / "runs").mkdir(parents=True)
+    rid = json.loads(cli(project, "status", "arch", "--json").stdout)["experiments"][0]["runs"][0]["run_id"]
+    import shutil
+
+    shutil.copytree(project / "runs" / rid, other / "runs" / rid)
+    result = json.loads((other / "runs" / rid / "result.json").read_text())
+    result["test_loss"] = 2.5  # the same id, another result: not the archive's run
+    (other / "runs" / rid / "result.json").write_text(json.dumps(result))
+    assert_clean_error(cli(other, "import", str(out), subprocess=True), contains=f"run {rid} is already in")
+    assert sorted(p.name for p in (other / "runs").iterdir()) == [rid]  # nothing else was written
+
+
+def test_archive_never_replaces_a_file_it_did_not_write(project, tmp_path):
+    mine = tmp_path / "mine.tar.gz"
+    mine.write_bytes(b"my backup")
+    assert_clean_error(cli(project, "archive", "arch", "-o", str(mine), subprocess=True), contains="--force")
+    assert mine.read_bytes() == b"my backup"
