@@ -23,6 +23,7 @@ from typing import Any
 
 from cem_core.errors import ConfigError
 from cem_core.sizes import SIZES
+from cem_core.spec import check_rules
 
 from cem_core import variants as V  # every named choice: one registry each (torch-free)
 
@@ -294,20 +295,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     n_heads = m.n_heads or SIZES[m.size].n_heads
     if d_model % n_heads:
         raise ConfigError("model.n_heads", f"must divide model.d_model={d_model}, got {n_heads}", value=n_heads)
-    # Combinations
-    if m.attention != "cem":
-        if m.kq_diagonal != "none":
-            raise ConfigError("model.kq_diagonal", f"needs model.attention='cem' (got {m.attention!r})", allowed=("none",))
-        if m.attn_precond != "identity":
-            raise ConfigError("model.attn_precond", f"needs model.attention='cem' (got {m.attention!r})", allowed=("identity",))
-        if m.attn_start != "h":
-            raise ConfigError("model.attn_start", f"needs model.attention='cem' (got {m.attention!r})", allowed=("h",))
-    if m.attention == "llama" and m.attn_steps != 1:
-        raise ConfigError("model.attn_steps", "must be 1 for model.attention='llama' (use 'reuse' or 'cem' for T > 1)", allowed=(1,))
-    if not m.mlp.startswith("cem") and m.mlp_precond != "identity":
-        raise ConfigError("model.mlp_precond", f"needs model.mlp='cem' or 'cem_param_matched' (got {m.mlp!r})", allowed=("identity",))
-    if m.mlp == "llama" and m.mlp_steps != 1:
-        raise ConfigError("model.mlp_steps", "must be 1 for model.mlp='llama' (use 'reuse' or 'cem' for T > 1)", allowed=(1,))
+    # Combinations: each chosen variant's rules (its spec in cem_core.variants: the values other keys must have)
+    flat = flatten(dataclasses.asdict(m), "model")
+    for registry, name in ((V.ATTENTION, m.attention), (V.MLPS, m.mlp)):
+        check_rules(registry.spec(name), flat, f"{registry.key}={name!r}")
     # Data
     V.CORPORA.check(dt.corpus)
     V.TOKENIZERS.check(dt.tokenizer)
@@ -351,11 +342,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("gp.lengthscale", g.lengthscale)
     _positive("gp.noise_std", g.noise_std, allow_zero=True)
     _positive("gp.data_seed", g.data_seed, allow_zero=True)
-    if cfg.task == "gp":
-        if t.max_steps == 0:
-            raise ConfigError("train.max_steps", "must be set (> 0) for task='gp' (there is no token budget)")
-        if m.attention != "llama" or m.kq_diagonal != "none" or m.attn_steps != 1:
-            raise ConfigError("model.attention", "GP models have no attention; leave the attention settings at their defaults", allowed=("llama",))
+    task = V.TASKS.spec(cfg.task)
+    check_rules(task, {**flat, "task": cfg.task}, f"task={cfg.task!r}")
+    if not task.token_budget and t.max_steps == 0:
+        raise ConfigError("train.max_steps", f"must be set (> 0) for task={cfg.task!r} (there is no token budget)")
     return cfg
 
 

@@ -1,13 +1,10 @@
-"""Exact parameter and FLOP counts from a ModelConfig, without torch (`cemctl plan`).
+"""Exact parameter and FLOP counts from a ModelConfig, without torch (`cemctl plan`, reports, the trainer's result).
 
-Parameters are counted tensor by tensor as `cem_core.model` allocates them
-(tests compare with the real module built on the meta device). FLOPs are the
-matmul FLOPs (2 * m * n * k per product) of one forward pass, counted from the
-products the model actually runs: tied weights count each time they are used,
-T recursive steps repeat the per-step work, and attention scores are counted
-as the dense L x L products that `scaled_dot_product_attention` computes
-(FlopCounterMode counts the same). Element-wise work (norms, softmax, SiLU,
-diagonal preconditioners, biases) is not counted. Training FLOPs = 3 x forward.
+Each sublayer kind counts itself (its spec in `cem_core.variants`: `params(m)` and
+`flops(m, seq_len)`); this module adds the rest of the model: the embedding and the
+untied head, the RMSNorm gains (one per sublayer and the final one) and the head's
+matmul. An unknown kind is an error here as everywhere (`ConfigError` listing the
+registered names). FLOPs are the matmul FLOPs of one forward pass; training = 3x.
 """
 
 from __future__ import annotations
@@ -19,41 +16,35 @@ if TYPE_CHECKING:  # pragma: no cover
     from cem_core.config import ModelConfig, RunConfig
 
 
+def attention_spec(m: "ModelConfig"):  # noqa: ANN201
+    from cem_core.variants import ATTENTION
+
+    return ATTENTION.spec(m.attention)
+
+
+def mlp_spec(m: "ModelConfig"):  # noqa: ANN201
+    from cem_core.variants import MLPS
+
+    return MLPS.spec(m.mlp)
+
+
 def mlp_width(m: "ModelConfig") -> int:
     """Hidden width of the MLP actually built (1.5x for the parameter-matched CEM MLP)."""
-    if m.mlp == "cem_param_matched":
-        return int(round(m.d_mlp * m.param_match_factor))
-    return m.d_mlp
-
-
-def _precond_params(kind: str, n: int, width: int, rank: int) -> int:
-    if kind == "identity":
-        return 0
-    if kind == "diag":
-        return n * width
-    return n * (width + 2 * width * rank)  # diag_lowrank: p, U, V
+    spec = mlp_spec(m)
+    return spec.width(m) if spec.width is not None else m.d_mlp
 
 
 def attention_params(m: "ModelConfig") -> int:
-    d, k = m.d_model, m.n_heads
-    if m.attention in ("llama", "reuse"):
-        return 4 * d * d
-    n = 2 * d * d  # W_Q (also the output), W_K (also the values)
-    if m.cem_position == "alibi":
-        n += 2 * k  # learned self / non-self biases per head
-    if m.kq_diagonal == "shared":
-        n += d
-    elif m.kq_diagonal == "per_head":
-        n += k * d
-    n += _precond_params(m.attn_precond, k, d, m.attn_precond_rank)
-    return n
+    return attention_spec(m).params(m)
 
 
 def mlp_params(m: "ModelConfig") -> int:
-    d, w = m.d_model, mlp_width(m)
-    if m.mlp in ("llama", "reuse"):
-        return 3 * d * w
-    return 2 * d * w + _precond_params(m.mlp_precond, 1, d, m.mlp_precond_rank)
+    return mlp_spec(m).params(m)
+
+
+def mlp_flops(m: "ModelConfig", seq_len: int = 0) -> int:
+    """Forward matmul FLOPs per token of one MLP sublayer."""
+    return mlp_spec(m).flops(m, seq_len or m.context_len)[0]
 
 
 def param_counts(m: "ModelConfig") -> dict[str, int]:
@@ -79,7 +70,7 @@ def baseline_config(m: "ModelConfig") -> "ModelConfig":
     """The Llama baseline of the same dims (the one whose Chinchilla budget a run gets)."""
     return dataclasses.replace(
         m, attention="llama", mlp="llama", attn_steps=1, mlp_steps=1,
-        attn_precond="identity", mlp_precond="identity", kq_diagonal="none",
+        attn_precond="identity", mlp_precond="identity", kq_diagonal="none", attn_start="h",
     )
 
 
@@ -87,51 +78,17 @@ def baseline_params(m: "ModelConfig") -> int:
     return param_counts(baseline_config(m))["total"]
 
 
-def _attention_flops(m: "ModelConfig", seq_len: int) -> tuple[int, int]:
-    """(per-token FLOPs, per-forward weight-side FLOPs) of one attention sublayer."""
-    d, k, dh = m.d_model, m.n_heads, m.d_model // m.n_heads
-    scores = 2 * 2 * seq_len * d  # Q K^T and A V over all heads: 2 * L * d each
-    if m.attention == "llama":
-        return 8 * d * d + scores, 0
-    if m.attention == "reuse":
-        return m.attn_steps * (8 * d * d + scores), 0
-    t = m.attn_steps
-    per_step = 2 * d * d + scores + 2 * d * d  # q = W_Q u, scores, W_Q^T o
-    if m.kq_diagonal == "shared":
-        per_step += 2 * seq_len * d  # one (u * D) h^T matrix shared by all heads
-    elif m.kq_diagonal == "per_head":
-        per_step += 2 * seq_len * d * k  # each head scores against the d-wide h
-    weight_side = 0
-    if m.attn_precond == "diag_lowrank":
-        r = m.attn_precond_rank
-        per_step += 2 * (2 * dh * r * k) + 2 * (2 * k * r * d)  # o_k @ (W_Q[k] V_k), (W_Q[k] U_k); then U, V
-        weight_side = t * 2 * (2 * dh * d * r * k)  # W_Q[k] V_k and W_Q[k] U_k, once per step
-    return 2 * d * d + t * per_step, weight_side
-
-
-def _mlp_flops(m: "ModelConfig") -> int:
-    d, w = m.d_model, mlp_width(m)
-    if m.mlp == "llama":
-        return 6 * d * w
-    if m.mlp == "reuse":
-        return m.mlp_steps * 6 * d * w
-    per_step = 4 * d * w  # V u and V^T g
-    if m.mlp_precond == "diag_lowrank":
-        per_step += 8 * d * m.mlp_precond_rank  # U (V^T y) + V (U^T y)
-    return 2 * d * w + m.mlp_steps * per_step  # gamma = W h once
-
-
 def forward_flops(m: "ModelConfig", batch: int, seq_len: int) -> int:
     """Exact matmul FLOPs of one forward pass on a [batch, seq_len] input."""
-    attn_tok, attn_weight = _attention_flops(m, seq_len)
-    per_token = m.n_layers * (attn_tok + _mlp_flops(m)) + 2 * m.d_model * m.vocab_size
+    attn_tok, attn_weight = attention_spec(m).flops(m, seq_len)
+    per_token = m.n_layers * (attn_tok + mlp_spec(m).flops(m, seq_len)[0]) + 2 * m.d_model * m.vocab_size
     return batch * seq_len * per_token + m.n_layers * attn_weight
 
 
 def flops_per_token(m: "ModelConfig") -> int:
     """Forward matmul FLOPs per token at the model's context length (weight-side terms amortised away)."""
-    attn_tok, _ = _attention_flops(m, m.context_len)
-    return m.n_layers * (attn_tok + _mlp_flops(m)) + 2 * m.d_model * m.vocab_size
+    attn_tok, _ = attention_spec(m).flops(m, m.context_len)
+    return m.n_layers * (attn_tok + mlp_flops(m)) + 2 * m.d_model * m.vocab_size
 
 
 def train_flops_per_token(m: "ModelConfig") -> int:
@@ -139,14 +96,9 @@ def train_flops_per_token(m: "ModelConfig") -> int:
 
 
 def run_counts(cfg: "RunConfig") -> dict[str, int]:
-    """{'params_total', 'params_non_embedding', 'flops_per_token'} of a resolved run config, any task.
+    """{'params_total', 'params_non_embedding', 'flops_per_token'} of a resolved run config, any task
+    (the task's spec counts: for task "gp" a "token" is one regression example)."""
+    from cem_core.variants import TASKS
 
-    For task "gp" a "token" is one regression example (`cem_core.gp.counts`).
-    """
-    if cfg.task == "gp":
-        from cem_core.gp.counts import gp_flops_per_example, gp_param_counts
-
-        counts, fpt = gp_param_counts(cfg.model, cfg.gp), gp_flops_per_example(cfg.model, cfg.gp)
-    else:
-        counts, fpt = param_counts(cfg.model), flops_per_token(cfg.model)
+    counts, fpt = TASKS.spec(cfg.task).counts(cfg)
     return {"params_total": counts["total"], "params_non_embedding": counts["non_embedding"], "flops_per_token": fpt}

@@ -46,6 +46,7 @@ class Registry(Generic[T]):
         self.key = key
         self._items: dict[str, Any] = {}
         self._descriptions: dict[str, str] = {}
+        self._specs: dict[str, Any] = {}  # name -> its spec (cem_core.spec), for the variant registries
 
     def _put(self, name: str, entry: Any, description: str) -> None:
         if name in self._items:
@@ -68,6 +69,19 @@ class Registry(Generic[T]):
     def register_lazy(self, name: str, target: str, description: str = "") -> None:
         """Register "module:attribute", imported only when `get(name)` asks for it."""
         self._put(name, _Lazy(target), description)
+
+    def register_spec(self, spec: Any) -> None:
+        """Register a variant's spec (`cem_core.spec`): its module lazily, its description, the spec itself."""
+        self._put(spec.name, _Lazy(spec.module), spec.description)
+        self._specs[spec.name] = spec
+
+    def spec(self, name: Any, *, key: str | None = None) -> Any:
+        """The spec of a registered variant (nothing is imported); a ConfigError listing the names otherwise."""
+        self.check(name, key=key)
+        return self._specs[name]
+
+    def specs(self) -> list[Any]:
+        return [self._specs[n] for n in self._items if n in self._specs]
 
     def check(self, name: Any, *, key: str | None = None) -> str:
         """`name` if it is registered (nothing is imported), else a ConfigError listing the known names."""

@@ -109,7 +109,7 @@ MALFORMED = [
     ('[base]\n"train.lr" = "fast"\n', [], ["train.lr", "must be a number"]),
     ('[axes]\n"train.lr" = []\n', [], ["train.lr", "empty axis"]),
     ('[[zip]]\n"train.lr" = [0.1, 0.2]\n"train.seed" = [1]\n', [], ["zip[0]", "equal lengths"]),
-    ('[base]\n"model.kq_diagonal" = "shared"\n', [], ["model.kq_diagonal", "needs model.attention", "allowed: none"]),
+    ('[base]\n"model.kq_diagonal" = "shared"\n', [], ["model.kq_diagonal", "does not go with model.attention='llama'", "allowed: none"]),
     ('[axes]\n"train.seed" = [' + ", ".join(map(str, range(400))) + ']\n"train.max_steps" = ['
      + ", ".join(map(str, range(1, 400))) + "]\n", [], ["axes", "159600 runs", "limit"]),
     ('[base]\n"train.lr" = nan\n', [], ["train.lr", "finite"]),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cem_core.counts import _mlp_flops, mlp_params
+from cem_core.counts import mlp_flops, mlp_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from cem_core.config import GPConfig, ModelConfig
@@ -34,7 +34,7 @@ def gp_param_counts(m: "ModelConfig", gp: "GPConfig") -> dict[str, int]:
 def gp_flops_per_example(m: "ModelConfig", gp: "GPConfig") -> int:
     """Forward matmul FLOPs for one input vector."""
     d = m.d_model
-    return 2 * gp.input_dim * d + m.n_layers * _mlp_flops(m) + 2 * d
+    return 2 * gp.input_dim * d + m.n_layers * mlp_flops(m, 1) + 2 * d
 
 
 def gp_train_flops_per_example(m: "ModelConfig", gp: "GPConfig") -> int:

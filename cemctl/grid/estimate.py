@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cem_core.config import RunConfig, tokens_per_step, total_steps
-from cem_core.counts import param_counts, run_counts, train_flops_per_token
+from cem_core.counts import run_counts
 
 DEFAULT_GPU_TFLOPS = 312.0
 DEFAULT_MFU = 0.4
@@ -45,16 +45,15 @@ def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: flo
              cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> RunCost:
     """The cost of a resolved config."""
     steps = total_steps(cfg)
-    if cfg.task == "gp":
-        from cem_core.gp.counts import gp_param_counts, gp_train_flops_per_example
+    from cem_core.variants import TASKS
 
-        counts = gp_param_counts(cfg.model, cfg.gp)
-        tokens = steps * cfg.train.batch_seqs
-        flops = float(gp_train_flops_per_example(cfg.model, cfg.gp)) * tokens
-    else:
-        counts = param_counts(cfg.model)
+    task = TASKS.spec(cfg.task)
+    counts, fpt = task.counts(cfg)
+    if task.unit == "tokens":
         tokens = steps * tokens_per_step(cfg)
-        flops = float(train_flops_per_token(cfg.model)) * tokens
+    else:  # a step sees train.batch_seqs examples (the GP study)
+        tokens = steps * cfg.train.batch_seqs
+    flops = 3.0 * float(fpt) * tokens
     return RunCost(
         params_total=counts["total"],
         params_non_embedding=counts["non_embedding"],

@@ -62,22 +62,24 @@ def _int(value: Any, default: int = 1) -> int:
         return default
 
 
+def _family(registry: Any, name: Any) -> str:
+    """A variant's family from its spec (`cem_core.variants`): baseline, cem, reuse, or its own name."""
+    try:
+        return registry.spec(str(name)).family
+    except Exception:  # noqa: BLE001 - a name no spec knows (a plugin not loaded here): shown by name
+        return str(name)
+
+
 def role(row: Mapping[str, Any]) -> str:
-    """Which comparison a run belongs to: llama | attention | mlp | full | attention_reuse | mlp_reuse | other."""
-    attn, mlp = _get(row, "model.attention", "llama"), _get(row, "model.mlp", "llama")
-    if attn == "llama" and mlp == "llama":
-        return "llama"
-    if attn == "cem" and mlp == "llama":
-        return "attention"
-    if attn == "llama" and str(mlp).startswith("cem"):
-        return "mlp"
-    if attn == "cem" and str(mlp).startswith("cem"):
-        return "full"
-    if attn == "reuse" and mlp == "llama":
-        return "attention_reuse"
-    if attn == "llama" and mlp == "reuse":
-        return "mlp_reuse"
-    return "other"
+    """Which comparison a run belongs to, from its variants' families (cem_core.spec): llama | attention | mlp |
+    full | attention_reuse | mlp_reuse | other."""
+    from cem_core.variants import ATTENTION, MLPS
+
+    attn = _family(ATTENTION, _get(row, "model.attention", "llama"))
+    mlp = _family(MLPS, _get(row, "model.mlp", "llama"))
+    return {("baseline", "baseline"): "llama", ("cem", "baseline"): "attention", ("baseline", "cem"): "mlp",
+            ("cem", "cem"): "full", ("reuse", "baseline"): "attention_reuse",
+            ("baseline", "reuse"): "mlp_reuse"}.get((attn, mlp), "other")
 
 
 def precond_label(kind: Any) -> str:
@@ -92,31 +94,38 @@ def _details(steps: int, precond: Any, extra: Sequence[str] = ()) -> str:
     return ", ".join(parts)
 
 
+def _label(registry: Any, name: Any) -> str:
+    try:
+        return registry.spec(str(name)).label
+    except Exception:  # noqa: BLE001 - not a registered name here: its own name
+        return str(name)
+
+
 def variant_label(row: Mapping[str, Any]) -> str:
-    """The paper's name of a run's architecture (no size, no learning rate, no seed)."""
+    """The paper-style name of a run's architecture from its variants' spec labels (no size, lr or seed)."""
+    from cem_core.variants import ATTENTION, MLPS
+
     attn, mlp = _get(row, "model.attention", "llama"), _get(row, "model.mlp", "llama")
     a_t, m_t = _int(_get(row, "model.attn_steps", 1)), _int(_get(row, "model.mlp_steps", 1))
     a_p, m_p = _get(row, "model.attn_precond", "identity"), _get(row, "model.mlp_precond", "identity")
     kq = _get(row, "model.kq_diagonal", "none")
     kq_text = KQ_LABELS.get(str(kq), str(kq)) if kq not in (None, "none") else ""
+    a_label, m_label = _label(ATTENTION, attn), _label(MLPS, mlp)
     r = role(row)
     if r == "llama":
         return "Llama"
     if r == "attention":
-        return f"CEM attention ({_details(a_t, a_p, [kq_text])})"
+        return f"{a_label} ({_details(a_t, a_p, [kq_text])})"
     if r == "mlp":
-        name = "CEM MLP, param-matched" if mlp == "cem_param_matched" else "CEM MLP"
-        return f"{name} ({_details(m_t, m_p)})"
+        return f"{m_label} ({_details(m_t, m_p)})"
     if r == "full":
-        pm = ", param-matched MLP" if mlp == "cem_param_matched" else ""
+        pm = ", param-matched MLP" if "param-matched" in m_label else ""
         if a_t == m_t and a_p == m_p:
             return f"full CEM ({_details(a_t, a_p, [kq_text])}{pm})"
         return f"full CEM (attn {_details(a_t, a_p, [kq_text])}; MLP {_details(m_t, m_p)}{pm})"
-    if r == "attention_reuse":
-        return f"Llama attention reused (T={a_t})"
-    if r == "mlp_reuse":
-        return f"Llama MLP reused (T={m_t})"
-    return f"attention {attn} (T={a_t}) + MLP {mlp} (T={m_t})"
+    if r in ("attention_reuse", "mlp_reuse"):
+        return f"{a_label if r == 'attention_reuse' else m_label} (T={a_t if r == 'attention_reuse' else m_t})"
+    return f"{a_label} (T={a_t}) + {m_label} (T={m_t})"
 
 
 def size_order(sizes: Iterable[Any]) -> list[Any]:
