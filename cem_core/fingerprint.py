@@ -7,8 +7,9 @@ What counts as model code is what decides the numbers a run produces: the model
 (`cem_core/model/`), the training step, optimizer, schedule, sampling and evaluation
 (`cem_core/train/`: loop, optim, tasks, sampler, evaluate), the token stream
 (`cem_core/data/`: sources, tokenizer, packing, the built-in corpus), the GP task
-(`cem_core/gp/`) and any plugin module of the grid. Not counted: configuration and
-validation (a config is hashed into the run id already), logging, checkpoint files,
+(`cem_core/gp/`: model, task, data) and any plugin module of the grid. Not counted:
+configuration, validation and the counts (a config is hashed into the run id already;
+counts are bookkeeping), logging, checkpoint files,
 the orchestration in `cemctl/`, recursion evaluation after training.
 
 Each file counts by what it computes, not how it reads: its syntax tree with every
@@ -32,7 +33,7 @@ MODEL_CODE: tuple[str, ...] = (
     "model",
     "train/loop.py", "train/optim.py", "train/tasks.py", "train/sampler.py", "train/evaluate.py",
     "data/sources.py", "data/tokenizer.py", "data/packing.py", "data/builtin_corpus.py",
-    "gp",
+    "gp/model.py", "gp/task.py", "gp/data.py",
 )
 
 
