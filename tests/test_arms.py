@@ -86,7 +86,7 @@ def _assert_distinct(parts):
 
 
 def _frames(kind):
-    from cemctl.report.synthetic import synthetic_frames, synthetic_from_grid
+    from tests.synthetic import synthetic_frames, synthetic_from_grid
 
     if kind == "gp_table":
         return synthetic_from_grid(str(Path(__file__).resolve().parents[1] / "experiments" / "gp.toml"), "tiny",

@@ -19,7 +19,7 @@ from cem_core.errors import ConfigError
 from cemctl.grid.claims import parse_claims
 from cemctl.grid.spec import parse_grid
 from cemctl.report.claims import PooledArms, claim_verdicts, evaluate_claims
-from cemctl.report.synthetic import synthetic_from_grid
+from tests.synthetic import synthetic_from_grid
 from tests.helpers import assert_clean_error, cli, finish_run, tiny_grid
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from cemctl.report.figures import FIGURE_KINDS, get_figure_kind
 from cemctl.report.figures.gp_table import gp_frame, rmse_table
 from cemctl.report.frame import runs_frame
 from cemctl.report.optimum import akima_optimum
-from cemctl.report.synthetic import synthetic_frames, synthetic_gp_frame
+from tests.synthetic import synthetic_frames, synthetic_gp_frame
 from cemctl.report.tables import read_table_csv, to_latex, to_markdown, write_table
 
 LRS = [0.0005, 0.001, 0.002, 0.004, 0.008]
@@ -335,7 +335,7 @@ def test_every_experiment_file_has_its_figures(scale):
 
     from cemctl.grid.expand import load_grid
     from cemctl.report.build import render_parts
-    from cemctl.report.synthetic import synthetic_from_grid
+    from tests.synthetic import synthetic_from_grid
 
     grids = sorted(Path(__file__).resolve().parents[1].glob("experiments/*.toml"))
     assert {g.stem for g in grids} >= set(GRID_FIGURES)
@@ -403,7 +403,7 @@ def test_fig2a_report_draws_the_papers_arm_and_the_shared_diagonal_arm_labelled(
     from pathlib import Path
 
     from cemctl.report.figures.components import render
-    from cemctl.report.synthetic import synthetic_from_grid
+    from tests.synthetic import synthetic_from_grid
 
     grid = Path(__file__).resolve().parents[1] / "experiments" / "fig2a.toml"
     runs, _ = synthetic_from_grid(str(grid), "cpu", failures=False)

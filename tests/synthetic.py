@@ -1,4 +1,4 @@
-"""Synthetic results in the shape of the results database, for `cemctl report` tests and previews.
+"""Synthetic results in the shape of the results database, for the report and claims tests (never shipped).
 
 `synthetic_frames(kind)` returns (runs, curves) frames with the columns of
 `cemctl.report.frame`, for the variants an experiment of figure kind `kind`
