@@ -232,7 +232,9 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     tmp = new_build_dir(out_dir)
     try:
         result = _write(info, runs, parts, problems, tmp, formats, dpi)
-        swap_in(tmp, out_dir)
+        kept = swap_in(tmp, out_dir)
+        if kept is not None:
+            result.notes.append(f"the previous report held files cemctl did not write: they are kept in {kept}")
     finally:
         for fp in parts.figures:  # free the figures' memory
             fp.figure.clear()
