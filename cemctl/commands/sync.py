@@ -31,10 +31,12 @@ def sync_command(
 ) -> None:
     """Ingest all run directories (metrics, events, heartbeats, results) into the database."""
     from cemctl.db import open_db, sync_runs
+    from cemctl.db.runs import resolve_runs_root
 
     with cli_errors():
         engine = open_db(db_url(db))
-        stats = sync_runs(engine, runs_dir(runs), heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
+        root = resolve_runs_root(engine, runs_dir(runs))
+        stats = sync_runs(engine, root, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
     typer.echo(stats.summary())
     for error in stats.errors:
         err_console.print(f"skipped: {error}", markup=False, highlight=False, soft_wrap=True)

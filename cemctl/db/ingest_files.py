@@ -84,8 +84,9 @@ def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> 
 
 
 def _mtime(path: Path) -> float | None:
+    """The file's own mtime (lstat: a file replaced by a symlink changes it, whatever the link points to)."""
     try:
-        return path.stat().st_mtime
+        return path.lstat().st_mtime
     except FileNotFoundError:
         return None
 

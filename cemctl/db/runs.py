@@ -11,11 +11,20 @@ grid twice adds nothing; changing one value adds exactly the new runs. Known
 runs keep their state. `set_state` appends the transition to the run
 directory's events.jsonl (the ground truth) and ingests it, so the database
 and the files never disagree.
+
+Run folders are `<runs root>/<run id>`, always (`run_folder`). The runs root is
+the one the user names (`--runs-dir`, `$CEMCTL_RUNS`); else the one the database
+recorded (`resolve_runs_root`), which a SQLite database stores relative to its
+own folder: a `cp -a` copy of a project acts on its own runs, never on the
+original's. A recorded root that is not the current project's `./runs` is used
+with a one-line notice on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +59,83 @@ class PlanLike(Protocol):
     runs: Sequence[PlannedRunLike]
 
 
+class DefaultRunsRoot(type(Path())):  # type: ignore[misc]
+    """The runs folder nobody named (`./runs`): commands use the database's recorded root instead, if it has one."""
+
+
+NOTICES = logging.getLogger("cemctl.notice")  # one-line notices on stderr (logging's last-resort handler)
+_NOTICED: set[tuple[str, str]] = set()  # each notice once per process
+
+
+def run_folder(runs_root: Path | str, run_id: str) -> Path:
+    """The folder of a run: `<runs root>/<run id>`, whatever the database recorded earlier."""
+    return Path(runs_root) / run_id
+
+
+def db_folder(engine: Engine) -> Path | None:
+    """The folder of a SQLite database file (None for other databases)."""
+    from cemctl.db.engine import sqlite_path
+
+    try:
+        path = sqlite_path(engine.url.render_as_string(hide_password=False))
+    except Exception:  # noqa: BLE001 - not a URL this code can read a file from
+        return None
+    return path.resolve().parent if path is not None else None
+
+
+def stored_run_dir(engine: Engine, run_dir: Path | str) -> str:
+    """What the database records as a run's folder: relative to the SQLite database's own folder when it lies
+    below it (so a copied project keeps working), else absolute. Informational: folders are always
+    `<runs root>/<run id>`; the record only tells which runs root the project used."""
+    path = Path(os.path.abspath(run_dir))
+    base = db_folder(engine)
+    if base is not None:
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def recorded_runs_root(engine: Engine) -> Path | None:
+    """The runs root of the most recently recorded run (relative records are below the database's folder)."""
+    from cemctl.db.engine import read_session
+
+    with read_session(engine) as s:
+        recorded = s.scalars(select(Run.run_dir).where(Run.run_dir.is_not(None))
+                             .order_by(Run.created_at.desc(), Run.id).limit(1)).first()
+    if not recorded:
+        return None
+    path = Path(recorded)
+    if not path.is_absolute():
+        base = db_folder(engine)
+        path = (base / path) if base is not None else Path(os.path.abspath(path))
+    return path.parent
+
+
+def resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
+    """The runs root a command uses: the one named (`--runs-dir`, `$CEMCTL_RUNS`); else (a `DefaultRunsRoot`,
+    or None) the one the database recorded, with a one-line notice when that is not `./runs`; else `./runs`."""
+    if runs_root is not None and not isinstance(runs_root, DefaultRunsRoot):
+        return Path(runs_root)
+    default = Path(runs_root) if runs_root is not None else Path("runs")
+    recorded = recorded_runs_root(engine) if engine is not None else None
+    if recorded is None:
+        return Path(str(default))
+    key = (os.path.realpath(recorded), os.path.realpath(default))
+    if key[0] != key[1] and key not in _NOTICED:
+        _NOTICED.add(key)
+        NOTICES.warning(f"note: using the runs folder {recorded} that the results database recorded (not "
+                        f"{os.path.abspath(default)}); give --runs-dir to use another")
+    return recorded
+
+
 def run_config(run: Run) -> RunConfig:
     """The resolved RunConfig stored with a run."""
     return RunConfig.from_dict(json.loads(run.config_json))
 
 
-def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | None, now: float) -> Run:
+def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | str | None, now: float) -> Run:
     from cem_core.config import total_steps
     from cem_core.counts import run_counts
 
@@ -126,7 +206,7 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
     from cem_core.names import check_experiment_name
 
     check_experiment_name(plan.name, plan.path or None)  # it names folders (reports/<name>): never a path
-    root = Path(runs_root).resolve()
+    root = Path(str(runs_root)).resolve()
     key = overrides_key(plan.overrides)
 
     def write() -> RecordedPlan:
@@ -157,14 +237,14 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
                     known[run.id] = run
             for pr in plan.runs:
                 if pr.run_id not in known:
-                    run = new_run_row(pr.run_id, pr.config, root / pr.run_id, now)
+                    run = new_run_row(pr.run_id, pr.config, stored_run_dir(engine, root / pr.run_id), now)
                     run.config_mtime = _mtime(root / pr.run_id / CONFIG_FILE)  # the config.json just planned
                     s.add(run)
                     s.add(RunEvent(run_id=pr.run_id, time=now, state="planned", reason=f"planned by {plan.name}", source="derived"))
                     known[pr.run_id] = run
                     created.add(pr.run_id)
-                elif not known[pr.run_id].run_dir:
-                    known[pr.run_id].run_dir = str(root / pr.run_id)
+                else:  # the runs root this project uses now
+                    known[pr.run_id].run_dir = stored_run_dir(engine, root / pr.run_id)
             s.flush()
             s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id,
                                                   ExperimentRun.scale == plan.scale,
@@ -310,12 +390,14 @@ def set_state(
     job_id: str | None = None,
     attempt: int | None = None,
     time_s: float | None = None,
+    runs_root: Path | str | None = None,
     **fields: Any,
 ) -> Run:
-    """Record a state transition: append it to events.jsonl, then ingest the run.
+    """Record a state transition: append it to `<runs root>/<run id>/events.jsonl`, then ingest the run.
 
-    Extra `fields` (host, pid, ...) go into the event line. Returns the updated
-    row. Raises CemError for an unknown run or state.
+    `runs_root`: the project's runs folder (default: the one the database recorded). Extra `fields`
+    (host, pid, ...) go into the event line. Returns the updated row. Raises CemError for an unknown
+    run or state.
     """
     from cemctl.db.ingest import ingest_run
     from cem_core.runfiles import append_event
@@ -325,10 +407,12 @@ def set_state(
     run = get_run(engine, run_id)
     if run is None:
         raise CemError(f"run: unknown run id {run_id!r}")
-    if not run.run_dir:
-        raise CemError(f"run {run_id}: no run directory recorded")
-    append_event(run.run_dir, state, reason, time_s=time_s, executor=executor, job_id=job_id, attempt=attempt, **fields)
-    ingest_run(engine, run.run_dir)
+    root = runs_root if runs_root is not None else recorded_runs_root(engine)
+    if root is None:
+        raise CemError(f"run {run_id}: no runs folder given or recorded")
+    run_dir = run_folder(root, run_id)
+    append_event(run_dir, state, reason, time_s=time_s, executor=executor, job_id=job_id, attempt=attempt, **fields)
+    ingest_run(engine, run_dir)
     updated = get_run(engine, run_id)
     assert updated is not None
     return updated

@@ -314,8 +314,12 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     from cemctl.db.runs import get_experiment, list_experiments, list_runs, pick_scale, scale_summaries
     from cemctl.report.frame import curves_from_run_dirs, load_curves, load_runs
 
+    from cemctl.db.runs import resolve_runs_root
+
     engine = open_existing_db(db_url)  # never creates a database; read-only where it cannot be written
     sync = sync and not is_readonly(engine)
+    if runs_root is not None:
+        runs_root = resolve_runs_root(engine, runs_root)
     exp = get_experiment(engine, experiment)
     if exp is None:
         known = ", ".join(e.name for e in list_experiments(engine)) or "none yet; run cemctl plan FILE"

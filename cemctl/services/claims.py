@@ -104,7 +104,11 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
     from cemctl.report.frame import load_runs
     from cemctl.report.index import git_commit
 
+    from cemctl.db.runs import resolve_runs_root
+
     engine = open_existing_db(db_url)
+    if runs_root is not None:
+        runs_root = resolve_runs_root(engine, runs_root)
     if sync and not is_readonly(engine) and runs_root is not None and Path(runs_root).is_dir():
         from cemctl.db.ingest import sync_runs
 

@@ -44,9 +44,13 @@ def find_run_dir(run: str, runs_root: Path, url: str | None = None) -> Path:
 
 def _slurm_logs(run_dir: Path, runs_root: Path | None) -> list[tuple[Path, Path]]:
     """(folder, file) of the current SLURM job's stdout/stderr, located by its job id (never by a recorded path)."""
+    from cemctl.db.runs import DefaultRunsRoot
+
     job = runfiles.read_job(run_dir)
-    if job is None or job.executor != "slurm" or not job.job_id or runs_root is None:
+    if job is None or job.executor != "slurm" or not job.job_id:
         return []
+    if runs_root is None or isinstance(runs_root, DefaultRunsRoot):
+        runs_root = Path(run_dir).parent  # the run's own runs folder (<runs root>/<run id>)
     array_id, _, task = str(job.job_id).partition("_")
     if not array_id.isdigit() or (task and not task.isdigit()):
         return []

@@ -205,9 +205,11 @@ def launch(
     from cemctl.services.launch.repair import damaged_runs, repair_damaged
     from cemctl.services.launch.snapshot import take_snapshot
 
+    from cemctl.db.runs import resolve_runs_root
+
     get_executor(req.executor)  # bad executor name: fail before planning anything
-    runs_root = Path(runs_root).resolve()
     engine = _dry_run_db(url) if req.dry_run else open_db(url)  # a dry run creates nothing
+    runs_root = resolve_runs_root(engine, runs_root).resolve()
     target = resolve_target(engine, url, runs_root, req)
     runs = target.runs
     if req.run_ids is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -140,7 +141,7 @@ def _row(r: Any, axes: dict[str, Any] | str, scale: str = "") -> RunRow:
 
 
 def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0,
-                   scale: str | None = None) -> list[ExperimentStatus]:
+                   scale: str | None = None, runs_root: Path | str | None = None) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
     An experiment's runs are those of every scale and override set it was planned
@@ -149,8 +150,20 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
     failed, ... first; `counts` and `total` still cover every run), read with
     SQL LIMIT so a 10,000-run experiment costs no more than a small one.
     Runs linked to no experiment are listed under "(no experiment)" when no experiment is named.
+    A row's `run_dir` is `<runs_root>/<run id>` (default: the runs root the database recorded).
     Raises CemError for an unknown experiment name (listing the known ones).
     """
+    from cemctl.db.runs import recorded_runs_root
+
+    root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
+    out = _collect(engine, experiment, limit=limit, scale=scale)
+    for exp in out:
+        for r in exp.runs:
+            r.run_dir = str(Path(os.path.abspath(root)) / r.run_id) if root is not None else None
+    return out
+
+
+def _collect(engine: Engine, experiment: str | None, *, limit: int, scale: str | None) -> list[ExperimentStatus]:
     from sqlalchemy import case
 
     from cem_core.errors import CemError
@@ -231,16 +244,18 @@ def refresh(
     # edited: damaged), two stats each. A planned run with no events.jsonl has never been touched by an executor or the
     # trainer (both append an event first), so it is skipped too. `cemctl sync` reads all.
     with read_session(engine) as s:
-        q = select(Run.id, Run.state, Run.run_dir, Run.result_mtime, Run.config_mtime).distinct()
+        q = select(Run.id, Run.state, Run.result_mtime, Run.config_mtime).distinct()
         if experiment is not None:
             q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).join(
                 Experiment, Experiment.id == ExperimentRun.experiment_id
             ).where(Experiment.name == experiment)
+        root = str(runs_root)
         run_ids: list[str] | None = [
-            rid for rid, state, rdir, result_mtime, config_mtime in s.execute(q)
+            rid for rid, state, result_mtime, config_mtime in s.execute(q)
+            for rdir in (os.path.join(root, rid),)
             if (_changed(rdir, runfiles.RESULT_FILE, result_mtime) or _changed(rdir, runfiles.CONFIG_FILE, config_mtime)
                 if state in FINAL_STATES else
-                state != "planned" or not rdir or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
+                state != "planned" or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
                 or _changed(rdir, runfiles.CONFIG_FILE, config_mtime))
         ]
         if experiment is None:
@@ -251,34 +266,40 @@ def refresh(
         run_ids = None
     if run_ids == []:
         if reconcile:
-            reconcile_queued(engine, [])
+            reconcile_queued(engine, [], runs_root=runs_root)
         return
     sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=run_ids)
     if reconcile:
-        reconcile_queued(engine, run_ids)
+        reconcile_queued(engine, run_ids, runs_root=runs_root)
 
 
-def _changed(run_dir: str | None, name: str, recorded_mtime: float | None) -> bool:
-    """A run file is gone or is not the one the database recorded (one stat)."""
-    if not run_dir:
-        return False
+def _changed(run_dir: str, name: str, recorded_mtime: float | None) -> bool:
+    """A run file is gone, or is not the one the database recorded (one lstat: a file replaced by a symlink
+    counts as changed, whatever the mtime of what it points to)."""
     try:
-        return os.stat(os.path.join(run_dir, name)).st_mtime != recorded_mtime
+        st = os.lstat(os.path.join(run_dir, name))
     except OSError:
         return True
+    return stat.S_ISLNK(st.st_mode) or st.st_mtime != recorded_mtime
 
 
-def reconcile_queued(engine: Engine, run_ids: list[str] | None = None) -> list[str]:
+def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
+                     runs_root: Path | str | None = None) -> list[str]:
     """Queued runs whose job is gone (left squeue, orchestrator dead) become stale; returns their ids.
 
     Each executor answers for its own jobs in one batch (`cemctl.executors.jobs_alive`);
     "cannot tell" (squeue failed) leaves the run queued: heartbeats decide later.
     """
+    from cemctl.db.runs import recorded_runs_root
+
+    root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
+    if root is None:
+        return []
     with read_session(engine) as s:
-        q = select(Run.id, Run.run_dir).where(Run.state == "queued")
+        q = select(Run.id).where(Run.state == "queued")
         if run_ids is not None:
             q = q.where(Run.id.in_(run_ids))
-        queued = [(rid, Path(rdir)) for rid, rdir in s.execute(q) if rdir]
+        queued = [(rid, root / rid) for (rid,) in s.execute(q)]
     records = [(rid, rdir, runfiles.read_job(rdir)) for rid, rdir in queued]
     records = [(rid, rdir, job) for rid, rdir, job in records if job is not None and job.live]
     if not records:
@@ -294,7 +315,7 @@ def reconcile_queued(engine: Engine, run_ids: list[str] | None = None) -> list[s
         reason = (f"{job.executor} job {job.job_id} is no longer queued and never reported"
                   if job.executor != "local" else
                   "the local orchestrator that queued it is gone; launch again to run it")
-        set_state(engine, rid, "stale", reason, executor=job.executor, job_id=job.job_id)
+        set_state(engine, rid, "stale", reason, executor=job.executor, job_id=job.job_id, runs_root=root)
         runfiles.update_job(rdir, state="lost", reason=reason)
         gone.append(rid)
     return gone

@@ -36,14 +36,18 @@ def show_status(
     console = console or Console()
     if not console.is_terminal and not watch:
         console = Console(width=max(console.width, 200), highlight=False)  # pipes and files: no truncated columns
+    from cemctl.db.runs import resolve_runs_root
+
     engine = open_existing_db(url)  # never creates a database; read-only where it cannot be written
     sync = sync and not is_readonly(engine)
+    runs_root = resolve_runs_root(engine, runs_root)
 
     def snapshot() -> list:
         if sync:
             refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
         # The table shows at most `limit` runs per experiment: read only those. JSON has every run.
-        return collect_status(engine, experiment, limit=0 if as_json else table_limit(), scale=scale)
+        return collect_status(engine, experiment, limit=0 if as_json else table_limit(), scale=scale,
+                              runs_root=runs_root)
 
     def table_limit() -> int:
         """`limit` for one experiment; with all experiments shown, a budget of `limit` rows shared
