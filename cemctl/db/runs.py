@@ -197,11 +197,13 @@ class RecordedPlan:
 def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> RecordedPlan:
     """Record the experiment and its runs (idempotent).
 
-    Links are kept per plan key (scale, `--set` overrides): this plan replaces the
-    links of its own key only, so the runs of other scales and override sets stay
-    linked (and shown). Runs dropped from the grid stay in `runs` with their
-    results. A grid file other than the experiment's own (another path with
-    other content) raises `ExperimentClash`.
+    Links are kept per plan key (scale, `--set` overrides): this plan refreshes the
+    links of its own runs (`planned_at` = now), so the runs of other scales and
+    override sets stay linked (and shown). Runs that left the grid (an edited axis
+    value, a dropped seed, a new [[exclude]]) keep their older link: they are
+    "no longer in the grid" (`in_grid_case`), still listed by status and report,
+    never launched by name again. A grid file other than the experiment's own
+    (another path with other content) raises `ExperimentClash`.
     """
     from cem_core.names import check_experiment_name
 
@@ -246,9 +248,11 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
                 else:  # the runs root this project uses now
                     known[pr.run_id].run_dir = stored_run_dir(engine, root / pr.run_id)
             s.flush()
-            s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id,
-                                                  ExperimentRun.scale == plan.scale,
-                                                  ExperimentRun.overrides_json == key))
+            for chunk in range(0, len(ids), 500):  # this plan's runs are re-linked; the others keep their old link
+                s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id,
+                                                      ExperimentRun.scale == plan.scale,
+                                                      ExperimentRun.overrides_json == key,
+                                                      ExperimentRun.run_id.in_(ids[chunk : chunk + 500])))
             s.add_all(
                 ExperimentRun(
                     experiment_id=exp.id,
@@ -265,6 +269,23 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
             return RecordedPlan(exp.id, {rid: known[rid].state for rid in ids}, created)
 
     return retry_locked(write)
+
+
+def latest_plans() -> Any:
+    """Subquery: (experiment_id, scale, overrides_json, latest) = when each plan key was last planned."""
+    return (select(ExperimentRun.experiment_id, ExperimentRun.scale, ExperimentRun.overrides_json,
+                   func.max(func.coalesce(ExperimentRun.planned_at, 0.0)).label("latest"))
+            .group_by(ExperimentRun.experiment_id, ExperimentRun.scale, ExperimentRun.overrides_json).subquery())
+
+
+def in_grid_case(latest: Any) -> Any:
+    """1 for a link made by the latest plan of its key (the run is in the grid), 0 for one that left it."""
+    return case((func.coalesce(ExperimentRun.planned_at, 0.0) >= latest.c.latest, 1), else_=0)
+
+
+def join_latest(q: Any, latest: Any) -> Any:
+    return q.join(latest, (latest.c.experiment_id == ExperimentRun.experiment_id) & (latest.c.scale == ExperimentRun.scale)
+                  & (latest.c.overrides_json == ExperimentRun.overrides_json))
 
 
 def get_run(engine: Engine, run_id: str) -> Run | None:
@@ -289,10 +310,12 @@ def list_runs(
     run_ids: Iterable[str] | None = None,
     *,
     scale: str | None = None,
+    in_grid_only: bool = False,
 ) -> list[Run]:
     """Runs (in grid order for an experiment, else by creation), optionally filtered by state/ids.
 
-    An experiment's runs are those of every plan key (each run once), or of one `scale`.
+    An experiment's runs are those of every plan key (each run once), or of one `scale`; with
+    `in_grid_only`, not the runs that left the grid (`cemctl launch EXPERIMENT` starts only those in it).
     Raises CemError for an unknown experiment or state (naming the known ones).
     """
     with read_session(engine) as s:
@@ -302,12 +325,16 @@ def list_runs(
             if exp is None:
                 known = ", ".join(s.scalars(select(Experiment.name).order_by(Experiment.name))) or "none yet; run cemctl plan"
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known})")
-            links = select(ExperimentRun.run_id, func.min(ExperimentRun.position).label("pos")).where(
+            latest = latest_plans()
+            links = join_latest(select(ExperimentRun.run_id, func.min(ExperimentRun.position).label("pos"),
+                                       func.max(in_grid_case(latest)).label("in_grid")), latest).where(
                 ExperimentRun.experiment_id == exp.id)
             if scale is not None:
                 links = links.where(ExperimentRun.scale == scale)
             links = links.group_by(ExperimentRun.run_id).subquery()
-            q = q.join(links, links.c.run_id == Run.id).order_by(links.c.pos, Run.id)
+            q = q.join(links, links.c.run_id == Run.id).order_by(links.c.in_grid.desc(), links.c.pos, Run.id)
+            if in_grid_only:
+                q = q.where(links.c.in_grid == 1)
         else:
             q = q.order_by(Run.created_at, Run.id)
         if states is not None:

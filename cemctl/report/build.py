@@ -179,6 +179,18 @@ def mark_notes(runs: "pd.DataFrame") -> list[str]:
     return [f"{label}: {', '.join(items)}" for label, items in by_label.items()]
 
 
+def grid_notes(runs: "pd.DataFrame") -> list[str]:
+    """A note naming the runs an edited grid no longer holds (their results stay in the report and runs.csv)."""
+    if "in_grid" not in runs.columns:
+        return []
+    left = runs[~runs["in_grid"].astype(bool)]
+    if left.empty:
+        return []
+    ids = ", ".join(left["run_id"].astype(str).head(5)) + (", ..." if len(left) > 5 else "")
+    return [f"{len(left)} run(s) are no longer in the grid (planned by an earlier version of the grid file): "
+            f"{ids}; their results are kept in this report and in runs.csv (column in_grid)"]
+
+
 def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
     counts = {"runs": int(len(runs)) + int(problems["state"].eq("missing").sum())}
     if "state" in runs.columns:
@@ -226,7 +238,7 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
         parts = render_parts(info, runs, curves, include_curves=include_curves)
     if extras is not None:
         parts.extend(extras)
-    parts.notes += mark_notes(runs)
+    parts.notes += mark_notes(runs) + grid_notes(runs)
     parts.tables += claims_tables(runs)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
     tmp = new_build_dir(out_dir)

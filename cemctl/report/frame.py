@@ -97,13 +97,17 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) 
     With `experiment=None`: the runs of every experiment, each (run, scale) once (`cemctl claims`).
     Result values come from `results` (the run's result.json) with the run row's summary as
     fallback; scalar keys of result.json the table has no column for (e.g. `test_rmse`) become
-    columns too. `scale` and `marks` (the grid's [[mark]] labels, "; "-joined) are columns.
+    columns too. `scale` and `marks` (the grid's [[mark]] labels, "; "-joined) are columns, and
+    `in_grid`: False for a run an edited grid no longer holds (kept when it has an outcome: a finished
+    result never vanishes from a report; one that never ran is left out, it will not run).
     """
     import pandas as pd
     from sqlalchemy import func, select
 
     from cemctl.db.models import Experiment, ExperimentRun, Result, Run
+    from cemctl.db.runs import in_grid_case, join_latest, latest_plans
 
+    latest = latest_plans()
     stmt = (
         select(
             Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
@@ -115,6 +119,7 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) 
             func.coalesce(Result.tokens, Run.tokens).label("tokens"),
             Result.train_flops.label("flops"), Result.steps, Result.test_ppl, Result.val_ppl, Result.test_loss,
             Result.val_loss, Result.wall_time_s, Result.error, Result.diverged_step, Result.result_json,
+            in_grid_case(latest).label("in_grid"),
         )
         .select_from(ExperimentRun)
         .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
@@ -122,18 +127,23 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) 
         .outerjoin(Result, Result.run_id == Run.id)
         .order_by(ExperimentRun.planned_at.desc(), ExperimentRun.position)
     )
+    stmt = join_latest(stmt, latest)
     if experiment is not None:
         stmt = stmt.where(Experiment.name == experiment)
     if scale is not None:
         stmt = stmt.where(ExperimentRun.scale == scale)
     with engine.connect() as conn:
         raw = pd.read_sql(stmt, conn)
+    raw = raw.sort_values("in_grid", ascending=False, kind="stable")  # a run in some grid is taken from that link
     records, seen = [], set()
     for rec in raw.to_dict("records"):
         key = rec["run_id"] if experiment is not None else (rec["run_id"], rec["scale"])
         if key in seen:  # linked by several plan keys (or experiments): once, from its latest plan
             continue
         seen.add(key)
+        in_grid = bool(rec.pop("in_grid"))
+        if not in_grid and rec["state"] not in ("done", "diverged", "failed", "damaged"):
+            continue  # left the grid before it ran: it never will
         rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
         rec["error"] = rec.get("error") or rec.pop("run_error", None)
         extra = json.loads(rec.pop("result_json", None) or "{}")
@@ -141,6 +151,7 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None) 
         marks = json.loads(rec.pop("marks_json", None) or "[]")
         rec["extra"]["marks"] = "; ".join(str(m) for m in marks)
         rec["extra"]["scale"] = rec.pop("scale", None) or ""
+        rec["extra"]["in_grid"] = in_grid
         records.append(rec)
     return runs_frame(records)
 

@@ -102,7 +102,7 @@ def target_configs(target: str, *, scale: str | None, overrides: dict[str, Any],
     resolved = resolve_runs(engine, target, runs_root, scale=scale)
     if resolved.kind != "experiment":
         raise CemError(f"data prepare: {target!r} is a run; give its experiment or grid file")
-    rows = list_runs(engine, experiment=resolved.name, scale=scale)
+    rows = list_runs(engine, experiment=resolved.name, scale=scale, in_grid_only=True)
     return resolved.name, [(resolved.name, r.id, RunConfig.from_dict(json.loads(r.config_json))) for r in rows]
 
 

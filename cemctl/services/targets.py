@@ -69,10 +69,12 @@ def experiment_of_grid(path: str) -> str:
     return experiment_name(path)
 
 
-def _runs_of_experiment(engine: Any, name: str, runs_root: Path, scale: str | None) -> list[RunRef]:
+def _runs_of_experiment(engine: Any, name: str, runs_root: Path, scale: str | None,
+                        in_grid_only: bool = False) -> list[RunRef]:
     from cemctl.db.runs import list_runs
 
-    return [RunRef(r.id, run_dir_of(r.id, runs_root)) for r in list_runs(engine, experiment=name, scale=scale)]
+    return [RunRef(r.id, run_dir_of(r.id, runs_root))
+            for r in list_runs(engine, experiment=name, scale=scale, in_grid_only=in_grid_only)]
 
 
 def _find_run(engine: Any, target: str, runs_root: Path) -> RunRef | None:
@@ -106,8 +108,9 @@ def _find_run(engine: Any, target: str, runs_root: Path) -> RunRef | None:
 
 
 def resolve_runs(engine: Any, target: str, runs_root: Path | str, *, scale: str | None = None,
-                 runs_only: bool = False) -> Resolved:
-    """The runs `target` names (see the module docstring). `runs_only`: only a run id (or prefix) is accepted."""
+                 runs_only: bool = False, in_grid_only: bool = False) -> Resolved:
+    """The runs `target` names (see the module docstring). `runs_only`: only a run id (or prefix) is accepted.
+    `in_grid_only`: an experiment's runs that are still in its grid (not those an edited grid left behind)."""
     from cemctl.db.runs import get_experiment, list_experiments
 
     from cemctl.db.runs import resolve_runs_root
@@ -118,9 +121,10 @@ def resolve_runs(engine: Any, target: str, runs_root: Path | str, *, scale: str 
             name = experiment_of_grid(target)
             if get_experiment(engine, name) is None:
                 raise UnknownTarget(f"{target}: experiment {name!r} is not planned yet (run `cemctl plan {target}`)")
-            return Resolved("experiment", name, _runs_of_experiment(engine, name, runs_root, scale), grid_path=target)
+            return Resolved("experiment", name, _runs_of_experiment(engine, name, runs_root, scale, in_grid_only),
+                            grid_path=target)
         if get_experiment(engine, target) is not None:
-            return Resolved("experiment", target, _runs_of_experiment(engine, target, runs_root, scale))
+            return Resolved("experiment", target, _runs_of_experiment(engine, target, runs_root, scale, in_grid_only))
     if is_run_name(target):
         ref = _find_run(engine, target, runs_root)
         if ref is not None:

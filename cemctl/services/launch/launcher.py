@@ -167,7 +167,7 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
         raise ConfigError("--scale", f"experiment {resolved.name!r} has runs at several scales; say which to launch",
                           allowed=[x.scale for x in scales])
     scale = pick_scale(engine, resolved.name, req.scale, need_done=False)
-    resolved = resolve_runs(engine, resolved.name, runs_root, scale=scale)
+    resolved = resolve_runs(engine, resolved.name, runs_root, scale=scale, in_grid_only=True)
     exp = get_experiment(engine, resolved.name)
     source = exp.grid_path if exp is not None and exp.grid_path else req.target
     slurm = _slurm_table(exp.grid_text, source) if exp is not None and exp.grid_text else {}

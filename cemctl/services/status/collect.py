@@ -29,6 +29,7 @@ from cemctl.db.models import Experiment, ExperimentRun, Result, Run
 from cemctl.executors import jobs_alive
 
 NO_EXPERIMENT = "(no experiment)"
+NOT_IN_GRID = "no longer in the grid (planned by an earlier version of the grid file)"
 MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below SQLite's limit)
 
 
@@ -54,6 +55,7 @@ class RunRow:
     error: str | None = None
     run_dir: str | None = None
     scale: str = ""  # the scale it was planned at (the first, if several)
+    in_grid: bool = True  # False: an edited grid no longer holds it (kept, with its result, and said so)
 
     @property
     def axes(self) -> dict[str, Any]:
@@ -87,10 +89,14 @@ class RunRow:
 
     @property
     def error_line(self) -> str:
-        """Last line of the error for failed runs, else the state's reason for stale/failed ones."""
+        """Last line of the error for failed runs, else the state's reason for stale/failed ones; runs an edited
+        grid left behind say so first."""
         text = self.error or (self.reason if self.state in ("failed", "stale", "diverged", "cancelled", "damaged") else "")
         lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-        return lines[-1] if lines else ""
+        line = lines[-1] if lines else ""
+        if not self.in_grid:
+            return NOT_IN_GRID + (f"; {line}" if line else "")
+        return line
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -99,7 +105,7 @@ class RunRow:
             "train_loss": self.train_loss, "val_loss": self.val_loss, "test_loss": self.test_loss,
             "tokens_per_s": self.tokens_per_s, "elapsed_s": self.elapsed_s(now), "eta_s": self.eta_s(),
             "executor": self.executor, "job_id": self.job_id, "attempts": self.attempts,
-            "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale,
+            "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale, "in_grid": self.in_grid,
         }
 
 
@@ -132,8 +138,9 @@ STATE_PRIORITY = {"running": 0, "stale": 1, "damaged": 2, "failed": 3, "diverged
                   "cancelled": 7, "done": 8}
 
 
-def _row(r: Any, axes: dict[str, Any] | str, scale: str = "") -> RunRow:
+def _row(r: Any, axes: dict[str, Any] | str, scale: str = "", in_grid: Any = 1) -> RunRow:
     return RunRow(
+        in_grid=bool(in_grid),
         run_id=r[0], axes_raw=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
         train_loss=r[6], val_loss=r[7], tokens_per_s=r[8], started_at=r[9], finished_at=r[10], heartbeat_at=r[11],
         executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17], scale=scale or "",
@@ -177,14 +184,19 @@ def _collect(engine: Engine, experiment: str | None, *, limit: int, scale: str |
                 known = ", ".join(n for _, n in s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known or 'none yet; run cemctl plan'})")
         by_id = {eid: ExperimentStatus(name) for eid, name in exps}
-        links = select(ExperimentRun.experiment_id.label("experiment_id"), ExperimentRun.run_id.label("run_id"),
-                       func.min(ExperimentRun.scale).label("scale"), func.min(ExperimentRun.position).label("position"),
-                       func.min(ExperimentRun.axes_json).label("axes_json"))
+        from cemctl.db.runs import in_grid_case, join_latest, latest_plans
+
+        latest = latest_plans()
+        links = join_latest(select(
+            ExperimentRun.experiment_id.label("experiment_id"), ExperimentRun.run_id.label("run_id"),
+            func.min(ExperimentRun.scale).label("scale"), func.min(ExperimentRun.position).label("position"),
+            func.min(ExperimentRun.axes_json).label("axes_json"), func.max(in_grid_case(latest)).label("in_grid")),
+            latest)
         if scale is not None:
             links = links.where(ExperimentRun.scale == scale)
         link = links.group_by(ExperimentRun.experiment_id, ExperimentRun.run_id).subquery()
         base = (
-            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, *_RUN_COLUMNS)
+            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, link.c.in_grid, *_RUN_COLUMNS)
             .join(Run, Run.id == link.c.run_id)
             .outerjoin(Result, Result.run_id == Run.id)
         )
@@ -202,16 +214,16 @@ def _collect(engine: Engine, experiment: str | None, *, limit: int, scale: str |
                     exp.total_runs = (exp.total_runs or 0) + n
             for eid, exp in by_id.items():
                 picked = list(s.execute(base.where(link.c.experiment_id == eid).order_by(priority, link.c.position).limit(limit)))
-                picked.sort(key=lambda rec: rec[2])  # back to grid order
-                exp.runs = [_row(rec[4:], rec[1] or "{}", rec[3]) for rec in picked]
+                picked.sort(key=lambda rec: (-rec[4], rec[2]))  # back to grid order (runs left behind last)
+                exp.runs = [_row(rec[5:], rec[1] or "{}", rec[3], rec[4]) for rec in picked]
                 if exp.state_counts is None:
                     exp.state_counts, exp.total_runs = {}, 0
         else:
-            q = base.order_by(link.c.experiment_id, link.c.position)
+            q = base.order_by(link.c.experiment_id, link.c.in_grid.desc(), link.c.position)
             if experiment is not None:
                 q = q.where(link.c.experiment_id.in_(list(by_id)))
             for rec in s.execute(q):
-                by_id[rec[0]].runs.append(_row(rec[4:], rec[1] or "{}", rec[3]))
+                by_id[rec[0]].runs.append(_row(rec[5:], rec[1] or "{}", rec[3], rec[4]))
         out = list(by_id.values())
         if experiment is None and scale is None:
             linked = select(ExperimentRun.run_id)
