@@ -94,6 +94,11 @@ class Executor(abc.ABC):
     def cancel(cls, run_dir: Path, job: JobRecord) -> str:
         """Stop the recorded job; returns a one-line description of what was done."""
 
+    @classmethod
+    def gone_reason(cls, run_dir: Path, job: JobRecord) -> str:
+        """Why a job `alive` called gone is not running, in words (the stale reason status records)."""
+        return f"{cls.name} job {job.job_id} is no longer queued or running and never reported"
+
 
 def pid_alive(pid: int | None) -> bool:
     if not pid:

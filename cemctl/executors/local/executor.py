@@ -18,6 +18,7 @@ newest checkpoint.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -114,6 +115,7 @@ class LocalExecutor(Executor):
         runfiles.write_job(st.job.run_dir, JobRecord(
             executor=self.name, job_id=self._job_id(), host=runfiles.hostname(), state="queued", attempt=st.attempt,
             snapshot=st.job.snapshot, submitted_time=time.time(), orchestrator_pid=os.getpid(),
+            orchestrator_start=runfiles.process_start(os.getpid()),
             logs=[str(Path(st.job.run_dir).resolve() / runfiles.EXECUTOR_LOG)],
         ))
         reason = "local executor" + (f", code snapshot {st.job.snapshot}" if st.job.snapshot else "")
@@ -128,7 +130,8 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         env.update(slot.env())
         env.update(job.env)
-        env.update({"CEMCTL_EXECUTOR": self.name, "CEMCTL_ATTEMPT": str(st.attempt)})
+        token = secrets.token_hex(12)  # the job's process proves it is this job's with it (cem_core.runfiles.process)
+        env.update({"CEMCTL_EXECUTOR": self.name, "CEMCTL_ATTEMPT": str(st.attempt), runfiles.TOKEN_ENV: token})
         try:
             log = open(Path(job.run_dir) / runfiles.EXECUTOR_LOG, "ab")
         except OSError as e:  # a run directory deleted or made read-only under us: this run only
@@ -148,7 +151,7 @@ class LocalExecutor(Executor):
         st.state, st.slot, st.pid, st.started_time = "running", slot.label, proc.pid, time.time()
         job_id = self._job_id(proc.pid)
         _quietly(runfiles.update_job, job.run_dir, state="running", job_id=job_id, pid=proc.pid, attempt=st.attempt,
-                 started_time=st.started_time, slot=slot.label)
+                 started_time=st.started_time, slot=slot.label, pid_start=runfiles.process_start(proc.pid), token=token)
         # No "running" event here: the trainer writes it (and counts its attempts from those events).
 
     def _finish(self, st: JobStatus, returncode: int | None, *, reason: str = "", state: str | None = None) -> None:
@@ -267,28 +270,47 @@ class LocalExecutor(Executor):
 
     # -- other processes' jobs -----------------------------------------------
     @classmethod
+    def owns_process(cls, run_dir: Path, job: JobRecord) -> bool:
+        """The recorded process (the job's, or while queued its orchestrator's) is alive and is the one recorded:
+        same start time and, for the job, its token (a reused PID is never taken for it)."""
+        if job.state == "running":
+            found = runfiles.process_matches(job.pid, job.pid_start, job.token,
+                                             legacy_words=(str(Path(run_dir).resolve()),))
+            return pid_alive(job.pid) if found is None else found
+        found = runfiles.process_matches(job.orchestrator_pid, job.orchestrator_start, legacy_words=("cemctl",))
+        return pid_alive(job.orchestrator_pid) if found is None else found
+
+    @classmethod
     def alive(cls, jobs: list[tuple[Path, JobRecord]]) -> list[bool | None]:
-        """A job on this host is alive while its process (or, still queued, its orchestrator) lives;
-        one on another host while its heartbeat is fresh."""
+        """A job on this host is alive while its recorded process (or, still queued, its orchestrator) is alive
+        and is still that process; one on another host while its heartbeat is fresh."""
         out: list[bool | None] = []
         for run_dir, job in jobs:
             if not job.live:
                 out.append(False)
             elif job.host != runfiles.hostname():
                 out.append(heartbeat_fresh(run_dir))
-            elif job.state == "running":
-                out.append(pid_alive(job.pid))
             else:
-                out.append(pid_alive(job.orchestrator_pid))
+                out.append(cls.owns_process(run_dir, job))
         return out
+
+    @classmethod
+    def gone_reason(cls, run_dir: Path, job: JobRecord) -> str:
+        """Why a job recorded on this host is not alive, in words."""
+        if job.state == "running":
+            return f"its trainer is not running: {runfiles.describe_mismatch(job.pid, job.pid_start)}; resumable"
+        return "the local orchestrator that queued it is gone; launch again to run it"
 
     @classmethod
     def cancel(cls, run_dir: Path, job: JobRecord) -> str:
         runfiles.request_cancel(run_dir)
         what = "marked cancelled"
-        if job.state == "running" and job.host == runfiles.hostname() and pid_alive(job.pid):
-            _signal_group(int(job.pid or 0), signal.SIGTERM)
-            what = f"sent SIGTERM to process group {job.pid}"
+        if job.state == "running" and job.host == runfiles.hostname() and job.pid:
+            if cls.owns_process(run_dir, job):
+                _signal_group(int(job.pid), signal.SIGTERM)
+                what = f"sent SIGTERM to process group {job.pid}"
+            else:
+                what = f"marked cancelled (no signal sent: {runfiles.describe_mismatch(job.pid, job.pid_start)})"
         elif job.live and job.host not in (None, runfiles.hostname()):
             what = f"marked cancelled (job runs on {job.host}; it will not be restarted)"
         runfiles.update_job(run_dir, state="cancelled", reason="cancelled by user")

@@ -13,6 +13,7 @@ Attempts are bounded by `max_attempts`: past it the run is recorded as failed.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -60,7 +61,9 @@ class TrainJob(Checkpointable):
             return {"state": "failed", "reason": reason}
         full_env = dict(os.environ)
         full_env.update(env)
-        full_env.update({"CEMCTL_EXECUTOR": "slurm", "CEMCTL_ATTEMPT": str(attempt), "CEMCTL_JOB_ID": job_id})
+        token = secrets.token_hex(12)  # the trainer proves it is this job's with it (cem_core.runfiles.process)
+        full_env.update({"CEMCTL_EXECUTOR": "slurm", "CEMCTL_ATTEMPT": str(attempt), "CEMCTL_JOB_ID": job_id,
+                         runfiles.TOKEN_ENV: token})
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         if cpus and "OMP_NUM_THREADS" not in env and "CEMCTL_NUM_THREADS" not in env:
             full_env["OMP_NUM_THREADS"] = full_env["CEMCTL_NUM_THREADS"] = cpus  # the cores SLURM gave the job
@@ -70,6 +73,7 @@ class TrainJob(Checkpointable):
         self._proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL)
         runfiles.update_job(
             rd, state="running", job_id=job_id, host=runfiles.hostname(), pid=self._proc.pid, attempt=attempt,
+            pid_start=runfiles.process_start(self._proc.pid), token=token,
             started_time=time.time(), ended_time=None, exit_code=None, restart_count=restarts, reason="",
         )
         # No "running" event here: the trainer writes it (and counts its attempts from those events).

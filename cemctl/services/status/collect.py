@@ -297,10 +297,13 @@ def _changed(run_dir: str, name: str, recorded_mtime: float | None) -> bool:
 
 def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
                      runs_root: Path | str | None = None) -> list[str]:
-    """Queued runs whose job is gone (left squeue, orchestrator dead) become stale; returns their ids.
+    """Queued runs whose job is gone (left squeue, orchestrator dead), and running runs whose local trainer on
+    this host is gone or is not the recorded process any more (a reused PID), become stale; returns their ids.
 
-    Each executor answers for its own jobs in one batch (`cemctl.executors.jobs_alive`);
-    "cannot tell" (squeue failed) leaves the run queued: heartbeats decide later.
+    Each executor answers for its own jobs in one batch (`cemctl.executors.jobs_alive`); the local one checks
+    the recorded process's start time and token (`cem_core.runfiles.process`), the same check `cemctl launch`
+    makes before it trusts a run to be alive. "Cannot tell" (squeue failed) leaves the run as it is:
+    heartbeats decide later. Running jobs elsewhere (SLURM, other hosts) are judged by their heartbeat.
     """
     from cemctl.db.runs import recorded_runs_root
 
@@ -308,12 +311,14 @@ def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
     if root is None:
         return []
     with read_session(engine) as s:
-        q = select(Run.id).where(Run.state == "queued")
+        q = select(Run.id, Run.state).where(Run.state.in_(("queued", "running")))
         if run_ids is not None:
             q = q.where(Run.id.in_(run_ids))
-        queued = [(rid, root / rid) for (rid,) in s.execute(q)]
-    records = [(rid, rdir, runfiles.read_job(rdir)) for rid, rdir in queued]
-    records = [(rid, rdir, job) for rid, rdir, job in records if job is not None and job.live]
+        queued = [(rid, root / rid, state) for rid, state in s.execute(q)]
+    records = [(rid, rdir, state, runfiles.read_job(rdir)) for rid, rdir, state in queued]
+    here = runfiles.hostname()
+    records = [(rid, rdir, job) for rid, rdir, state, job in records if job is not None and job.live
+               and (state == "queued" or (job.state == "running" and job.executor == "local" and job.host == here))]
     if not records:
         return []
     alive = jobs_alive([(rdir, job) for _, rdir, job in records])
@@ -324,9 +329,12 @@ def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
         now = runfiles.read_job(rdir)  # the job may have started and ended since it was read
         if runfiles.read_result(rdir) or now is None or now.state != job.state:
             continue
-        reason = (f"{job.executor} job {job.job_id} is no longer queued and never reported"
-                  if job.executor != "local" else
-                  "the local orchestrator that queued it is gone; launch again to run it")
+        if job.executor == "local":
+            from cemctl.executors import get_executor
+
+            reason = get_executor("local").gone_reason(rdir, job)
+        else:
+            reason = f"{job.executor} job {job.job_id} is no longer queued and never reported"
         set_state(engine, rid, "stale", reason, executor=job.executor, job_id=job.job_id, runs_root=root)
         runfiles.update_job(rdir, state="lost", reason=reason)
         gone.append(rid)
