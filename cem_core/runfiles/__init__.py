@@ -50,6 +50,7 @@ from cem_core.runfiles.files import (
     heartbeat_timeout_s,
     hostname,
     iter_jsonl,
+    open_run_file,
     read_bytes,
     read_json,
     read_json_object,
@@ -92,6 +93,6 @@ __all__ = [
     "RUN_STATES", "TERMINAL_STATES", "TOKEN_ENV", "Audit", "Heartbeat", "Manifest", "ManifestError", "JobRecord", "RunDir", "RunFileError", "RunState", "append_event",
     "append_jsonl", "atomic_write_bytes", "audit_folder", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",
     "confined_path", "describe_mismatch", "file_digest", "finite_json", "fsync_dir", "heartbeat_age_s", "heartbeat_timeout_s", "hostname", "iter_jsonl",
-    "last_metrics", "process_matches", "process_start", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
+    "last_metrics", "open_run_file", "process_matches", "process_start", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
     "read_manifest", "read_result", "read_run_file", "remove_owned", "request_cancel", "run_json", "truncate_metrics", "update_job", "write_job", "write_manifest",
 ]

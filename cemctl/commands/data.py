@@ -66,7 +66,7 @@ class _Bar:
 
         if self.progress is None:
             if not self.quiet:
-                console.print(f"preparing {printable(need.label)} -> {need.base}", markup=False, soft_wrap=True)
+                console.print(f"preparing {printable(need.label)} -> {printable(need.base)}", markup=False, soft_wrap=True)
             return
         self.tasks[need.base] = self.progress.add_task(printable(need.label), total=None, counts="starting")
 
@@ -215,10 +215,10 @@ def clean_cmd(
                               include_unknown=include_unknown)
         verb = "would remove" if report.dry_run else "removed"
         for c in report.removed:
-            console.print(f"{verb} {c.base} ({_bytes(c.size_bytes)}; used by {', '.join(sorted(c.experiments)) or 'no recorded run'})",
+            console.print(f"{verb} {printable(c.base)} ({_bytes(c.size_bytes)}; used by {', '.join(sorted(c.experiments)) or 'no recorded run'})",
                           markup=False, highlight=False, soft_wrap=True)
         for c, why in report.refused:
-            console.print(f"kept {c.base}: {printable(why)}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"kept {printable(c.base)}: {printable(why)}", markup=False, highlight=False, soft_wrap=True)
         summary = (f"{verb} {len(report.removed)} caches ({_bytes(report.freed_bytes)}); "
                    f"{len(report.kept)} kept for runs still to train")
         if report.unknown:

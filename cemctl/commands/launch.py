@@ -148,7 +148,8 @@ def _run(req, db, runs, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     elif report.submitted:
         for s in report.submitted:
             if s.state not in ("done", "queued"):
-                err_console.print(f"  {s.run_id}: {s.state}: {s.reason.strip().splitlines()[-1] if s.reason else ''}", markup=False)
+                err_console.print(f"  {s.run_id}: {s.state}: {printable(s.reason.strip().splitlines()[-1]) if s.reason else ''}",
+                                  markup=False)
         console.print(report.summary(), markup=False, soft_wrap=True)
         if any(s.state == "failed" for s in report.submitted):
             raise typer.Exit(1)

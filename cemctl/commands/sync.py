@@ -37,9 +37,11 @@ def sync_command(
         engine = open_db(db_url(db))
         root = resolve_runs_root(engine, runs_dir(runs))
         stats = sync_runs(engine, root, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
-    typer.echo(stats.summary())
+    from cem_core.names import printable
+
+    typer.echo(printable(stats.summary()))
     for error in stats.errors:
-        err_console.print(f"skipped: {error}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"skipped: {printable(error)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

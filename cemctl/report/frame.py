@@ -181,18 +181,24 @@ def load_curves(engine: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
 
 
 def curves_from_run_dirs(runs_root: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
-    """The same curves read from `<runs_root>/<run_id>/metrics.jsonl` (a truncated last line is skipped)."""
+    """The same curves read from `<runs_root>/<run_id>/metrics.jsonl` (a truncated last line is skipped), through
+    the confined run-file reader: a metrics file linked out of its run, a FIFO or a device is skipped, unread."""
     from pathlib import Path
+
+    from cem_core import runfiles
 
     rows = []
     for rid in run_ids:
-        path = Path(runs_root) / rid / "metrics.jsonl"
-        if not path.is_file():
+        try:
+            data = runfiles.read_run_file(Path(runs_root) / rid, runfiles.METRICS_FILE, max_bytes=runfiles.MAX_LOG_BYTES)
+        except (OSError, runfiles.RunFileError):
             continue
-        for line in path.read_text(errors="replace").splitlines():
+        for line in data.decode(errors="replace").splitlines():
             try:
                 m = json.loads(line)
             except json.JSONDecodeError:
+                continue
+            if not isinstance(m, dict):
                 continue
             if m.get("kind") == "train":
                 rows.append({"run_id": rid, "step": m.get("step"), "tokens": m.get("tokens"),

@@ -106,7 +106,7 @@ def experiment_table(exp: ExperimentStatus, *, limit: int = 200, now: float | No
         table.add_row(
             r.run_id,
             *([r.scale] if len(scales) > 1 else []),
-            *[fmt_axis(r.axes.get(a, "")) for a in axes],
+            *[Text(fmt_axis(r.axes.get(a, ""))) for a in axes],  # Text: user text is never rich markup
             Text(r.state, style=STATE_STYLES.get(r.state, "")),
             _progress(r),
             fmt_float(r.train_loss),
@@ -115,9 +115,9 @@ def experiment_table(exp: ExperimentStatus, *, limit: int = 200, now: float | No
             fmt_rate(r.tokens_per_s),
             fmt_duration(r.elapsed_s(now)),
             fmt_duration(r.eta_s()),
-            job,
+            Text(printable(job)),
             str(r.attempts or ""),
-            printable(r.error_line),
+            Text(printable(r.error_line)),
         )
     if hidden:
         return Group(table, Text(f"... {hidden} more runs not shown (use --limit 0 to show all)", style="dim"))
