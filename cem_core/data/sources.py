@@ -143,6 +143,26 @@ def _file_kind(path: Path) -> str:
     raise ConfigError("data.path", f"{path}: unknown file kind", value=str(path), allowed=FILE_KINDS)
 
 
+def _read_errors(path: Path, docs: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """`docs` with every read failure (a truncated .gz, invalid UTF-8, a damaged Parquet file, an I/O error)
+    turned into one line naming the file: never "interrupted" (click reads EOFError as Ctrl-D) or an internal
+    error."""
+    import zlib
+
+    try:
+        yield from docs
+    except CemError:
+        raise
+    except EOFError:
+        raise CemError(f"{path}: the file ends early (truncated: a compressed file cut before its end)") from None
+    except UnicodeDecodeError as e:
+        raise CemError(f"{path}: not valid UTF-8 text (byte {e.start}: {e.reason})") from None
+    except (OSError, zlib.error) as e:
+        raise CemError(f"{path}: cannot be read ({' '.join(str(getattr(e, 'strerror', None) or e).split())[:200]})") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow and friends: any failure to read is this file's
+        raise CemError(f"{path}: cannot be read ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+
+
 def _jsonl_docs(path: Path) -> Iterator[tuple[str, str]]:
     import gzip
     import json
@@ -210,7 +230,7 @@ def files_source(data_cfg: DataConfig) -> Source:
 
     def documents() -> Iterator[tuple[str, str]]:
         for p in paths:
-            yield from readers.get(kinds[p], _jsonl_docs)(p)
+            yield from _read_errors(p, readers.get(kinds[p], _jsonl_docs)(p))
 
     info = {"pattern": data_cfg.path, "files": len(paths), "bytes": sum(p.stat().st_size for p in paths)}
     return Source("files", f"files-{ident.hexdigest()[:16]}", False, documents, info)

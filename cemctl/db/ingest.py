@@ -208,14 +208,15 @@ def _config_damage(run: Run, run_dir: Path) -> str:
     return ""
 
 
-def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, result_damage: str) -> str:
+def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, result_damage: str,
+            result_present: bool = False) -> str:
     """Cross-checks of the run directory and the database; "" when they agree."""
     if result_damage:
         return result_damage
     config = _config_damage(run, run_dir)
     if config:
         return config
-    if result is None:
+    if result is None and not result_present:  # present but unreadable for now: judged again, never called gone
         recorded = session.get(Result, run.id)
         if recorded is not None and recorded.state in ("done", "diverged"):
             return (f"result.json is gone; the database recorded {recorded.state} (test loss "
@@ -240,7 +241,7 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
         event_reason=last_event.reason or "" if last_event is not None else "",
         event_time=(_mtime(run_dir / EVENTS_FILE) or last_event.time) if last_event is not None else None,
         heartbeat_time=hb_mtime,
-        damage=_damage(session, run, run_dir, result, result_damage),
+        damage=_damage(session, run, run_dir, result, result_damage, result_present=res_mtime is not None),
     )
     _apply_state(session, run, derive_state(evidence, now, timeout_s), last_event, now, out)
     if run.run_dir is None:

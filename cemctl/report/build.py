@@ -329,6 +329,8 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     from cemctl.db.runs import resolve_runs_root
 
     engine = open_existing_db(db_url)  # never creates a database; read-only where it cannot be written
+    stale_note = ("the results database was read-only: results are as last recorded (the run folders were not read)"
+                  if sync and is_readonly(engine) else "")
     sync = sync and not is_readonly(engine)
     if runs_root is not None:
         runs_root = resolve_runs_root(engine, runs_root)
@@ -359,5 +361,8 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     out = Path(out_dir) if out_dir is not None else Path("reports") / experiment
     from cemctl.report.figures import extra_parts
 
+    extras = extra_parts(engine, runs)
+    if stale_note:
+        extras.notes.append(stale_note)
     return build_report(info, runs, curves, out, formats=formats, include_curves=include_curves, dpi=dpi,
-                        extras=extra_parts(engine, runs))
+                        extras=extras)

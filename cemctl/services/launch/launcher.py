@@ -242,11 +242,11 @@ def launch(
             sel.reason += "; " + repair_damaged(engine, sel.run_id, sel.run_dir)
     from cem_core.data.prepare import REQUIRE_PREPARED_ENV
 
+    snap = take_snapshot(runs_root) if req.snapshot else None  # first: an edited snapshot is refused before any work
     report.prepared = _check_data(req, target, report.launched, on_data)
     env: dict[str, str] = {REQUIRE_PREPARED_ENV: "1"}  # the jobs only open prepared data, they never tokenize
     snap_hash = ""
-    if req.snapshot:
-        snap = take_snapshot(runs_root)
+    if snap is not None:
         env.update(code_env(snap.path, snap.hash))
         snap_hash = snap.hash
     env.update(req.job_env)

@@ -39,6 +39,11 @@ def show_status(
     from cemctl.db.runs import resolve_runs_root
 
     engine = open_existing_db(url)  # never creates a database; read-only where it cannot be written
+    if sync and is_readonly(engine):  # the states shown are the recorded ones: say so, once
+        import sys
+
+        print("note: the results database is read-only here: states are as last recorded (the run folders were "
+              "not read; open it with write access to bring them up to date)", file=sys.stderr, flush=True)
     sync = sync and not is_readonly(engine)
     runs_root = resolve_runs_root(engine, runs_root)
 
