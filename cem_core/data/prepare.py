@@ -219,10 +219,31 @@ def _train_texts(source: Source) -> Iterator[str]:
                 return
 
 
+def _reported(texts: Iterator[str], progress: Progress | None, total_bytes: int | None) -> Iterator[str]:
+    """The BPE trainer's texts, with progress reported as it reads them (phase "tokenizer"), then once more when
+    it has read them all and learns its merges (phase "merges")."""
+    t0 = time.perf_counter()
+    docs = read = 0
+    last = 0.0
+    for text in texts:
+        docs += 1
+        read += len(text)
+        now = time.perf_counter()
+        if progress is not None and now - last > 0.2:
+            last = now
+            progress({"phase": "tokenizer", "documents": docs, "bytes": read, "total_bytes": total_bytes,
+                      "tokens": 0, "elapsed_s": now - t0, "chunks": 0, "resumed": 0, "budget_tokens": None})
+        yield text
+    if progress is not None:
+        progress({"phase": "merges", "documents": docs, "bytes": read, "total_bytes": total_bytes, "tokens": 0,
+                  "elapsed_s": time.perf_counter() - t0, "chunks": 0, "resumed": 0, "budget_tokens": None})
+
+
 def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number: int, budgets: dict[str, int] | None,
            *, workers: int = 1, progress: Progress | None = None) -> PackedData:
     t0 = time.perf_counter()
-    tok = build_tokenizer(data_cfg, root, source.identity, train_texts=lambda: _train_texts(source))
+    tok = build_tokenizer(data_cfg, root, source.identity, train_texts=lambda: _reported(_train_texts(source), progress,
+                                                                                          source.info.get("bytes")))
     vocab_size = tokenizer_vocab_size(data_cfg)
     if tok.num_ids > vocab_size:
         raise CemError(

@@ -73,6 +73,13 @@ class _Bar:
     def update(self, need: Any, info: dict[str, Any]) -> None:
         if self.progress is None:
             return
+        if info.get("phase") in ("tokenizer", "merges"):  # the BPE tokenizer learns from the train split first
+            what = "reading its train text" if info["phase"] == "tokenizer" else "learning its merges"
+            counts = f"BPE tokenizer: {what} ({_count(info['documents'])} docs, {_bytes(info['bytes'])})"
+            total = info.get("total_bytes")
+            self.progress.update(self.tasks[need.base], total=total, completed=min(info["bytes"], total or info["bytes"]),
+                                 counts=counts)
+            return
         rate = info["tokens"] / info["elapsed_s"] if info["elapsed_s"] > 0 else 0.0
         counts = f"{_count(info['documents'])} docs  {_count(info['tokens'])} tokens  {_count(rate)} tokens/s"
         if info.get("resumed"):
