@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cem_core.config import DataConfig, RunConfig, TrainConfig, tokenizer_vocab_size, tokens_per_step, total_steps
-from cem_core.errors import CemError
+from cem_core.errors import CemError, ConfigError
 from cem_core.data.build import CHUNK_DOCS, Progress, TokenizerSpec, build_splits, remove_shards
 from cem_core.data.cache import atomic_write_json, file_lock, make_temp_dir, publish_dir, remove_dir
 from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, token_dtype
@@ -259,6 +259,10 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
         built = build_splits(source.documents(), split_of, spec, tmp, shard_dir, dtype=dtype, eod_id=tok.eod_id,
                              identity=f"{source.identity}|{tok.identity}", budgets=budgets, workers=workers,
                              progress=progress, total_bytes=source.info.get("bytes"))
+        if not built["documents_read"]:  # nothing to train on: never a cache of 0 tokens
+            what = data_cfg.path or data_cfg.corpus
+            raise ConfigError("data.path" if data_cfg.path else "data.corpus",
+                              f"the corpus has no text: {what} holds no non-empty document", value=what)
         meta = {
             "format": FORMAT_VERSION,
             "corpus": source.name,

@@ -269,6 +269,7 @@ def build_tokenizer(
 
 
 def default_cache_root(data_cfg: DataConfig) -> Path:
-    """`data.cache_dir`, else `$CEMCTL_CACHE`, else `~/.cache/cemctl`."""
-    root = data_cfg.cache_dir or os.environ.get("CEMCTL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cemctl")
-    return Path(root)
+    """`data.cache_dir`, else `$CEMCTL_CACHE`, else `~/.cache/cemctl`; a leading `~` means the home folder in
+    all three, for every command (prepare, info, clean, the trainer), never a folder named `~`."""
+    root = data_cfg.cache_dir or os.environ.get("CEMCTL_CACHE") or os.path.join("~", ".cache", "cemctl")
+    return Path(os.path.expanduser(root))

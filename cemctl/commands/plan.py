@@ -36,6 +36,7 @@ def _short(key: str, keys: list[str]) -> str:
 def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     plan = report.plan
     varied = plan.varied
@@ -55,7 +56,7 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
     for r in report.rows:
         table.add_row(
             r["run_id"],
-            *[printable(r["axes"].get(k)) for k in varied],
+            *[Text(printable(r["axes"].get(k))) for k in varied],  # Text: user text is never rich markup
             _params(r["params_total"]),
             _params(r["params_non_embedding"]),
             _si(r["tokens"]),
@@ -63,7 +64,7 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
             f"{r['gpu_hours']:.2g}",
             f"{r['cpu_hours']:.2g}",
             ("new" if r["new"] else r["state"]),
-            *([printable("; ".join(r["marks"]))] if marked else []),
+            *([Text(printable("; ".join(r["marks"])))] if marked else []),
         )
     out = console if console.is_terminal else Console(width=max(console.width, 200))
     out.print(table)

@@ -75,6 +75,7 @@ class IngestStats:
     """What one `sync_runs` call did (printed by `cemctl sync`)."""
 
     runs_seen: int = 0
+    ingested: int = 0  # run dirs read without an error
     runs_created: int = 0
     runs_changed: int = 0
     metric_rows: int = 0
@@ -399,6 +400,7 @@ def sync_runs(
         except (CemError, OSError, ValueError, ArithmeticError) as e:  # one bad run dir never stops a sync
             stats.errors.append(" ".join(f"{run_dir}: {e}".split()) if not isinstance(e, CemError) else str(e))
             continue
+        stats.ingested += 1
         stats.runs_created += out.created
         stats.runs_changed += out.changed and not out.created
         stats.metric_rows += out.metric_rows

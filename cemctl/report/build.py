@@ -138,7 +138,7 @@ def select_runs(runs: "pd.DataFrame", where: Sequence[str] = ()) -> "pd.DataFram
         if key not in runs.columns:
             allowed = [c for c in runs.columns if "." in c or c in ("state", "run_id", "task")]
             raise ConfigError(key, "unknown column", allowed=allowed, source="--where")
-        value = parse_value(text.strip())
+        value = parse_value(text.strip(), "--where")
         column = out[key]
         if isinstance(value, (int, float)) and not isinstance(value, bool) and column.dtype.kind in "iuf":
             mask = (column.astype(float) - float(value)).abs() <= 1e-12 * max(1.0, abs(float(value)))
@@ -283,7 +283,9 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
         if tp.name != "missing_and_failed":
             tables.append(IndexTable(tp.name, tp.caption, tp.frame,
                                      {fmt: f"tables/{p.name}" for fmt, p in paths.items()}))
-    runs.to_csv(out / "runs.csv", index=False)
+    from cemctl.report.tables import write_csv
+
+    write_csv(runs, out / "runs.csv")  # text cells with their control characters escaped
     counts = _counts(runs, problems)
     result.counts, result.notes = counts, list(dict.fromkeys(parts.notes))
     grid = info.grid_path or "unknown"

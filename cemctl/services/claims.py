@@ -134,8 +134,10 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                   ("finished runs", str(int((runs["state"] == "done").sum()))),
                   ("grids (sha256)", grids or "-")]
         (tmp / "claims.md").write_text(claims_markdown(parts, claims, header))
-        parts.to_csv(tmp / "claims.csv", index=False)
-        claims.to_csv(tmp / "claims_summary.csv", index=False)
+        from cemctl.report.tables import write_csv
+
+        write_csv(parts, tmp / "claims.csv")  # text cells with their control characters escaped
+        write_csv(claims, tmp / "claims_summary.csv")
         fig = claims_figure(parts)
         for fmt in formats:
             fig.savefig(tmp / f"claims.{fmt}", dpi=150, format=fmt)

@@ -114,11 +114,16 @@ class Prepared:
     built: bool  # False: it was already there
 
 
-def prepare_needs(needs: list[DataNeed], *, workers: int = 1,
+def prepare_needs(needs: list[DataNeed], *, workers: int = 1, workers_option: str = "--workers",
                   progress: Callable[[DataNeed, dict[str, Any]], None] | None = None,
                   on_start: Callable[[DataNeed], None] | None = None) -> list[Prepared]:
-    """Prepare every missing cache of `needs` (an existing, large enough one is only opened)."""
+    """Prepare every missing cache of `needs` (an existing, large enough one is only opened); `workers` is at most
+    4 per CPU core (ConfigError naming --workers otherwise)."""
     from cem_core.data.prepare import DEFAULT_TEST_TOKENS, DEFAULT_VAL_TOKENS, find_prepared, prepare_data
+
+    from cemctl.executors.local.executor import check_workers
+
+    check_workers(workers, workers_option)
 
     done = []
     for need in needs:
@@ -154,7 +159,8 @@ def check_launch_data(configs: list[tuple[str, str, RunConfig]], *, may_prepare:
             f"data not prepared for {len(first.run_ids)} run(s) of {experiment} ({first.label}"
             f"{', and %d more caches' % (len(missing) - 1) if len(missing) > 1 else ''}): run "
             f"`cemctl data prepare {experiment}{scale_opt}` on this node first, or launch with --prepare")
-    return prepare_needs(missing, workers=workers, progress=progress, on_start=on_start) if missing else []
+    return (prepare_needs(missing, workers=workers, workers_option="--data-workers", progress=progress,
+                          on_start=on_start) if missing else [])
 
 
 # ---------------------------------------------------------------- info and clean

@@ -42,7 +42,7 @@ def find_run_dir(run: str, runs_root: Path, url: str | None = None) -> Path:
     if engine is None:  # no database yet: the runs folder alone
         from cemctl.db.engine import open_db
 
-        engine = open_db("sqlite://")  # in-memory: resolve_runs then looks in runs_root
+        engine = open_db("sqlite://", allow_memory=True)  # scratch: resolve_runs then looks in runs_root
     return resolve_runs(engine, run, runs_root, runs_only=True).runs[0].run_dir
 
 

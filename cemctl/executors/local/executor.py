@@ -81,7 +81,32 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def max_workers() -> int:
+    """The most CPU workers (`--workers`) or tokenizer processes (`--data-workers`) a command takes: 4 per core."""
+    return 4 * cpu_count()
+
+
+def check_workers(value: int | None, option: str = "--workers") -> None:
+    """`value` is None or 1..max_workers(); ConfigError naming `option` otherwise."""
+    if value is not None and not 1 <= value <= max_workers():
+        raise ConfigError(option, f"must be between 1 and {max_workers()} (4 per CPU core here), got {value}",
+                          allowed=f"1..{max_workers()}")
+
+
+def check_gpus(gpus: list[int] | None) -> None:
+    """GPUs named on the command line (`--gpus`) must be on this machine: a missing one silently meant training
+    on the CPU (CUDA_VISIBLE_DEVICES naming no device). ConfigError listing the GPUs found otherwise."""
+    if not gpus:
+        return
+    present = detect_gpus()
+    missing = [g for g in gpus if g not in present]
+    if missing:
+        raise ConfigError("--gpus", f"GPU {missing[0]} is not on this machine",
+                          allowed=",".join(map(str, present)) if present else "none found: use --gpus none for the CPU")
+
+
 def make_slots(options: LocalOptions) -> list[Slot]:
+    check_workers(options.workers)
     gpus = detect_gpus() if options.gpus is None else list(options.gpus)
     cores = options.cores or cpu_count()
     if gpus:

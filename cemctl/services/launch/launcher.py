@@ -178,7 +178,9 @@ def build_executor(req: LaunchRequest, target: Target, runs_root: Path, on_tick:
     cls = get_executor(req.executor)  # rejects unknown names
     if req.executor == "local":
         from cemctl.executors.local import LocalOptions
+        from cemctl.executors.local.executor import check_gpus
 
+        check_gpus(req.gpus)
         opts = LocalOptions(gpus=req.gpus, jobs_per_gpu=req.jobs_per_gpu, gpus_per_run=req.gpus_per_run, workers=req.workers)
         return cls(opts, on_tick=on_tick)
     from cemctl.executors.slurm import SlurmOptions
