@@ -26,6 +26,7 @@ from cem_core.runfiles.files import (
     EVALS_FILE,
     EVENTS_FILE,
     EXECUTOR_LOG,
+    EXIT_PREEMPTED,
     FINAL_STATES,
     HEARTBEAT_FILE,
     JOB_FILE,
@@ -88,7 +89,7 @@ from cem_core.runfiles.rundir import Heartbeat, RunDir, call_quietly, truncate_m
 
 __all__ = [
     "ACTIVE_STATES", "CANCEL_FILE", "CHECKPOINT_DIR", "CONFIG_FILE", "DEFAULT_HEARTBEAT_TIMEOUT_S", "EVALS_FILE",
-    "EVENTS_FILE", "EXECUTOR_LOG", "FINAL_STATES", "HEARTBEAT_FILE", "JOB_FILE", "JOB_STATES", "LIVE_JOB_STATES",
+    "EVENTS_FILE", "EXECUTOR_LOG", "EXIT_PREEMPTED", "FINAL_STATES", "HEARTBEAT_FILE", "JOB_FILE", "JOB_STATES", "LIVE_JOB_STATES",
     "LOCK_FILE", "LOG_FILE", "MAX_JSON_BYTES", "MAX_LOG_BYTES", "METRICS_FILE", "RESULT_FILE", "RESULT_STATES",
     "RUN_STATES", "TERMINAL_STATES", "TOKEN_ENV", "Audit", "Heartbeat", "Manifest", "ManifestError", "JobRecord", "RunDir", "RunFileError", "RunState", "append_event",
     "append_jsonl", "atomic_write_bytes", "audit_folder", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",

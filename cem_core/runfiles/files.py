@@ -49,6 +49,10 @@ MAX_LOG_BYTES = 1 << 30
 # A run whose heartbeat.json is older than this (and has no result) is shown `stale`, not running.
 DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
 
+# The trainer's exit code after a preemption signal (SIGTERM, SIGUSR1, SIGUSR2): it finished its step, wrote a
+# checkpoint and recorded a `stale` event; an executor restarts (local) or SLURM requeues the run from there.
+EXIT_PREEMPTED = 4
+
 
 class RunState(str, enum.Enum):
     """A run's state (docs/design.md): planned -> queued -> running -> done | diverged | failed; stale; cancelled."""

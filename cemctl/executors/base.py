@@ -160,6 +160,8 @@ def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
         return "failed", f"refused to start: {_last_log_line(run_dir) or 'bad configuration (see its logs)'}", False
     if returncode == 3:
         return "diverged", "exit code 3 (diverged) without result.json", False
+    if returncode == runfiles.EXIT_PREEMPTED:  # the trainer checkpointed its step and recorded a `stale` event
+        return "stale", "preempted: it checkpointed its last step and stopped; resumable from that checkpoint", False
     rc = returncode if returncode is not None else -1
     if rc < 0:
         try:

@@ -8,11 +8,14 @@ its stdout+stderr appended to `<run_dir>/executor.log`, and its state recorded
 in `job.json` / `events.jsonl` (`cem_core.runfiles`).
 
 A job that dies (a signal, an exit without result.json) is recorded as failed
-with the reason and the orchestrator goes on with the others. Ctrl-C (or
-SIGTERM to the orchestrator) terminates the children (SIGTERM, then SIGKILL
-after `term_timeout_s`) and leaves every unfinished run resumable: the next
-`cemctl launch` starts queued runs and resumes interrupted ones from their
-newest checkpoint.
+with the reason and the orchestrator goes on with the others. A trainer that
+was preempted (SIGTERM, SIGUSR1 or SIGUSR2 to it: it checkpoints its step and
+exits with `EXIT_PREEMPTED`) is restarted from that checkpoint, at most
+`max_restarts` times per launch, unless the run was cancelled. Ctrl-C (or
+SIGTERM to the orchestrator) terminates the children (SIGTERM: each trainer
+checkpoints the step it is in; SIGKILL after `term_timeout_s`) and leaves every
+unfinished run resumable: the next `cemctl launch` starts queued runs and
+resumes interrupted ones from their newest checkpoint.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class LocalOptions:
     cores: int | None = None  # CPU cores to split (None: all)
     poll_s: float = 0.5
     term_timeout_s: float = 30.0
+    max_restarts: int = 3  # restarts of a preempted trainer per launch
 
 
 @dataclass
@@ -58,6 +62,7 @@ class JobStatus:
     ended_time: float | None = None
     reason: str = ""
     attempt: int = 0
+    restarts: int = 0  # after preemption, in this launch
 
 
 def detect_gpus() -> list[int]:
@@ -129,6 +134,7 @@ class LocalExecutor(Executor):
         self.on_tick = on_tick
         self.statuses: list[JobStatus] = []
         self._procs: dict[str, tuple[subprocess.Popen[bytes], Slot, Any]] = {}
+        self._queue: deque[JobStatus] = deque()
 
     # -- records ------------------------------------------------------------
     def _job_id(self, pid: int | None = None) -> str:
@@ -188,8 +194,8 @@ class LocalExecutor(Executor):
         # A run directory deleted or made read-only under the orchestrator fails that run, never the others.
         _quietly(runfiles.update_job, run_dir, state="cancelled" if state == "cancelled" else "exited",
                  exit_code=returncode, ended_time=st.ended_time, reason=reason)
-        # The trainer records its own terminal event with result.json; record the others.
-        if not has_result and state != "cancelled":
+        # The trainer records its own terminal event with result.json (and its `stale` event when preempted).
+        if not has_result and state != "cancelled" and returncode != runfiles.EXIT_PREEMPTED:
             _quietly(runfiles.append_event, run_dir, state, reason, attempt=st.attempt, executor=self.name,
                      job_id=self._job_id(st.pid), exit_code=returncode)
 
@@ -201,7 +207,20 @@ class LocalExecutor(Executor):
             log.close()
             del self._procs[run_id]
             pool.release(slot)
-            self._finish(by_id[run_id], rc)
+            st = by_id[run_id]
+            self._finish(st, rc)
+            if (rc == runfiles.EXIT_PREEMPTED and st.state == "stale" and st.restarts < self.options.max_restarts
+                    and not runfiles.cancel_requested(st.job.run_dir)):
+                self._requeue(st)
+
+    def _requeue(self, st: JobStatus) -> None:
+        """Queue a preempted job again: it resumes from the checkpoint it wrote when it stopped."""
+        st.restarts += 1
+        st.state, st.reason = "queued", f"preempted; restarting from its checkpoint ({st.restarts} of {self.options.max_restarts})"
+        _quietly(runfiles.update_job, st.job.run_dir, state="queued", reason=st.reason)
+        _quietly(runfiles.append_event, st.job.run_dir, "queued", st.reason, attempt=st.attempt, executor=self.name,
+                 job_id=self._job_id())
+        self._queue.append(st)
 
     def _terminate_all(self, reason: str) -> None:
         """SIGTERM every running job's process group, SIGKILL what is left after term_timeout_s."""
@@ -246,7 +265,7 @@ class LocalExecutor(Executor):
                 self._record_queued(st)
             except OSError as e:  # this run's folder is gone or unwritable: report it, run the others
                 st.state, st.reason = "failed", f"cannot record the job in {st.job.run_dir}: {e.strerror or e}"
-        queue = deque(st for st in self.statuses if st.state == "queued")
+        queue = self._queue = deque(st for st in self.statuses if st.state == "queued")
         pool = SlotPool(self.slots)
         previous = signal.getsignal(signal.SIGTERM)
         previous_int = signal.getsignal(signal.SIGINT)
