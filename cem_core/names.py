@@ -46,13 +46,13 @@ def is_run_id(name: str) -> bool:
     return bool(RUN_ID_RE.fullmatch(name or ""))
 
 
-def printable(text: Any) -> str:
+def printable(text: Any, keep: str = "") -> str:
     """`text` with control and invisible format characters (ESC, NUL, newlines, RTL overrides, zero-width
     spaces) written as escapes (\\x1b, \\u202e): user text shown on a terminal or in Markdown can neither
-    drive the terminal nor hide or reorder what is shown."""
+    drive the terminal nor hide or reorder what is shown. `keep`: characters left as they are (a log's tabs)."""
     out = []
     for ch in str(text):
-        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+        if ch not in keep and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
             code = ord(ch)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:

@@ -279,11 +279,12 @@ def test_info_lists_caches_and_clean_removes_only_those_whose_runs_are_finished(
     (done_only / "notes.txt").write_text("mine")  # a user's file inside a cache folder
     res = cli(None, "data", "clean", "--cache-dir", str(cache), "--yes", *db)
     assert res.returncode == 0 and "did not create" in res.stdout and "--include-unknown" in res.stdout, res.output
-    assert (done_only / "notes.txt").read_text() == "mine" and orphan.exists() and needed.exists()
-    (done_only / "notes.txt").unlink()
+    # What the build wrote (its manifest proves it) is gone; the user's file is kept, and so are the others.
+    assert sorted(os.listdir(done_only)) == ["notes.txt"] and (done_only / "notes.txt").read_text() == "mine"
+    assert orphan.exists() and needed.exists()
     res = cli(None, "data", "clean", "--cache-dir", str(cache), "--yes", "--include-unknown", *db)
     assert res.returncode == 0, res.output
-    assert not done_only.exists() and not orphan.exists()
+    assert not orphan.exists() and (done_only / "notes.txt").read_text() == "mine"
     assert needed.exists() and (stranger / "data.bin").exists()
     assert find_prepared(DataConfig(tokenizer="byte", cache_dir=str(cache))) is not None  # a planned run needs it
 

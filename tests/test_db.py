@@ -73,8 +73,11 @@ def test_record_plan_is_idempotent_and_adds_only_new_runs(tmp_path, engine, runs
     plan2 = make_plan(tmp_path, GRID.replace("[0.001, 0.002]", "[0.001, 0.004]"))
     third = record_plan(engine, plan2, runs_root)
     assert len(third.created) == 2
-    assert {r.id for r in list_runs(engine, experiment="g")} == {p.run_id for p in plan2.runs}
-    assert count(engine, Run) == 6  # the dropped runs stay (with any results), unlinked
+    assert {r.id for r in list_runs(engine, experiment="g", in_grid_only=True)} == {p.run_id for p in plan2.runs}
+    assert count(engine, Run) == 6
+    # The runs the edit dropped stay linked (no longer in the grid): an experiment never loses a result.
+    left = {p.run_id for p in plan.runs} - {p.run_id for p in plan2.runs}
+    assert {r.id for r in list_runs(engine, experiment="g")} == {p.run_id for p in plan2.runs} | left
 
 
 def test_shared_baseline_is_one_run(tmp_path, engine, runs_root):

@@ -52,10 +52,9 @@ def test_v3_database_with_data_is_migrated_to_the_current_version_keeping_everyt
     con = sqlite3.connect(path)
     con.executescript(V3_SCHEMA)
     con.close()
-    assert CURRENT_VERSION == 6
     engine = open_db(f"sqlite:///{path}")
     con = sqlite3.connect(path)
-    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == 6
+    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == CURRENT_VERSION
     # v5: the old link keeps its experiment's scale and overrides as its plan key
     assert con.execute("SELECT experiment_id, scale, overrides_json, run_id, position, marks_json FROM experiment_runs"
                        ).fetchall() == [(1, "tiny", "{}", "aaaaaaaaaaaa", 0, "[]")]
@@ -71,6 +70,8 @@ def test_v3_database_with_data_is_migrated_to_the_current_version_keeping_everyt
     assert _columns(con, "evals") == _columns(con2, "evals")
     assert _columns(con, "runs") == _columns(con2, "runs")
     assert _columns(con, "experiment_runs") == _columns(con2, "experiment_runs")
+    assert _columns(con, "results") == _columns(con2, "results")
+    assert _columns(con, "run_tags") == _columns(con2, "run_tags")
     con.close()
     con2.close()
     # It works with the current code: rows, the unique key, the frames.

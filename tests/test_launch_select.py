@@ -31,7 +31,8 @@ def test_selection_rules(tmp_path, monkeypatch):
         make(tmp_path, "done", result="done"),
         make(tmp_path, "diverged", result="diverged"),
         make(tmp_path, "failed", result="failed", ckpts=(2,)),
-        make(tmp_path, "live", job={"executor": "local", "state": "running", "host": host, "pid": os.getpid(), "job_id": "h:1"}),
+        make(tmp_path, "live", job={"executor": "local", "state": "running", "host": host, "pid": os.getpid(), "job_id": "h:1",
+                                    "pid_start": runfiles.process_start(os.getpid())}),  # this very process
         make(tmp_path, "orphan", job={"executor": "local", "state": "queued", "host": host, "orchestrator_pid": dead_pid}),
         make(tmp_path, "killed", job={"executor": "local", "state": "running", "host": host, "pid": dead_pid}, ckpts=(4, 8)),
         make(tmp_path, "cancelled", job={"executor": "local", "state": "cancelled", "host": host}),

@@ -141,22 +141,16 @@ def test_sync_honours_the_heartbeat_timeout_env_var(tmp_path, recorded):
 
 
 def test_logs_honours_the_database_env_var(tmp_path, recorded):
-    """`cemctl logs` ignored CEMCTL_DB: a run recorded with its folder elsewhere was not found."""
+    """`cemctl logs` ignored CEMCTL_DB. Run from another folder with no --runs-dir, it finds the run in the runs
+    folder that database recorded (and says so in one line)."""
     _, _, ids = recorded
+    (tmp_path / "runs" / ids[0] / "train.log").write_text("hello from the recorded runs folder\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    moved = elsewhere / ids[0]
-    (tmp_path / "runs" / ids[0]).rename(moved)
-    (moved / "train.log").write_text("hello from the moved run\n")
-    from cemctl.db import open_db, write_session
-    from cemctl.db.models import Run
-
-    with write_session(open_db(f"sqlite:///{tmp_path / 'results.db'}")) as s:
-        s.get(Run, ids[0]).run_dir = str(moved)
-    res = cli(None, "logs", ids[0], "--runs-dir", str(tmp_path / "empty-runs"), subprocess=True,
-              env={"CEMCTL_DB": str(tmp_path / "results.db")})
+    res = cli(None, "logs", ids[0], subprocess=True, cwd=elsewhere, env={"CEMCTL_DB": str(tmp_path / "results.db")})
     assert res.returncode == 0, res.output
-    assert "hello from the moved run" in res.stdout
+    assert "hello from the recorded runs folder" in res.stdout
+    assert f"using the runs folder {tmp_path / 'runs'}" in res.stderr
 
 
 def test_bad_heartbeat_timeouts_are_one_line_errors(tmp_path):

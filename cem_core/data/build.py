@@ -13,9 +13,10 @@ the same bytes for any number of workers (and, for a finite corpus, the same
 bytes as tokenizing the documents one by one). With budgets (a streamed
 corpus), the splits end at the first chunk whose prefix holds every budget.
 
-A finished chunk's files are kept (its `.json` written last marks it complete):
-an interrupted build resumes from them; `shard_dir` is removed once the
-generation is published. Each worker runs the tokenizer on one core
+A finished chunk's files are kept (its `.json` written last marks it complete,
+with each split file's size and sha256): an interrupted build resumes from them;
+once the generation is published, `remove_shards` deletes the files those records
+prove are the build's (anything else in `shard_dir` is kept and reported). Each worker runs the tokenizer on one core
 (`TOKENIZERS_PARALLELISM=false`), so N workers use N cores.
 """
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -88,15 +88,19 @@ def tokenize_chunk(job: tuple[TokenizerSpec, int, list[tuple[str, str, str]], st
         tokens[split] += int(arr.size) + 1
         doc_tokens.append(int(arr.size) + 1)
     base = Path(shard_dir) / _chunk_name(index)
+    files = {}
     for split in SPLITS:
+        data = b"".join(parts[split])
         tmp = base.with_name(f".{base.name}.{split}.bin.{os.getpid()}.tmp")
-        tmp.write_bytes(b"".join(parts[split]))
+        tmp.write_bytes(data)
         os.replace(tmp, base.with_name(f"{base.name}.{split}.bin"))
+        files[f"{base.name}.{split}.bin"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     from cem_core.runfiles.files import test_write_pause
 
     test_write_pause()  # tests: a kill lands between a chunk's split files and its record
     record = {"index": index, "tokens": tokens, "digest": digest,
-              "doc_splits": "".join(str(SPLITS.index(split)) for _, split, _ in docs), "doc_tokens": doc_tokens}
+              "doc_splits": "".join(str(SPLITS.index(split)) for _, split, _ in docs), "doc_tokens": doc_tokens,
+              "files": files}
     tmp = base.with_name(f".{base.name}.json.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record))
     os.replace(tmp, base.with_name(f"{base.name}.json"))  # last: the chunk is complete
@@ -135,11 +139,70 @@ def _open_shard_dir(shard_dir: Path, manifest: dict[str, Any]) -> None:
     except (OSError, ValueError):
         same = False
     if not same and shard_dir.exists():
-        shutil.rmtree(shard_dir)
+        remove_shards(shard_dir)  # another recipe's chunks: only what their records prove is the build's
     shard_dir.mkdir(parents=True, exist_ok=True)
     for p in shard_dir.glob(".chunk_*.tmp"):  # half-written files of a killed worker
         p.unlink(missing_ok=True)
     path.write_text(json.dumps(manifest))
+
+
+_RECIPE_KEYS = {"identity", "chunk_docs", "dtype", "eod_id"}
+
+
+def remove_shards(shard_dir: Path) -> list[str]:
+    """Delete what a build wrote into `shard_dir`, by proof: the recipe file, the chunk records, and each chunk's
+    split files whose size and sha256 are those its record lists; then the folder once empty. Returns what was
+    kept (a file the user put there, a split file that is not what the build wrote, a record of an older cemctl
+    without hashes and its files)."""
+    from cem_core.runfiles.files import RunFileError, read_bytes
+    from cem_core.runfiles.manifest import FileEntry, file_digest, listing
+
+    shard_dir = Path(shard_dir)
+    if not shard_dir.is_dir() or shard_dir.is_symlink():
+        return [str(shard_dir)] if os.path.lexists(shard_dir) else []
+    present = listing(shard_dir)
+    proven: dict[str, FileEntry] = {}
+    records: list[str] = []
+    for rel in present:
+        if "/" in rel or not (rel.startswith("chunk_") and rel.endswith(".json")):
+            continue
+        try:
+            record = json.loads(read_bytes(shard_dir / rel)) if not (shard_dir / rel).is_symlink() else None
+        except (OSError, ValueError, RunFileError):
+            continue
+        files = record.get("files") if isinstance(record, dict) else None
+        if not isinstance(files, dict) or not {"index", "digest", "tokens"} <= set(record):
+            continue
+        records.append(rel)
+        for name, entry in files.items():
+            if isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str):
+                proven[name] = FileEntry(entry["size"], entry["sha256"])
+    owned = set(records)
+    recipe = shard_dir / MANIFEST
+    if MANIFEST in present and not recipe.is_symlink():
+        try:
+            if set(json.loads(read_bytes(recipe))) == _RECIPE_KEYS:
+                owned.add(MANIFEST)
+        except (OSError, ValueError, TypeError, RunFileError):
+            pass
+    for rel, entry in proven.items():
+        if rel in present:
+            try:
+                if file_digest(shard_dir / rel) == entry:
+                    owned.add(rel)
+            except (OSError, RunFileError):
+                pass
+    for rel in sorted(owned):
+        if rel.endswith(".json") and rel.startswith("chunk_"):
+            continue  # the records last: they are what proves the split files
+        (shard_dir / rel).unlink(missing_ok=True)
+    for rel in records:
+        (shard_dir / rel).unlink(missing_ok=True)
+    try:
+        shard_dir.rmdir()
+    except OSError:
+        pass
+    return [rel for rel in present if rel not in owned]
 
 
 def _chunks(documents: Iterator[tuple[str, str]], split_of: Callable[[str], str], size: int,

@@ -3,7 +3,8 @@
 Cache layout under `data.cache_dir`, else `$CEMCTL_CACHE`, else `~/.cache/cemctl`:
 
     tokenizers/bpe-<vocab>-<key>.json           trained BPE tokenizers
-    packed/<corpus>-<tokenizer>-<key>/g<N>/     meta.json + train.bin, val.bin, test.bin
+    packed/<corpus>-<tokenizer>-<key>/g<N>/     meta.json + train.bin, val.bin, test.bin, and the manifest
+                                                .cemctl-manifest.json (each file's size and sha256)
     packed/<corpus>-<tokenizer>-<key>.lock      fcntl lock of the builders
 
 The key hashes the corpus identity, the tokenizer identity, the split rule and
@@ -14,7 +15,10 @@ whole, once. A streamed corpus (slimpajama) is read only until train holds
 `min_train_tokens` (default `DEFAULT_STREAM_TRAIN_TOKENS`) and val/test hold
 their budgets; a later call that needs more train tokens builds generation N+1
 from a longer prefix of the same stream (val/test unchanged: they are the first
-documents of the stream that hash into them) and removes the older one.
+documents of the stream that hash into them) and removes the older one: only the
+files its manifest proves are the build's (`cem_core.runfiles.manifest`; a
+file the user put there, or a generation an older cemctl built without a
+manifest, is kept). `cemctl data clean` removes caches by the same proof.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from pathlib import Path
 from typing import Iterator
 
 from cem_core.config import DataConfig, RunConfig, TrainConfig, tokenizer_vocab_size, tokens_per_step, total_steps
-from cem_core.errors import CemError
-from cem_core.data.build import CHUNK_DOCS, Progress, TokenizerSpec, build_splits
+from cem_core.errors import CemError, ConfigError
+from cem_core.data.build import CHUNK_DOCS, Progress, TokenizerSpec, build_splits, remove_shards
 from cem_core.data.cache import atomic_write_json, file_lock, make_temp_dir, publish_dir, remove_dir
 from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, token_dtype
 from cem_core.data.sources import TEST_FRACTION, VAL_FRACTION, Source, make_source, split_of
@@ -44,6 +48,22 @@ DEFAULT_TEST_TOKENS = TrainConfig.test_tokens
 DEFAULT_STREAM_TRAIN_TOKENS = 1 << 24  # streamed corpora, when the caller names no budget
 BPE_TRAIN_MAX_BYTES = 256 << 20  # streamed corpora: BPE learns from at most this much train text
 SHARDS = ".shards"  # the finished chunks of a build in progress (kept across an interrupt)
+CACHE_MANIFEST_WHAT = "data prepare"  # the purpose a generation's manifest names
+
+
+def remove_generation(gen: Path) -> list[str]:
+    """Delete a generation folder's files that its manifest proves the build wrote; returns what was kept."""
+    from cem_core.runfiles.manifest import ManifestError, read_manifest, remove_owned
+
+    try:
+        manifest = read_manifest(gen, what=CACHE_MANIFEST_WHAT)
+    except ManifestError as e:
+        log.warning("kept %s: %s", gen, e)
+        return [gen.name]
+    audit = remove_owned(gen, manifest)
+    for rel in audit.kept:
+        log.warning("kept %s/%s: not a file the build wrote", gen, rel)
+    return [f"{gen.name}/{rel}" for rel in audit.kept]
 
 
 def _check_names(data_cfg: DataConfig) -> None:
@@ -171,22 +191,21 @@ def prepare_data(
             if found is not None:
                 return found
         # Holding the lock, no other builder of this key is running: temporary
-        # directories are leftovers of a crashed one, and a g<N> without meta is junk.
+        # directories are leftovers of a crashed one. A g<N> without meta is not
+        # a generation (never published by a build): its number is skipped, it is left alone.
         numbers = [-1]
         for p in base.iterdir() if base.is_dir() else ():
             if p.name.startswith(".g") and p.name.endswith(".tmp"):
                 remove_dir(p)
             elif p.name.startswith("g") and p.name[1:].isdigit():
                 numbers.append(int(p.name[1:]))
-                if not (p / META_FILE).is_file():
-                    remove_dir(p)
         number = max(numbers) + 1
         budgets = None
         if source.streaming:
             budgets = {"train": train_needed, "val": val_tokens + 1, "test": test_tokens + 1}
         packed = _build(data_cfg, source, root, base, number, budgets, workers=workers, progress=progress)
         for _, old in gens:
-            remove_dir(old)
+            remove_generation(old)
         return packed
 
 
@@ -200,10 +219,31 @@ def _train_texts(source: Source) -> Iterator[str]:
                 return
 
 
+def _reported(texts: Iterator[str], progress: Progress | None, total_bytes: int | None) -> Iterator[str]:
+    """The BPE trainer's texts, with progress reported as it reads them (phase "tokenizer"), then once more when
+    it has read them all and learns its merges (phase "merges")."""
+    t0 = time.perf_counter()
+    docs = read = 0
+    last = 0.0
+    for text in texts:
+        docs += 1
+        read += len(text)
+        now = time.perf_counter()
+        if progress is not None and now - last > 0.2:
+            last = now
+            progress({"phase": "tokenizer", "documents": docs, "bytes": read, "total_bytes": total_bytes,
+                      "tokens": 0, "elapsed_s": now - t0, "chunks": 0, "resumed": 0, "budget_tokens": None})
+        yield text
+    if progress is not None:
+        progress({"phase": "merges", "documents": docs, "bytes": read, "total_bytes": total_bytes, "tokens": 0,
+                  "elapsed_s": time.perf_counter() - t0, "chunks": 0, "resumed": 0, "budget_tokens": None})
+
+
 def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number: int, budgets: dict[str, int] | None,
            *, workers: int = 1, progress: Progress | None = None) -> PackedData:
     t0 = time.perf_counter()
-    tok = build_tokenizer(data_cfg, root, source.identity, train_texts=lambda: _train_texts(source))
+    tok = build_tokenizer(data_cfg, root, source.identity, train_texts=lambda: _reported(_train_texts(source), progress,
+                                                                                          source.info.get("bytes")))
     vocab_size = tokenizer_vocab_size(data_cfg)
     if tok.num_ids > vocab_size:
         raise CemError(
@@ -219,6 +259,10 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
         built = build_splits(source.documents(), split_of, spec, tmp, shard_dir, dtype=dtype, eod_id=tok.eod_id,
                              identity=f"{source.identity}|{tok.identity}", budgets=budgets, workers=workers,
                              progress=progress, total_bytes=source.info.get("bytes"))
+        if not built["documents_read"]:  # nothing to train on: never a cache of 0 tokens
+            what = data_cfg.path or data_cfg.corpus
+            raise ConfigError("data.path" if data_cfg.path else "data.corpus",
+                              f"the corpus has no text: {what} holds no non-empty document", value=what)
         meta = {
             "format": FORMAT_VERSION,
             "corpus": source.name,
@@ -245,12 +289,15 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
             "created": time.time(),
         }
         atomic_write_json(tmp / META_FILE, meta)
+        from cem_core.runfiles.manifest import write_manifest
+
+        write_manifest(tmp, what=CACHE_MANIFEST_WHAT)  # the proof `data clean` and a newer generation remove by
         final = base / f"g{number}"
         publish_dir(tmp, final)
     except BaseException:
         remove_dir(tmp)  # the finished chunks in base/.shards stay: the next build resumes from them
         raise
-    remove_dir(shard_dir)
+    remove_shards(shard_dir)
     log.info("prepared %s in %.1fs (%d chunks, %d resumed)", final, meta["build_s"], built["chunks"],
              built["resumed_chunks"])
     packed = PackedData(final, meta)

@@ -143,6 +143,26 @@ def _file_kind(path: Path) -> str:
     raise ConfigError("data.path", f"{path}: unknown file kind", value=str(path), allowed=FILE_KINDS)
 
 
+def _read_errors(path: Path, docs: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """`docs` with every read failure (a truncated .gz, invalid UTF-8, a damaged Parquet file, an I/O error)
+    turned into one line naming the file: never "interrupted" (click reads EOFError as Ctrl-D) or an internal
+    error."""
+    import zlib
+
+    try:
+        yield from docs
+    except CemError:
+        raise
+    except EOFError:
+        raise CemError(f"{path}: the file ends early (truncated: a compressed file cut before its end)") from None
+    except UnicodeDecodeError as e:
+        raise CemError(f"{path}: not valid UTF-8 text (byte {e.start}: {e.reason})") from None
+    except (OSError, zlib.error) as e:
+        raise CemError(f"{path}: cannot be read ({' '.join(str(getattr(e, 'strerror', None) or e).split())[:200]})") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow and friends: any failure to read is this file's
+        raise CemError(f"{path}: cannot be read ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+
+
 def _jsonl_docs(path: Path) -> Iterator[tuple[str, str]]:
     import gzip
     import json
@@ -187,12 +207,66 @@ def _text_file_docs(path: Path) -> Iterator[tuple[str, str]]:
         yield hashlib.sha1(text.encode("utf-8")).hexdigest(), text
 
 
-def glob_files(pattern: str) -> list[Path]:
-    """The regular files `pattern` matches, sorted (a glob, `~` expanded; `**` recurses)."""
+MAX_GLOB_ENTRIES = 2_000_000  # entries a `**` walk may visit before it stops with an error naming the pattern
+
+
+def _magic(part: str) -> bool:
+    return any(ch in part for ch in "*?[")
+
+
+def _match_parts(parts: list[str], pats: list[str]) -> bool:
+    """Whether a relative path's components match glob components ('**' = zero or more folders, not hidden)."""
+    import fnmatch
+
+    if not pats:
+        return not parts
+    if pats[0] == "**":
+        for i in range(len(parts)):
+            if _match_parts(parts[i:], pats[1:]):
+                return True
+            if parts[i].startswith("."):
+                return False
+        return _match_parts([], pats[1:])
+    if not parts or (parts[0].startswith(".") and not pats[0].startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], pats[0]) and _match_parts(parts[1:], pats[1:])
+
+
+def glob_files(pattern: str, *, max_entries: int = MAX_GLOB_ENTRIES) -> list[Path]:
+    """The regular files `pattern` matches, sorted (a glob, `~` expanded; `**` recurses).
+
+    `**` descends only into real folders: a symlinked folder below it is never followed, so links that loop
+    (`a/up -> ..`) cannot make it run forever, and the walk stops with a ConfigError after `max_entries`
+    entries. The components before the first `**` are expanded like any glob (a link named there is followed).
+    """
     import glob as _glob
 
-    paths = sorted(Path(p) for p in _glob.glob(os.path.expanduser(pattern), recursive=True))
-    return [p for p in paths if p.is_file()]
+    pattern = os.path.expanduser(pattern)
+    parts = pattern.split("/")
+    if "**" not in parts:
+        return [p for p in sorted(Path(x) for x in _glob.glob(pattern)) if p.is_file()]
+    cut = parts.index("**")
+    head, tail = "/".join(parts[:cut]) or ("/" if pattern.startswith("/") else "."), parts[cut:]
+    bases = sorted(_glob.glob(head)) if _magic(head) else [head]
+    found: list[Path] = []
+    visited = 0
+    for base in bases:
+        if not os.path.isdir(base):
+            continue
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+            dirnames.sort()
+            visited += len(dirnames) + len(filenames)
+            if visited > max_entries:
+                raise ConfigError("data.path", f"{pattern}: the '**' walk under {base} passed {max_entries} entries; "
+                                  "narrow the glob", value=pattern)
+            rel_dir = os.path.relpath(dirpath, base)
+            prefix = [] if rel_dir == "." else rel_dir.split(os.sep)
+            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                if _match_parts(prefix + [name], tail):
+                    path = Path(dirpath) / name
+                    if path.is_file():
+                        found.append(path if base != "." or pattern.startswith("./") else Path(os.path.relpath(path)))
+    return sorted(found)
 
 
 def files_source(data_cfg: DataConfig) -> Source:
@@ -210,7 +284,7 @@ def files_source(data_cfg: DataConfig) -> Source:
 
     def documents() -> Iterator[tuple[str, str]]:
         for p in paths:
-            yield from readers.get(kinds[p], _jsonl_docs)(p)
+            yield from _read_errors(p, readers.get(kinds[p], _jsonl_docs)(p))
 
     info = {"pattern": data_cfg.path, "files": len(paths), "bytes": sum(p.stat().st_size for p in paths)}
     return Source("files", f"files-{ident.hexdigest()[:16]}", False, documents, info)

@@ -105,8 +105,28 @@ class HFTokenizer:
         return self.tok.decode([int(i) for i in ids if int(i) != self.eod_id], skip_special_tokens=False)
 
 
+BPE_MAX_WORD_CHARS = 256  # the trainer learns from words cut to this length (a text without spaces is one word)
+_LONG_WORD = None
+
+
+def bounded_words(text: str) -> str:
+    """`text` with every run of more than BPE_MAX_WORD_CHARS non-space characters cut by a space (training only).
+
+    The BPE trainer's work grows with the length of a word times the merges: one long document without
+    whitespace (a minified file, a base64 blob) kept it busy for minutes. Ordinary words are far shorter, so
+    the merges learned from ordinary text are unchanged; tokenizing is never affected.
+    """
+    global _LONG_WORD
+    if _LONG_WORD is None:
+        import re
+
+        _LONG_WORD = re.compile(r"\S{%d}" % BPE_MAX_WORD_CHARS)
+    return _LONG_WORD.sub(lambda m: m.group(0) + " ", text)
+
+
 def train_bpe(texts: Callable[[], Iterator[str]], vocab_size: int):
-    """Train a byte-level BPE on `texts()` with exactly `vocab_size` ids at most (EOD = id 0)."""
+    """Train a byte-level BPE on `texts()` with exactly `vocab_size` ids at most (EOD = id 0); words longer than
+    BPE_MAX_WORD_CHARS are cut for the training (`bounded_words`), so its time stays bounded."""
     global BPE_TRAIN_CALLS
     from tokenizers import Tokenizer as HfTok, decoders, models, pre_tokenizers, trainers
 
@@ -120,7 +140,7 @@ def train_bpe(texts: Callable[[], Iterator[str]], vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts(), trainer=trainer)
+    tok.train_from_iterator((bounded_words(t) for t in texts()), trainer=trainer)
     BPE_TRAIN_CALLS += 1
     return tok
 
@@ -249,6 +269,7 @@ def build_tokenizer(
 
 
 def default_cache_root(data_cfg: DataConfig) -> Path:
-    """`data.cache_dir`, else `$CEMCTL_CACHE`, else `~/.cache/cemctl`."""
-    root = data_cfg.cache_dir or os.environ.get("CEMCTL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cemctl")
-    return Path(root)
+    """`data.cache_dir`, else `$CEMCTL_CACHE`, else `~/.cache/cemctl`; a leading `~` means the home folder in
+    all three, for every command (prepare, info, clean, the trainer), never a folder named `~`."""
+    root = data_cfg.cache_dir or os.environ.get("CEMCTL_CACHE") or os.path.join("~", ".cache", "cemctl")
+    return Path(os.path.expanduser(root))

@@ -210,8 +210,8 @@ def cache_key(gp_cfg: GPConfig) -> str:
 
 
 def cache_path(gp_cfg: GPConfig, cache_dir: str | os.PathLike[str] = "") -> Path:
-    root = cache_dir or os.environ.get("CEMCTL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cemctl")
-    return Path(root) / "gp" / f"{gp_cfg.kernel}-{cache_key(gp_cfg)}.npz"
+    root = cache_dir or os.environ.get("CEMCTL_CACHE") or os.path.join("~", ".cache", "cemctl")
+    return Path(os.path.expanduser(root)) / "gp" / f"{gp_cfg.kernel}-{cache_key(gp_cfg)}.npz"
 
 
 def _save(path: Path, data: GPData) -> None:

@@ -10,6 +10,9 @@
   atomic JSON writes, append-only JSONL, events, the heartbeat timeout.
 - `job`: `job.json` as a typed `JobRecord`, the `cancel` file, liveness readers.
 - `rundir`: `RunDir`, `Heartbeat`, `truncate_metrics`.
+- `process`: is a recorded PID still the run's process (start time + token), before any signal.
+- `manifest`: ownership by proof: what cemctl may delete is what a manifest it
+  wrote lists (sizes and sha256), read like a run file.
 
 Torch-free.
 """
@@ -23,6 +26,7 @@ from cem_core.runfiles.files import (
     EVALS_FILE,
     EVENTS_FILE,
     EXECUTOR_LOG,
+    EXIT_PREEMPTED,
     FINAL_STATES,
     HEARTBEAT_FILE,
     JOB_FILE,
@@ -47,6 +51,7 @@ from cem_core.runfiles.files import (
     heartbeat_timeout_s,
     hostname,
     iter_jsonl,
+    open_run_file,
     read_bytes,
     read_json,
     read_json_object,
@@ -69,15 +74,26 @@ from cem_core.runfiles.job import (
     update_job,
     write_job,
 )
+from cem_core.runfiles.manifest import (
+    Audit,
+    Manifest,
+    ManifestError,
+    audit_folder,
+    file_digest,
+    read_manifest,
+    remove_owned,
+    write_manifest,
+)
+from cem_core.runfiles.process import TOKEN_ENV, describe_mismatch, process_matches, process_start
 from cem_core.runfiles.rundir import Heartbeat, RunDir, call_quietly, truncate_metrics
 
 __all__ = [
     "ACTIVE_STATES", "CANCEL_FILE", "CHECKPOINT_DIR", "CONFIG_FILE", "DEFAULT_HEARTBEAT_TIMEOUT_S", "EVALS_FILE",
-    "EVENTS_FILE", "EXECUTOR_LOG", "FINAL_STATES", "HEARTBEAT_FILE", "JOB_FILE", "JOB_STATES", "LIVE_JOB_STATES",
+    "EVENTS_FILE", "EXECUTOR_LOG", "EXIT_PREEMPTED", "FINAL_STATES", "HEARTBEAT_FILE", "JOB_FILE", "JOB_STATES", "LIVE_JOB_STATES",
     "LOCK_FILE", "LOG_FILE", "MAX_JSON_BYTES", "MAX_LOG_BYTES", "METRICS_FILE", "RESULT_FILE", "RESULT_STATES",
-    "RUN_STATES", "TERMINAL_STATES", "Heartbeat", "JobRecord", "RunDir", "RunFileError", "RunState", "append_event",
-    "append_jsonl", "atomic_write_bytes", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",
-    "confined_path", "finite_json", "fsync_dir", "heartbeat_age_s", "heartbeat_timeout_s", "hostname", "iter_jsonl",
-    "last_metrics", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
-    "read_result", "read_run_file", "request_cancel", "run_json", "truncate_metrics", "update_job", "write_job",
+    "RUN_STATES", "TERMINAL_STATES", "TOKEN_ENV", "Audit", "Heartbeat", "Manifest", "ManifestError", "JobRecord", "RunDir", "RunFileError", "RunState", "append_event",
+    "append_jsonl", "atomic_write_bytes", "audit_folder", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",
+    "confined_path", "describe_mismatch", "file_digest", "finite_json", "fsync_dir", "heartbeat_age_s", "heartbeat_timeout_s", "hostname", "iter_jsonl",
+    "last_metrics", "open_run_file", "process_matches", "process_start", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
+    "read_manifest", "read_result", "read_run_file", "remove_owned", "request_cancel", "run_json", "truncate_metrics", "update_job", "write_job", "write_manifest",
 ]

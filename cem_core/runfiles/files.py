@@ -25,7 +25,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from cem_core.errors import CemError
 
@@ -48,6 +48,10 @@ MAX_LOG_BYTES = 1 << 30
 
 # A run whose heartbeat.json is older than this (and has no result) is shown `stale`, not running.
 DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
+
+# The trainer's exit code after a preemption signal (SIGTERM, SIGUSR1, SIGUSR2): it finished its step, wrote a
+# checkpoint and recorded a `stale` event; an executor restarts (local) or SLURM requeues the run from there.
+EXIT_PREEMPTED = 4
 
 
 class RunState(str, enum.Enum):
@@ -139,6 +143,26 @@ def read_run_file(run_dir: str | os.PathLike[str], name: str, *, max_bytes: int 
                   offset: int = 0) -> bytes:
     """The bytes of `run_dir/name` if it is a regular file inside the run directory (RunFileError otherwise)."""
     return read_bytes(confined_path(run_dir, name), max_bytes=max_bytes, offset=offset)
+
+
+def open_run_file(run_dir: str | os.PathLike[str], name: str | os.PathLike[str]) -> BinaryIO:
+    """`run_dir/name` opened for reading if it is a regular file inside the run directory (RunFileError otherwise).
+
+    For files too large to read whole (checkpoints): the same confinement as `read_run_file` (a symlink out of
+    the run, a FIFO, a device, a folder are refused, without blocking), then an ordinary blocking file object.
+    """
+    import fcntl
+
+    path = confined_path(run_dir, name)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RunFileError(f"{path}: refused: not a regular file")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def read_json(path: str | os.PathLike[str]) -> Any | None:

@@ -49,7 +49,10 @@ class JobRecord:
     started_time: float | None = None
     ended_time: float | None = None
     orchestrator_pid: int | None = None
+    orchestrator_start: str = ""  # cem_core.runfiles.process.process_start of the orchestrator
     pid: int | None = None
+    pid_start: str = ""  # process_start of the job's process: a reused PID is never taken for it
+    token: str = ""  # $CEMCTL_JOB_TOKEN of the job's process (cem_core.runfiles.process)
     exit_code: int | None = None
     reason: str = ""
     slot: str = ""

@@ -90,9 +90,21 @@ def rotate(ckpt_dir: str | os.PathLike[str], *, keep: int) -> None:
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load one checkpoint on the CPU; raises ValueError when it is unusable."""
+    """Load one checkpoint (`RUN_DIR/checkpoints/step_*.pt`) on the CPU; raises ValueError when it is unusable.
+
+    Read through `cem_core.runfiles.open_run_file`, confined to its run directory: a checkpoint (or the
+    checkpoints folder) that is a symlink out of the run, a FIFO or a device is refused, never read.
+    """
+    from cem_core.runfiles.files import RunFileError, open_run_file
+
+    p = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        f = open_run_file(p.parent.parent, Path(p.parent.name) / p.name)
+    except (RunFileError, OSError) as e:
+        raise ValueError(f"{p.name}: {str(e).split(': ', 1)[-1] if isinstance(e, RunFileError) else e}") from None
+    try:
+        with f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, bad pickle, EOF ...
         raise ValueError(f"{Path(path).name}: cannot be read ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(state, dict):

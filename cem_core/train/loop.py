@@ -19,6 +19,13 @@ Data parallelism: under `torchrun` (WORLD_SIZE > 1) each process joins the
 process group (NCCL on CUDA, gloo on CPU), takes its slice of each global
 batch, and gradients are averaged by DDP. Only rank 0 writes files.
 
+Preemption: SIGTERM, SIGUSR1 or SIGUSR2 (a SLURM time limit, preemption or
+`scontrol requeue`; submitit's timeout signal; `cemctl cancel`; a stopped local
+orchestrator) never loses work. The trainer finishes the step it is in, writes a
+checkpoint of it, records a `stale` event ("preempted ... resumable") and exits
+with `EXIT_PREEMPTED` (4) without a result; the local executor restarts it, SLURM
+requeues it, and the next attempt resumes from that very step.
+
 Determinism: the model is initialised from `torch.manual_seed(train.seed)`,
 the data order is a pure function of (seed, step, micro-step, rank), and a
 checkpoint holds model, optimizer, scheduler, step, tokens and the torch RNG
@@ -33,7 +40,9 @@ import datetime
 import logging
 import math
 import os
+import signal
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -50,14 +59,68 @@ from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, s
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.hooks import TestHooks
 from cem_core.train.optim import build_optimizer, build_scheduler
-from cem_core.runfiles import Heartbeat, RunDir, call_quietly, read_result, truncate_metrics
+from cem_core.runfiles import (
+    EXIT_PREEMPTED,
+    Heartbeat,
+    RunDir,
+    call_quietly,
+    cancel_requested,
+    read_result,
+    truncate_metrics,
+)
 from cem_core.train.sampler import BatchSampler
 from cem_core.train.tasks import make_task, task_class
 
 log = logging.getLogger(LOGGER_NAME)
 
-EXIT_CODES = {"done": 0, "failed": 1, "diverged": 3}
+EXIT_CODES = {"done": 0, "failed": 1, "diverged": 3, "preempted": EXIT_PREEMPTED}
 EXIT_BAD_CONFIG = 2
+PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class Preempted(Exception):
+    """A preemption signal arrived: the run stopped after `step` with a checkpoint of it (not a failure)."""
+
+    def __init__(self, step: int, signame: str, checkpointed: bool) -> None:
+        super().__init__(f"preempted by {signame} after step {step}")
+        self.step, self.signame, self.checkpointed = step, signame, checkpointed
+
+
+class Preemption:
+    """SIGTERM / SIGUSR1 / SIGUSR2 set a flag the training loop reads after each step (handlers of the main
+    thread only; elsewhere, e.g. the library form run from a thread, signals keep their default)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> "Preemption":
+        if threading.current_thread() is threading.main_thread():
+            for sig in PREEMPT_SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    def requested(self, world: "World", device: torch.device) -> bool:
+        """Whether any rank got a preemption signal (every rank stops after the same step)."""
+        flag = self.signum is not None
+        if world.size > 1:
+            t = torch.tensor([1 if flag else 0], dtype=torch.long, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flag = bool(int(t[0]))
+        return flag
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "a peer rank's signal"
 ERROR_TAIL_LINES = 15
 
 
@@ -310,6 +373,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
     total = total_steps(cfg)
     st = RunState()
     heartbeat: Heartbeat | None = None
+    preempt = Preemption().install()
     try:
         world.barrier()  # every rank has read `attempt` before rank 0 appends to events.jsonl
         with RunConsole(rd.log, rank=world.rank, total_steps=total) as ui:
@@ -321,11 +385,24 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
             log.info("run %s attempt %d: %d steps on %s (world size %d, %d threads)", rd.path.name, attempt,
                      total, dev, world.size, torch.get_num_threads())
             try:
-                _train(cfg, rd, world, dev, attempt, st, ui, heartbeat)
+                _train(cfg, rd, world, dev, attempt, st, ui, heartbeat, preempt)
                 result = make_result(cfg, st, "done", attempt=attempt, world=world, device=dev)
                 log.info("done: test loss %.4f (%s) over %s %s, %.1f s", st.test_loss,
                          task_class(cfg).quality(st.test_loss), st.test_tokens,
                          "examples" if cfg.task == "gp" else "tokens", st.elapsed_s())
+            except Preempted as p:
+                saved = (f"checkpoint step {p.step} written" if p.checkpointed else
+                         "no step trained yet, nothing to save")
+                reason = f"preempted by {p.signame} after step {p.step} ({saved}); resumes from its checkpoint"
+                log.warning("%s: exiting so that the executor restarts it", reason)
+                if world.rank == 0:
+                    _final_heartbeat(heartbeat, st)
+                    heartbeat = None
+                    if cancel_requested(rd.path):  # `cemctl cancel` sent the signal: the run stays cancelled
+                        rd.append_event("cancelled", f"cancelled by user ({saved})", attempt=attempt)
+                    else:
+                        rd.append_event("stale", reason, attempt=attempt)
+                return {"state": "preempted", "step": p.step, "reason": reason, "attempt": attempt}
             except RunDiverged as e:
                 log.error("diverged: %s", e)
                 result = make_result(cfg, st, "diverged", error=str(e), diverged_step=e.step,
@@ -341,6 +418,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
                 reason = (result["error"] or "").strip().splitlines()[-1:] or [""]
                 rd.append_event(result["state"], reason[0][:500], attempt=attempt)
     finally:
+        preempt.restore()
         _final_heartbeat(heartbeat, st)
         world.close()
     return result
@@ -483,20 +561,27 @@ def _step_end(tr: _Training, cfg: RunConfig, rd: RunDir, world: World, dev: torc
             log.info("step %d/%d val loss %.4f (%s)", step, tr.total, val.loss, task_class(cfg).quality(val.loss))
             tr.task.diagnostics(rd, tr.model, step, st.tokens)
     if (step % tr.ckpt_every == 0 or step == tr.total) and rank0:
-        path = save_checkpoint(rd.checkpoints, {
-            "model": tr.model.state_dict(), "optimizer": tr.optimizer.state_dict(),
-            "scheduler": tr.scheduler.state_dict(), "step": step, "tokens": st.tokens,
-            "rng": rng_state(dev), "metrics_offset": rd.metrics.stat().st_size if rd.metrics.exists() else 0,
-            "elapsed_s": st.elapsed_s(), "val_loss": st.val_loss, "val_tokens": st.val_tokens,
-            "config": cfg.to_dict(),
-        }, keep=cfg.train.ckpt_keep)
-        log.info("checkpoint %s", path.name)
+        _save(tr, cfg, rd, dev, st, step)
+
+
+def _save(tr: _Training, cfg: RunConfig, rd: RunDir, dev: torch.device, st: RunState, step: int) -> None:
+    """The checkpoint of `step` (rank 0): model, optimizer, schedule, RNG, metrics offset, elapsed time."""
+    path = save_checkpoint(rd.checkpoints, {
+        "model": tr.model.state_dict(), "optimizer": tr.optimizer.state_dict(),
+        "scheduler": tr.scheduler.state_dict(), "step": step, "tokens": st.tokens,
+        "rng": rng_state(dev), "metrics_offset": rd.metrics.stat().st_size if rd.metrics.exists() else 0,
+        "elapsed_s": st.elapsed_s(), "val_loss": st.val_loss, "val_tokens": st.val_tokens,
+        "config": cfg.to_dict(),
+    }, keep=cfg.train.ckpt_keep)
+    log.info("checkpoint %s", path.name)
 
 
 def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt: int, st: RunState,
-           ui: RunConsole, heartbeat: Heartbeat | None) -> None:
+           ui: RunConsole, heartbeat: Heartbeat | None, preempt: Preemption | None = None) -> None:
     tr = _setup(cfg, world, dev, st)
     start_step = _resume(tr, rd, world, dev, st, heartbeat)
+    if preempt is not None and preempt.requested(world, dev):  # during setup: nothing new to save
+        raise Preempted(start_step, preempt.name, checkpointed=start_step > 0)
     hooks = TestHooks.from_env(attempt)
     log_every = cfg.train.log_every_steps
     tr.model.train()
@@ -523,6 +608,11 @@ def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt:
             if heartbeat is not None:
                 heartbeat.beat()
         _step_end(tr, cfg, rd, world, dev, st, ui, step, losses, tokens_per_s)
+        if preempt is not None and step < tr.total and preempt.requested(world, dev):
+            if step % tr.ckpt_every != 0 and world.rank == 0:  # else _step_end saved this very step
+                _save(tr, cfg, rd, dev, st, step)
+            world.barrier()
+            raise Preempted(step, preempt.name, checkpointed=True)
 
     ui.progress(tr.total)
     test = _evaluate(tr, "test", world)

@@ -109,38 +109,58 @@ def sublayer_label(chosen: list[str]) -> str:
     return "both" if len(chosen) == 2 else chosen[0]
 
 
-def _read_json(path: Path) -> Any:
-    import json
+def _run_file(rd: Path, rel: str) -> Path:
+    """`rd/rel` if it is a regular file inside the run directory; EvalRefused (one line) otherwise.
+
+    Every file eval reads goes through `cem_core.runfiles`' confinement: a symlink out of the run, a FIFO or a
+    device is refused without blocking (FileNotFoundError when it is missing).
+    """
+    import stat as _stat
+
+    from cem_core.runfiles.files import RunFileError, confined_path
 
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+        path = confined_path(rd, rel)
+    except RunFileError as e:
+        raise EvalRefused(f"run {rd.name}: {rel}: {str(e).split(': ', 1)[-1]}") from None
+    st = os.stat(path)  # FileNotFoundError when missing
+    if not _stat.S_ISREG(st.st_mode):
+        raise EvalRefused(f"run {rd.name}: {rel}: refused: not a regular file")
+    return path
 
 
 def check_evaluable(run_dir: str | os.PathLike[str], sublayer: str = "both") -> tuple[RunConfig, list[str]]:
     """(resolved config, sublayers to vary) of a finished CEM run; EvalRefused (one line) otherwise."""
+    from cem_core.runfiles import CONFIG_FILE, RESULT_FILE, read_result
+
     rd = Path(run_dir)
     name = rd.name
-    if not (rd / "config.json").is_file():
-        raise EvalRefused(f"unknown run {name!r}: no run directory with a config.json at {str(rd)!r}")
+    try:
+        config = _run_file(rd, CONFIG_FILE)
+    except FileNotFoundError:
+        raise EvalRefused(f"unknown run {name!r}: no run directory with a config.json at {str(rd)!r}") from None
     from cem_core.config import load_run_config
 
     try:
-        cfg = resolve(load_run_config(str(rd / "config.json")))
+        cfg = resolve(load_run_config(str(config)))
     except ValueError as e:
         raise EvalRefused(f"run {name}: bad config.json ({' '.join(str(e).split())})") from None
     chosen = chosen_sublayers(cfg, sublayer, name=name)
-    result = _read_json(rd / "result.json")
+    try:
+        _run_file(rd, RESULT_FILE)
+    except FileNotFoundError:
+        pass
+    result = read_result(rd)
     state = result.get("state") if isinstance(result, dict) else None
     if state != "done":
         raise EvalRefused(f"run {name} is not done (state: {state or 'no result.json yet'}); eval needs a finished run")
     total = total_steps(cfg)
-    final = rd / "checkpoints" / f"step_{total:08d}.pt"  # cem_core.train.checkpoint.checkpoint_path
-    if not final.is_file():
-        raise EvalRefused(f"run {name}: the final checkpoint {final.relative_to(rd)} (step {total}) is missing; "
-                          "cannot evaluate (retrain the run)")
+    rel = f"checkpoints/step_{total:08d}.pt"  # cem_core.train.checkpoint.checkpoint_path
+    try:
+        _run_file(rd, rel)
+    except FileNotFoundError:
+        raise EvalRefused(f"run {name}: the final checkpoint {rel} (step {total}) is missing; "
+                          "cannot evaluate (retrain the run)") from None
     return cfg, chosen
 
 
@@ -159,20 +179,35 @@ def eval_config(cfg: RunConfig, chosen: list[str], steps: int) -> RunConfig:
 
 
 def read_evals(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of RUN_DIR/evals.json ([] when missing or unreadable)."""
-    data = _read_json(Path(run_dir) / EVALS_FILE)
+    """The rows of RUN_DIR/evals.json ([] when missing, unreadable or refused: read confined to the run)."""
+    from cem_core.runfiles import run_json
+
+    data = run_json(run_dir, EVALS_FILE)
     rows = data.get("evals") if isinstance(data, dict) else None
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
 @contextlib.contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
-    with open(run_dir / LOCK_FILE, "a") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    """Hold RUN_DIR/.evals.lock: opened without following a link and without blocking (a FIFO or a link planted
+    there is refused, never written through or waited on)."""
+    import stat as _stat
+
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(run_dir / LOCK_FILE, flags, 0o644)
+    except OSError as e:
+        raise EvalRefused(f"run {run_dir.name}: {LOCK_FILE}: refused: {e.strerror or e} (a link or special file?)") from None
+    try:
+        if not _stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EvalRefused(f"run {run_dir.name}: {LOCK_FILE}: refused: not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def merge_evals(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

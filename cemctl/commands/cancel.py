@@ -19,9 +19,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Stop runs and mark them cancelled (the next launch starts them again)."""
         with cli_errors():
+            from cem_core.names import printable
             from cemctl.services.cancel import cancel_target
 
             done = cancel_target(db_url(db), runs_dir(runs), target, scale=scale)
             for c in done:
-                stdout_console().print(f"  {c.run_id}  {c.action}", markup=False, highlight=False)
+                stdout_console().print(f"  {c.run_id}  {printable(c.action)}", markup=False, highlight=False)
             stdout_console().print(f"cancelled {len(done)} run(s)", markup=False)

@@ -83,7 +83,14 @@ def db_url(value: str | None) -> str:
 
 
 def runs_dir(value: str | None) -> Path:
-    return Path(value or os.environ.get("CEMCTL_RUNS") or DEFAULT_RUNS_DIR)
+    """--runs-dir / $CEMCTL_RUNS; when neither is given, `./runs` marked as unnamed (`DefaultRunsRoot`): the
+    services then use the runs folder the results database recorded (a copied project uses its own)."""
+    named = value or os.environ.get("CEMCTL_RUNS")
+    if named:
+        return Path(named)
+    from cemctl.db.runs import DefaultRunsRoot
+
+    return DefaultRunsRoot(DEFAULT_RUNS_DIR)
 
 
 def heartbeat_timeout(value: float | None) -> float:

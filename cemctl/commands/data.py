@@ -66,12 +66,19 @@ class _Bar:
 
         if self.progress is None:
             if not self.quiet:
-                stdout_console().print(f"preparing {printable(need.label)} -> {need.base}", markup=False, soft_wrap=True)
+                stdout_console().print(f"preparing {printable(need.label)} -> {printable(need.base)}", markup=False, soft_wrap=True)
             return
         self.tasks[need.base] = self.progress.add_task(printable(need.label), total=None, counts="starting")
 
     def update(self, need: Any, info: dict[str, Any]) -> None:
         if self.progress is None:
+            return
+        if info.get("phase") in ("tokenizer", "merges"):  # the BPE tokenizer learns from the train split first
+            what = "reading its train text" if info["phase"] == "tokenizer" else "learning its merges"
+            counts = f"BPE tokenizer: {what} ({_count(info['documents'])} docs, {_bytes(info['bytes'])})"
+            total = info.get("total_bytes")
+            self.progress.update(self.tasks[need.base], total=total, completed=min(info["bytes"], total or info["bytes"]),
+                                 counts=counts)
             return
         rate = info["tokens"] / info["elapsed_s"] if info["elapsed_s"] > 0 else 0.0
         counts = f"{_count(info['documents'])} docs  {_count(info['tokens'])} tokens  {_count(rate)} tokens/s"
@@ -215,10 +222,10 @@ def clean_cmd(
                               include_unknown=include_unknown)
         verb = "would remove" if report.dry_run else "removed"
         for c in report.removed:
-            stdout_console().print(f"{verb} {c.base} ({_bytes(c.size_bytes)}; used by {', '.join(sorted(c.experiments)) or 'no recorded run'})",
+            stdout_console().print(f"{verb} {printable(c.base)} ({_bytes(c.size_bytes)}; used by {', '.join(sorted(c.experiments)) or 'no recorded run'})",
                           markup=False, highlight=False, soft_wrap=True)
         for c, why in report.refused:
-            stdout_console().print(f"kept {c.base}: {printable(why)}", markup=False, highlight=False, soft_wrap=True)
+            stdout_console().print(f"kept {printable(c.base)}: {printable(why)}", markup=False, highlight=False, soft_wrap=True)
         summary = (f"{verb} {len(report.removed)} caches ({_bytes(report.freed_bytes)}); "
                    f"{len(report.kept)} kept for runs still to train")
         if report.unknown:

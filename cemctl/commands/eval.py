@@ -71,8 +71,10 @@ def eval_command(
 
         report = evaluate_target(db_url(db), target, runs_dir(runs), steps=steps, sublayer=sublayer, device=device,
                                  scale=scale)
+    from cem_core.names import printable
+
     for note in report.notes:
-        stderr_console().print(note, markup=False)
+        stderr_console().print(printable(note), markup=False, highlight=False)
     stdout_console().print(_table(report.rows, f"test-time recursion: {report.kind} {report.name}"))
     stdout_console().print(f"{len(report.rows)} evaluations of {report.evaluated_runs} run(s) stored in evals.json and the "
                   "results database" + (f"; {len(report.notes)} run(s) skipped or failed" if report.notes else ""),

@@ -102,6 +102,9 @@ def register(app: typer.Typer) -> None:
             need_config = arms or any("." in k and not k.startswith("tag.") for k in wanted)
             timeout_s = heartbeat_timeout(heartbeat_timeout_s)
             engine, can_sync = open_status_db(db_url(db))
+            if not can_sync and not no_sync:  # the states shown are the recorded ones: say so, once
+                print("note: the results database is read-only here: states are as last recorded (the run folders "
+                      "were not read; open it with write access to bring them up to date)", file=sys.stderr, flush=True)
 
             def snapshot() -> list[Any]:
                 statuses = status_snapshot(engine, runs_dir(runs), experiment, sync=can_sync and not no_sync,

@@ -2,8 +2,9 @@
 
 Idempotent; creates rows for run dirs the database does not know (rebuilds the
 database from the files). Prints a one-line summary, then one line per run
-directory it had to skip (refused or unreadable), with the reason. Library:
-`cemctl.db.sync_runs`.
+directory it had to skip (refused or unreadable), with the reason; exit code 1
+when it skipped every run directory it found (nothing was synced), 2 (one line)
+when the runs folder does not exist. Library: `cemctl.db.sync_runs`.
 """
 
 from __future__ import annotations
@@ -31,16 +32,26 @@ def sync_command(
 ) -> None:
     """Ingest all run directories (metrics, events, heartbeats, results) into the database."""
     from cemctl.db import open_db, sync_runs
+    from cemctl.db.runs import resolve_runs_root
 
     with cli_errors():
+        from cem_core.errors import CemError
+
         engine = open_db(db_url(db))
-        stats = sync_runs(engine, runs_dir(runs), heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
+        root = resolve_runs_root(engine, runs_dir(runs))
+        if not root.is_dir():
+            raise CemError(f"--runs-dir: {root}: no runs folder there (nothing to sync)")
+        stats = sync_runs(engine, root, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
         from cemctl.db.tags import sync_tags
 
-        sync_tags(engine, runs_dir(runs))  # tags and notes: tags.json is the ground truth too
-    typer.echo(stats.summary())
+        sync_tags(engine, root)  # tags and notes: tags.json is the ground truth too
+    from cem_core.names import printable
+
+    typer.echo(printable(stats.summary()))
     for error in stats.errors:
-        stderr_console().print(f"skipped: {error}", markup=False, highlight=False, soft_wrap=True)
+        stderr_console().print(f"skipped: {printable(error)}", markup=False, highlight=False, soft_wrap=True)
+    if stats.errors and not stats.ingested:  # every run directory it found was skipped: nothing was synced
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

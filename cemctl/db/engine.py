@@ -138,16 +138,24 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK) and os.access(path.parent if str(path.parent) else ".", os.W_OK)
 
 
-def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S, create: bool = True) -> Engine:
+def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S, create: bool = True,
+            allow_memory: bool = False) -> Engine:
     """An engine on `url` with the schema at the current version (cached per process).
 
     `create=False` (`open_existing_db`): never create a file or folder; a SQLite file that
     cannot be written is opened read-only (no journal switch, no migration, no writes).
+    An in-memory SQLite database (`sqlite://`, `:memory:`) is refused: what a command recorded
+    there would vanish when it ends (`allow_memory` for cemctl's own scratch use).
     """
     try:
         u = make_url(url)
     except Exception as e:
         raise DatabaseError(f"--db: not a database URL or path: {url!r} ({e})") from None
+    if (not allow_memory and u.get_backend_name() == "sqlite"
+            and (not u.database or u.database == ":memory:" or "mode=memory" in str(u.database)
+                 or str(u.query.get("mode", "")) == "memory")):
+        raise DatabaseError(f"--db: {url!r} is an in-memory database: everything recorded would vanish when the "
+                            "command ends; give a file (e.g. --db results.db)")
     target = _sqlite_target(u)
     readonly = False
     if target is not None:

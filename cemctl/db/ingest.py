@@ -75,6 +75,7 @@ class IngestStats:
     """What one `sync_runs` call did (printed by `cemctl sync`)."""
 
     runs_seen: int = 0
+    ingested: int = 0  # run dirs read without an error
     runs_created: int = 0
     runs_changed: int = 0
     metric_rows: int = 0
@@ -136,7 +137,7 @@ def _size(path: Path) -> int:
 
 
 def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: float) -> bool:
-    if snap is None:
+    if snap is None or snap.state == "damaged":  # damage is judged again every time (it may have been repaired)
         return True
     for name, offset in ((METRICS_FILE, snap.metrics_offset), (EVENTS_FILE, snap.events_offset)):
         if _size(run_dir / name) != offset:  # new bytes (maybe a partial line: cheap to look again) or rewritten
@@ -175,8 +176,10 @@ def _create_row(session: Session, run_dir: Path, now: float) -> Run:
     """A row for a run directory the database does not know (rebuilding it from the files)."""
     from cemctl.db.runs import new_run_row
 
+    from cemctl.db.runs import stored_run_dir
+
     d, cfg = _load_config(run_dir)
-    run = new_run_row(run_dir.name, cfg, run_dir.resolve(), now)
+    run = new_run_row(run_dir.name, cfg, stored_run_dir(session.get_bind(), run_dir), now)
     run.config_json = canonical_json(d)
     run.state_reason = "found by sync"
     session.add(run)
@@ -206,14 +209,15 @@ def _config_damage(run: Run, run_dir: Path) -> str:
     return ""
 
 
-def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, result_damage: str) -> str:
+def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, result_damage: str,
+            result_present: bool = False) -> str:
     """Cross-checks of the run directory and the database; "" when they agree."""
     if result_damage:
         return result_damage
     config = _config_damage(run, run_dir)
     if config:
         return config
-    if result is None:
+    if result is None and not result_present:  # present but unreadable for now: judged again, never called gone
         recorded = session.get(Result, run.id)
         if recorded is not None and recorded.state in ("done", "diverged"):
             return (f"result.json is gone; the database recorded {recorded.state} (test loss "
@@ -238,11 +242,13 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
         event_reason=last_event.reason or "" if last_event is not None else "",
         event_time=(_mtime(run_dir / EVENTS_FILE) or last_event.time) if last_event is not None else None,
         heartbeat_time=hb_mtime,
-        damage=_damage(session, run, run_dir, result, result_damage),
+        damage=_damage(session, run, run_dir, result, result_damage, result_present=res_mtime is not None),
     )
     _apply_state(session, run, derive_state(evidence, now, timeout_s), last_event, now, out)
     if run.run_dir is None:
-        run.run_dir = str(run_dir.resolve())
+        from cemctl.db.runs import stored_run_dir
+
+        run.run_dir = stored_run_dir(session.get_bind(), run_dir)
     if out.metric_rows or out.event_rows or out.result or out.eval_rows:
         out.changed = True
     run.updated_at = now
@@ -361,7 +367,8 @@ def sync_runs(
     now: float | None = None,
     run_ids: Iterable[str] | None = None,
 ) -> IngestStats:
-    """Ingest every run dir under `runs_root` (and every known run's recorded dir).
+    """Ingest every run dir under `runs_root`: `<runs_root>/<run id>` for every known run (never a folder the
+    database recorded elsewhere: a copied project syncs its own runs) and every run folder found there.
 
     `run_ids` limits it to those runs. A bad run dir is reported in
     `stats.errors` and skipped; it never stops the others.
@@ -375,11 +382,14 @@ def sync_runs(
             q = q.where(Run.id.in_(wanted))
         snaps = {r.id: (_Snapshot.of(r), r.run_dir) for r in s.scalars(q)}
     stats = IngestStats()
+    if not root.is_dir():  # a mistyped --runs-dir must not make every known run look gone
+        stats.errors.append(f"{root}: no runs folder there (nothing synced)")
+        return stats
     dirs = _run_dirs(root, wanted, set(snaps), stats)
-    for rid, (snap, recorded) in snaps.items():
+    for rid, (snap, _recorded) in snaps.items():
         if rid in dirs:
             continue
-        path = Path(recorded) if recorded else root / rid
+        path = root / rid
         if os.path.isdir(path) or snap.result_mtime is not None or snap.state not in ("planned", "damaged"):
             dirs[rid] = path  # a known run whose folder is gone is judged by _gone; a planned one waits for its plan
     for rid, run_dir in dirs.items():
@@ -390,6 +400,7 @@ def sync_runs(
         except (CemError, OSError, ValueError, ArithmeticError) as e:  # one bad run dir never stops a sync
             stats.errors.append(" ".join(f"{run_dir}: {e}".split()) if not isinstance(e, CemError) else str(e))
             continue
+        stats.ingested += 1
         stats.runs_created += out.created
         stats.runs_changed += out.changed and not out.created
         stats.metric_rows += out.metric_rows

@@ -84,18 +84,25 @@ def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> 
 
 
 def _mtime(path: Path) -> float | None:
+    """The file's own mtime (lstat: a file replaced by a symlink changes it, whatever the link points to)."""
     try:
-        return path.stat().st_mtime
+        return path.lstat().st_mtime
     except FileNotFoundError:
         return None
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _num(value: Any, kind: type) -> Any:
+    """A number a database column can hold, or None: a huge integer (beyond 64 bits), a non-finite float or
+    anything else is dropped for that field only, never the whole run."""
     if value is None or isinstance(value, bool):
         return None
     try:
         if kind is int:
-            return int(value)
+            v = int(value)
+            return v if _INT64[0] <= v <= _INT64[1] else None
         v = float(value)
         return v if math.isfinite(v) else None
     except (TypeError, ValueError, OverflowError):
@@ -271,11 +278,18 @@ def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _
         res: Any = json.loads(runfiles.read_run_file(run_dir, RESULT_FILE))
     except RunFileError as e:
         return None, res_mtime, f"result.json: {str(e).split(': ', 1)[-1]}"
-    except (OSError, ValueError):  # being replaced, or garbled: judged again next time
-        return None, res_mtime, "result.json: not valid JSON" if res_mtime < now - 60 else ""
+    except (OSError, ValueError) as e:  # garbled or truncated (judged again next time while it is new)
+        why = "not valid JSON (truncated or garbled)" if isinstance(e, ValueError) else f"unreadable ({e.strerror or e})"
+        return None, res_mtime, f"result.json: {why}" if res_mtime < now - 60 else ""
     if not isinstance(res, dict) or res.get("state") not in RESULT_STATES:
         what = f"a JSON {type(res).__name__}" if not isinstance(res, dict) else f"state {res.get('state')!r}"
         return None, res_mtime, f"result.json: not a result ({what}; allowed states: {', '.join(RESULT_STATES)})"
+    if res["state"] == "done":  # a finished run has a test loss: a finite number >= 0 (cross-entropy, MSE)
+        loss = res.get("test_loss")
+        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss) or loss < 0:
+            shown = repr(loss)[:60]
+            return None, res_mtime, (f"result.json: state done but test_loss is {shown} "
+                                     "(allowed: a finite number >= 0)")
     if res_mtime != run.result_mtime:
         values: dict[str, Any] = {"run_id": run.id, "state": res["state"], "recorded_at": now,
                                   "result_json": json.dumps(res, sort_keys=True, default=str),

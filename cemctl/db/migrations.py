@@ -191,10 +191,13 @@ def check_current(engine: Engine) -> int:
         conn.rollback()
     if found == 0:
         raise DatabaseError("--db: the database is empty and cannot be written (read-only)")
-    if found != CURRENT_VERSION:
+    if found < CURRENT_VERSION:
         raise DatabaseError(f"--db: the results database has schema version {found}, this cemctl reads "
                             f"{CURRENT_VERSION}, and it is read-only here; open it once with write access to "
-                            "upgrade it" if found < CURRENT_VERSION else "; upgrade cemctl")
+                            "upgrade it")
+    if found > CURRENT_VERSION:
+        raise DatabaseError(f"--db: the results database has schema version {found}, newer than this cemctl reads "
+                            f"({CURRENT_VERSION}); upgrade cemctl")
     return found
 
 

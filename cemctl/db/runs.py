@@ -11,11 +11,20 @@ grid twice adds nothing; changing one value adds exactly the new runs. Known
 runs keep their state. `set_state` appends the transition to the run
 directory's events.jsonl (the ground truth) and ingests it, so the database
 and the files never disagree.
+
+Run folders are `<runs root>/<run id>`, always (`run_folder`). The runs root is
+the one the user names (`--runs-dir`, `$CEMCTL_RUNS`); else the one the database
+recorded (`resolve_runs_root`), which a SQLite database stores relative to its
+own folder: a `cp -a` copy of a project acts on its own runs, never on the
+original's. A recorded root that is not the current project's `./runs` is used
+with a one-line notice on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +59,83 @@ class PlanLike(Protocol):
     runs: Sequence[PlannedRunLike]
 
 
+class DefaultRunsRoot(type(Path())):  # type: ignore[misc]
+    """The runs folder nobody named (`./runs`): commands use the database's recorded root instead, if it has one."""
+
+
+NOTICES = logging.getLogger("cemctl.notice")  # one-line notices on stderr (logging's last-resort handler)
+_NOTICED: set[tuple[str, str]] = set()  # each notice once per process
+
+
+def run_folder(runs_root: Path | str, run_id: str) -> Path:
+    """The folder of a run: `<runs root>/<run id>`, whatever the database recorded earlier."""
+    return Path(runs_root) / run_id
+
+
+def db_folder(engine: Engine) -> Path | None:
+    """The folder of a SQLite database file (None for other databases)."""
+    from cemctl.db.engine import sqlite_path
+
+    try:
+        path = sqlite_path(engine.url.render_as_string(hide_password=False))
+    except Exception:  # noqa: BLE001 - not a URL this code can read a file from
+        return None
+    return path.resolve().parent if path is not None else None
+
+
+def stored_run_dir(engine: Engine, run_dir: Path | str) -> str:
+    """What the database records as a run's folder: relative to the SQLite database's own folder when it lies
+    below it (so a copied project keeps working), else absolute. Informational: folders are always
+    `<runs root>/<run id>`; the record only tells which runs root the project used."""
+    path = Path(os.path.abspath(run_dir))
+    base = db_folder(engine)
+    if base is not None:
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def recorded_runs_root(engine: Engine) -> Path | None:
+    """The runs root of the most recently recorded run (relative records are below the database's folder)."""
+    from cemctl.db.engine import read_session
+
+    with read_session(engine) as s:
+        recorded = s.scalars(select(Run.run_dir).where(Run.run_dir.is_not(None))
+                             .order_by(Run.created_at.desc(), Run.id).limit(1)).first()
+    if not recorded:
+        return None
+    path = Path(recorded)
+    if not path.is_absolute():
+        base = db_folder(engine)
+        path = (base / path) if base is not None else Path(os.path.abspath(path))
+    return path.parent
+
+
+def resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
+    """The runs root a command uses: the one named (`--runs-dir`, `$CEMCTL_RUNS`); else (a `DefaultRunsRoot`,
+    or None) the one the database recorded, with a one-line notice when that is not `./runs`; else `./runs`."""
+    if runs_root is not None and not isinstance(runs_root, DefaultRunsRoot):
+        return Path(runs_root)
+    default = Path(runs_root) if runs_root is not None else Path("runs")
+    recorded = recorded_runs_root(engine) if engine is not None else None
+    if recorded is None:
+        return Path(str(default))
+    key = (os.path.realpath(recorded), os.path.realpath(default))
+    if key[0] != key[1] and key not in _NOTICED:
+        _NOTICED.add(key)
+        NOTICES.warning(f"note: using the runs folder {recorded} that the results database recorded (not "
+                        f"{os.path.abspath(default)}); give --runs-dir to use another")
+    return recorded
+
+
 def run_config(run: Run) -> RunConfig:
     """The resolved RunConfig stored with a run."""
     return RunConfig.from_dict(json.loads(run.config_json))
 
 
-def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | None, now: float) -> Run:
+def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | str | None, now: float) -> Run:
     from cem_core.config import total_steps
     from cem_core.counts import run_counts
 
@@ -117,16 +197,18 @@ class RecordedPlan:
 def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> RecordedPlan:
     """Record the experiment and its runs (idempotent).
 
-    Links are kept per plan key (scale, `--set` overrides): this plan replaces the
-    links of its own key only, so the runs of other scales and override sets stay
-    linked (and shown). Runs dropped from the grid stay in `runs` with their
-    results. A grid file other than the experiment's own (another path with
-    other content) raises `ExperimentClash`.
+    Links are kept per plan key (scale, `--set` overrides): this plan refreshes the
+    links of its own runs (`planned_at` = now), so the runs of other scales and
+    override sets stay linked (and shown). Runs that left the grid (an edited axis
+    value, a dropped seed, a new [[exclude]]) keep their older link: they are
+    "no longer in the grid" (`in_grid_case`), still listed by status and report,
+    never launched by name again. A grid file other than the experiment's own
+    (another path with other content) raises `ExperimentClash`.
     """
     from cem_core.names import check_experiment_name
 
     check_experiment_name(plan.name, plan.path or None)  # it names folders (reports/<name>): never a path
-    root = Path(runs_root).resolve()
+    root = Path(str(runs_root)).resolve()
     key = overrides_key(getattr(plan, "plan_overrides", plan.overrides))
 
     def write() -> RecordedPlan:
@@ -157,18 +239,20 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
                     known[run.id] = run
             for pr in plan.runs:
                 if pr.run_id not in known:
-                    run = new_run_row(pr.run_id, pr.config, root / pr.run_id, now)
+                    run = new_run_row(pr.run_id, pr.config, stored_run_dir(engine, root / pr.run_id), now)
                     run.config_mtime = _mtime(root / pr.run_id / CONFIG_FILE)  # the config.json just planned
                     s.add(run)
                     s.add(RunEvent(run_id=pr.run_id, time=now, state="planned", reason=f"planned by {plan.name}", source="derived"))
                     known[pr.run_id] = run
                     created.add(pr.run_id)
-                elif not known[pr.run_id].run_dir:
-                    known[pr.run_id].run_dir = str(root / pr.run_id)
+                else:  # the runs root this project uses now
+                    known[pr.run_id].run_dir = stored_run_dir(engine, root / pr.run_id)
             s.flush()
-            s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id,
-                                                  ExperimentRun.scale == plan.scale,
-                                                  ExperimentRun.overrides_json == key))
+            for chunk in range(0, len(ids), 500):  # this plan's runs are re-linked; the others keep their old link
+                s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id,
+                                                      ExperimentRun.scale == plan.scale,
+                                                      ExperimentRun.overrides_json == key,
+                                                      ExperimentRun.run_id.in_(ids[chunk : chunk + 500])))
             s.add_all(
                 ExperimentRun(
                     experiment_id=exp.id,
@@ -185,6 +269,23 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
             return RecordedPlan(exp.id, {rid: known[rid].state for rid in ids}, created)
 
     return retry_locked(write)
+
+
+def latest_plans() -> Any:
+    """Subquery: (experiment_id, scale, overrides_json, latest) = when each plan key was last planned."""
+    return (select(ExperimentRun.experiment_id, ExperimentRun.scale, ExperimentRun.overrides_json,
+                   func.max(func.coalesce(ExperimentRun.planned_at, 0.0)).label("latest"))
+            .group_by(ExperimentRun.experiment_id, ExperimentRun.scale, ExperimentRun.overrides_json).subquery())
+
+
+def in_grid_case(latest: Any) -> Any:
+    """1 for a link made by the latest plan of its key (the run is in the grid), 0 for one that left it."""
+    return case((func.coalesce(ExperimentRun.planned_at, 0.0) >= latest.c.latest, 1), else_=0)
+
+
+def join_latest(q: Any, latest: Any) -> Any:
+    return q.join(latest, (latest.c.experiment_id == ExperimentRun.experiment_id) & (latest.c.scale == ExperimentRun.scale)
+                  & (latest.c.overrides_json == ExperimentRun.overrides_json))
 
 
 def get_run(engine: Engine, run_id: str) -> Run | None:
@@ -209,10 +310,12 @@ def list_runs(
     run_ids: Iterable[str] | None = None,
     *,
     scale: str | None = None,
+    in_grid_only: bool = False,
 ) -> list[Run]:
     """Runs (in grid order for an experiment, else by creation), optionally filtered by state/ids.
 
-    An experiment's runs are those of every plan key (each run once), or of one `scale`.
+    An experiment's runs are those of every plan key (each run once), or of one `scale`; with
+    `in_grid_only`, not the runs that left the grid (`cemctl launch EXPERIMENT` starts only those in it).
     Raises CemError for an unknown experiment or state (naming the known ones).
     """
     with read_session(engine) as s:
@@ -222,12 +325,16 @@ def list_runs(
             if exp is None:
                 known = ", ".join(s.scalars(select(Experiment.name).order_by(Experiment.name))) or "none yet; run cemctl plan"
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known})")
-            links = select(ExperimentRun.run_id, func.min(ExperimentRun.position).label("pos")).where(
+            latest = latest_plans()
+            links = join_latest(select(ExperimentRun.run_id, func.min(ExperimentRun.position).label("pos"),
+                                       func.max(in_grid_case(latest)).label("in_grid")), latest).where(
                 ExperimentRun.experiment_id == exp.id)
             if scale is not None:
                 links = links.where(ExperimentRun.scale == scale)
             links = links.group_by(ExperimentRun.run_id).subquery()
-            q = q.join(links, links.c.run_id == Run.id).order_by(links.c.pos, Run.id)
+            q = q.join(links, links.c.run_id == Run.id).order_by(links.c.in_grid.desc(), links.c.pos, Run.id)
+            if in_grid_only:
+                q = q.where(links.c.in_grid == 1)
         else:
             q = q.order_by(Run.created_at, Run.id)
         if states is not None:
@@ -310,12 +417,14 @@ def set_state(
     job_id: str | None = None,
     attempt: int | None = None,
     time_s: float | None = None,
+    runs_root: Path | str | None = None,
     **fields: Any,
 ) -> Run:
-    """Record a state transition: append it to events.jsonl, then ingest the run.
+    """Record a state transition: append it to `<runs root>/<run id>/events.jsonl`, then ingest the run.
 
-    Extra `fields` (host, pid, ...) go into the event line. Returns the updated
-    row. Raises CemError for an unknown run or state.
+    `runs_root`: the project's runs folder (default: the one the database recorded). Extra `fields`
+    (host, pid, ...) go into the event line. Returns the updated row. Raises CemError for an unknown
+    run or state.
     """
     from cemctl.db.ingest import ingest_run
     from cem_core.runfiles import append_event
@@ -325,10 +434,12 @@ def set_state(
     run = get_run(engine, run_id)
     if run is None:
         raise CemError(f"run: unknown run id {run_id!r}")
-    if not run.run_dir:
-        raise CemError(f"run {run_id}: no run directory recorded")
-    append_event(run.run_dir, state, reason, time_s=time_s, executor=executor, job_id=job_id, attempt=attempt, **fields)
-    ingest_run(engine, run.run_dir)
+    root = runs_root if runs_root is not None else recorded_runs_root(engine)
+    if root is None:
+        raise CemError(f"run {run_id}: no runs folder given or recorded")
+    run_dir = run_folder(root, run_id)
+    append_event(run_dir, state, reason, time_s=time_s, executor=executor, job_id=job_id, attempt=attempt, **fields)
+    ingest_run(engine, run_dir)
     updated = get_run(engine, run_id)
     assert updated is not None
     return updated

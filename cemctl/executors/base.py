@@ -94,6 +94,11 @@ class Executor(abc.ABC):
     def cancel(cls, run_dir: Path, job: JobRecord) -> str:
         """Stop the recorded job; returns a one-line description of what was done."""
 
+    @classmethod
+    def gone_reason(cls, run_dir: Path, job: JobRecord) -> str:
+        """Why a job `alive` called gone is not running, in words (the stale reason status records)."""
+        return f"{cls.name} job {job.job_id} is no longer queued or running and never reported"
+
 
 def pid_alive(pid: int | None) -> bool:
     if not pid:
@@ -155,6 +160,8 @@ def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
         return "failed", f"refused to start: {_last_log_line(run_dir) or 'bad configuration (see its logs)'}", False
     if returncode == 3:
         return "diverged", "exit code 3 (diverged) without result.json", False
+    if returncode == runfiles.EXIT_PREEMPTED:  # the trainer checkpointed its step and recorded a `stale` event
+        return "stale", "preempted: it checkpointed its last step and stopped; resumable from that checkpoint", False
     rc = returncode if returncode is not None else -1
     if rc < 0:
         try:

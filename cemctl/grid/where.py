@@ -84,7 +84,7 @@ def _equal(a: Any, b: Any) -> bool:
 def _value(text: str) -> Any:
     from cemctl.grid.overrides import parse_value
 
-    return parse_value(text.strip())
+    return parse_value(text.strip(), "--where")
 
 
 def resolve_key(key: str, known: Sequence[str] = ()) -> str:

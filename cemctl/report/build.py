@@ -161,6 +161,18 @@ def mark_notes(runs: "pd.DataFrame") -> list[str]:
     return [f"{label}: {', '.join(items)}" for label, items in by_label.items()]
 
 
+def grid_notes(runs: "pd.DataFrame") -> list[str]:
+    """A note naming the runs an edited grid no longer holds (their results stay in the report and runs.csv)."""
+    if "in_grid" not in runs.columns:
+        return []
+    left = runs[~runs["in_grid"].astype(bool)]
+    if left.empty:
+        return []
+    ids = ", ".join(left["run_id"].astype(str).head(5)) + (", ..." if len(left) > 5 else "")
+    return [f"{len(left)} run(s) are no longer in the grid (planned by an earlier version of the grid file): "
+            f"{ids}; their results are kept in this report and in runs.csv (column in_grid)"]
+
+
 def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
     counts = {"runs": int(len(runs)) + int(problems["state"].eq("missing").sum())}
     if "state" in runs.columns:
@@ -238,13 +250,15 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
         parts = render_parts(info, runs, curves, include_curves=include_curves)
     if extras is not None:
         parts.extend(extras)
-    parts.notes += mark_notes(runs)
+    parts.notes += mark_notes(runs) + grid_notes(runs)
     parts.tables += claims_tables(runs, info.claims)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
     tmp = new_build_dir(out_dir)
     try:
         result = _write(info, runs, parts, problems, tmp, formats, dpi)
-        swap_in(tmp, out_dir)
+        kept = swap_in(tmp, out_dir)
+        if kept is not None:
+            result.notes.append(f"the previous report held files cemctl did not write: they are kept in {kept}")
     finally:
         for fp in parts.figures:  # free the figures' memory
             fp.figure.clear()
@@ -282,7 +296,9 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
         if tp.name != "missing_and_failed":
             (lead if tp.lead else tables).append(IndexTable(tp.name, tp.caption, tp.frame,
                                                             {fmt: f"tables/{p.name}" for fmt, p in paths.items()}))
-    runs.to_csv(out / "runs.csv", index=False)
+    from cemctl.report.tables import write_csv
+
+    write_csv(runs, out / "runs.csv")  # text cells with their control characters escaped
     counts = _counts(runs, problems)
     result.counts, result.notes = counts, list(dict.fromkeys(parts.notes))
     grid = info.grid_path or "unknown"
@@ -327,8 +343,14 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     from cemctl.db.runs import get_experiment, list_experiments, list_runs, pick_scale, scale_summaries
     from cemctl.report.frame import curves_from_run_dirs, load_curves, load_runs
 
+    from cemctl.db.runs import resolve_runs_root
+
     engine = open_existing_db(db_url)  # never creates a database; read-only where it cannot be written
+    stale_note = ("the results database was read-only: results are as last recorded (the run folders were not read)"
+                  if sync and is_readonly(engine) else "")
     sync = sync and not is_readonly(engine)
+    if runs_root is not None:
+        runs_root = resolve_runs_root(engine, runs_root)
     exp = get_experiment(engine, experiment)
     if exp is None:
         known = ", ".join(e.name for e in list_experiments(engine)) or "none yet; run cemctl plan FILE"
@@ -365,5 +387,8 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     out = Path(out_dir) if out_dir is not None else Path("reports") / experiment
     from cemctl.report.figures import extra_parts
 
+    extras = extra_parts(engine, runs)
+    if stale_note:
+        extras.notes.append(stale_note)
     return build_report(info, runs, curves, out, formats=formats, include_curves=include_curves, dpi=dpi,
-                        extras=extra_parts(engine, runs))
+                        extras=extras)

@@ -98,27 +98,33 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None,
     With `experiment=None`: the runs of every experiment, each (run, scale) once (`cemctl claims`).
     Result values come from `results` (the run's result.json) with the run row's summary as
     fallback; scalar keys of result.json the table has no column for (e.g. `test_rmse`) become
-    columns too. `scale` and `marks` (the grid's [[mark]] labels, "; "-joined) are columns.
-    `unlinked` (with `experiment=None`): also the runs no experiment links (a database rebuilt by
-    `cemctl sync` from run folders alone), with an empty experiment and scale.
+    columns too. `scale`, `experiment` (the experiments linking it) and `marks` (the grid's [[mark]]
+    labels, "; "-joined) are columns, and `in_grid`: False for a run an edited grid no longer holds
+    (kept when it has an outcome: a finished result never vanishes from a report; one that never ran
+    is left out, it will not run). `unlinked` (with `experiment=None`): also the runs no experiment
+    links (a database rebuilt by `cemctl sync` from run folders alone), with an empty experiment and scale.
     """
     import pandas as pd
     from sqlalchemy import func, literal, null, select
 
     from cemctl.db.models import Experiment, ExperimentRun, Result, Run
+    from cemctl.db.runs import in_grid_case, join_latest, latest_plans
 
+    results = (
+        func.coalesce(Result.params_total, Run.params_total).label("params_total"),
+        func.coalesce(Result.params_non_embedding, Run.params_non_embedding).label("params_non_embedding"),
+        func.coalesce(Result.flops_per_token, Run.flops_per_token).label("flops_per_token"),
+        func.coalesce(Result.tokens, Run.tokens).label("tokens"),
+        Result.train_flops.label("flops"), Result.steps, Result.test_ppl, Result.val_ppl, Result.test_loss,
+        Result.val_loss, Result.wall_time_s, Result.error, Result.diverged_step, Result.result_json,
+    )
+    latest = latest_plans()
     stmt = (
         select(
             Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
             Run.error.label("run_error"), ExperimentRun.position, ExperimentRun.scale.label("scale"),
-            Experiment.name.label("experiment"),
-            ExperimentRun.marks_json, ExperimentRun.planned_at,
-            func.coalesce(Result.params_total, Run.params_total).label("params_total"),
-            func.coalesce(Result.params_non_embedding, Run.params_non_embedding).label("params_non_embedding"),
-            func.coalesce(Result.flops_per_token, Run.flops_per_token).label("flops_per_token"),
-            func.coalesce(Result.tokens, Run.tokens).label("tokens"),
-            Result.train_flops.label("flops"), Result.steps, Result.test_ppl, Result.val_ppl, Result.test_loss,
-            Result.val_loss, Result.wall_time_s, Result.error, Result.diverged_step, Result.result_json,
+            Experiment.name.label("experiment"), ExperimentRun.marks_json, ExperimentRun.planned_at, *results,
+            in_grid_case(latest).label("in_grid"),
         )
         .select_from(ExperimentRun)
         .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
@@ -126,6 +132,7 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None,
         .outerjoin(Result, Result.run_id == Run.id)
         .order_by(ExperimentRun.planned_at.desc(), ExperimentRun.position)
     )
+    stmt = join_latest(stmt, latest)
     if experiment is not None:
         stmt = stmt.where(Experiment.name == experiment)
     if scale is not None:
@@ -136,13 +143,13 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None,
             lone = (select(Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
                            Run.error.label("run_error"), literal(0).label("position"), literal("").label("scale"),
                            literal("").label("experiment"), literal("[]").label("marks_json"),
-                           null().label("planned_at"),
-                           *[c for c in stmt.selected_columns][10:])
+                           null().label("planned_at"), *results, literal(1).label("in_grid"))
                     .select_from(Run).outerjoin(Result, Result.run_id == Run.id)
                     .where(Run.id.not_in(select(ExperimentRun.run_id))).order_by(Run.created_at))
             extra = pd.read_sql(lone, conn)
             if not extra.empty:
                 raw = pd.concat([raw, extra], ignore_index=True) if not raw.empty else extra
+    raw = raw.sort_values("in_grid", ascending=False, kind="stable")  # a run in some grid is taken from that link
     records, seen = [], set()
     names: dict[Any, list[str]] = {}
     for rec in raw.to_dict("records"):
@@ -153,6 +160,9 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None,
         if key in seen:  # linked by several plan keys (or experiments): once, from its latest plan
             continue
         seen.add(key)
+        in_grid = bool(rec.pop("in_grid"))
+        if not in_grid and rec["state"] not in ("done", "diverged", "failed", "damaged"):
+            continue  # left the grid before it ran: it never will
         rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
         rec["error"] = rec.get("error") or rec.pop("run_error", None)
         extra = json.loads(rec.pop("result_json", None) or "{}")
@@ -160,11 +170,12 @@ def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None,
         marks = json.loads(rec.pop("marks_json", None) or "[]")
         rec["extra"]["marks"] = "; ".join(str(m) for m in marks)
         rec["extra"]["scale"] = rec.pop("scale", None) or ""
-        rec["extra"]["experiment"] = names[key]  # filled in below, once every link was seen
+        rec["extra"]["in_grid"] = in_grid
+        rec["extra"]["experiment"] = names[key]  # joined below, once every link was seen
+        rec.pop("experiment", None)
         records.append(rec)
     for rec in records:
         rec["extra"]["experiment"] = ", ".join(rec["extra"]["experiment"])
-        rec.pop("experiment", None)
     return runs_frame(records)
 
 
@@ -193,18 +204,24 @@ def load_curves(engine: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
 
 
 def curves_from_run_dirs(runs_root: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
-    """The same curves read from `<runs_root>/<run_id>/metrics.jsonl` (a truncated last line is skipped)."""
+    """The same curves read from `<runs_root>/<run_id>/metrics.jsonl` (a truncated last line is skipped), through
+    the confined run-file reader: a metrics file linked out of its run, a FIFO or a device is skipped, unread."""
     from pathlib import Path
+
+    from cem_core import runfiles
 
     rows = []
     for rid in run_ids:
-        path = Path(runs_root) / rid / "metrics.jsonl"
-        if not path.is_file():
+        try:
+            data = runfiles.read_run_file(Path(runs_root) / rid, runfiles.METRICS_FILE, max_bytes=runfiles.MAX_LOG_BYTES)
+        except (OSError, runfiles.RunFileError):
             continue
-        for line in path.read_text(errors="replace").splitlines():
+        for line in data.decode(errors="replace").splitlines():
             try:
                 m = json.loads(line)
             except json.JSONDecodeError:
+                continue
+            if not isinstance(m, dict):
                 continue
             if m.get("kind") == "train":
                 rows.append({"run_id": rid, "step": m.get("step"), "tokens": m.get("tokens"),

@@ -62,14 +62,20 @@ def _links(files: dict[str, str], skip: str = "") -> list[tuple[str, str]]:
     return [(fmt, f) for fmt, f in files.items() if fmt != skip]
 
 
+def md_text(text: object) -> str:
+    """User text as Markdown prose: control characters escaped, and `<`, `>`, `&` as entities (Markdown passes
+    raw HTML through: a description holding `<script>` must stay text)."""
+    return html.escape(printable(text), quote=False)
+
+
 def render_markdown(c: IndexContent) -> str:
-    out = [f"# {printable(c.title)}", ""]
-    out += [f"- **{k}**: {printable(v)}" for k, v in c.header]
+    out = [f"# {md_text(c.title)}", ""]
+    out += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in c.header]
     out.append("")
     if c.notes:
-        out += ["## Notes", ""] + [f"- {printable(n)}" for n in c.notes] + [""]
+        out += ["## Notes", ""] + [f"- {md_text(n)}" for n in c.notes] + [""]
     for t in c.lead:
-        out += [f"## {t.name.capitalize()}", "", t.caption, "", to_markdown(t.frame).rstrip(), ""]
+        out += [f"## {t.name.capitalize()}", "", md_text(t.caption), "", to_markdown(t.frame).rstrip(), ""]
         out += ["Files: " + ", ".join(f"[{fmt.upper()}]({p})" for fmt, p in _links(t.files, "md")), ""]
     if c.figures:
         out += ["## Figures", ""]
@@ -77,14 +83,14 @@ def render_markdown(c: IndexContent) -> str:
             out += [f"### {f.name}", ""]
             if "png" in f.files:
                 out += [f"![{f.name}]({f.files['png']})", ""]
-            out += [f.caption, ""]
+            out += [md_text(f.caption), ""]
             links = _links(f.files, "png")
             if links:
                 out += ["Files: " + ", ".join(f"[{fmt.upper()}]({p})" for fmt, p in links), ""]
     if c.tables:
         out += ["## Tables", ""]
         for t in c.tables:
-            out += [f"### {t.name}", "", t.caption, "", to_markdown(t.frame).rstrip(), ""]
+            out += [f"### {t.name}", "", md_text(t.caption), "", to_markdown(t.frame).rstrip(), ""]
             out += ["Files: " + ", ".join(f"[{fmt.upper()}]({p})" for fmt, p in _links(t.files, "md")), ""]
     out += ["## Missing and failed runs", ""]
     if c.problems is None or c.problems.empty:

@@ -1,42 +1,42 @@
-"""Output folders cemctl owns (`cemctl report --out DIR`, `cemctl claims --out DIR`): replaced only if ours.
+"""Output folders cemctl owns (`cemctl report --out DIR`, `cemctl claims --out DIR`): replaced only if ours, by proof.
 
 A report is built in a temporary sibling folder and swapped in as a whole, so a
 failure never leaves half a report. The folder it replaces must be one an
-earlier report made: each holds `.cemctl-output.json`, the marker listing every
-file the report wrote. Anything else is refused with one line and nothing is
-touched: an existing file, device or link, a folder holding a file the report
-did not write (the user's notes, a checkout, the working folder of `--out .`).
-An empty folder is taken over.
+earlier run of the same command made: it holds the manifest `.cemctl-output.json`
+(`cem_core.runfiles.manifest`) listing every file written, each with its size and
+sha256, and every file in it must still be exactly that. Anything else is refused
+with one line and nothing is touched: an existing file, device or link, a folder
+without the manifest (whatever its files look like: a docs or site folder with
+an index.md and figures/ is the user's), a folder holding a file the report did
+not write or one the user edited, a manifest that is a link, a FIFO or another
+command's (`cemctl claims` never replaces a report folder). An empty folder is
+taken over. After the swap only the files the old manifest lists are deleted.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 import stat
 import tempfile
 import uuid
 from pathlib import Path
 
 from cem_core.errors import CemError
+from cem_core.runfiles.manifest import (
+    ManifestError,
+    audit_folder,
+    listing,
+    prune_empty_folders,
+    read_manifest,
+    remove_owned,
+    write_manifest,
+)
 
 MARKER = ".cemctl-output.json"
-# Reports written before the marker existed: only these files, nothing else, count as ours.
-LEGACY_REPORT = re.compile(r"(index\.md|index\.html|runs\.csv|figures/[\w.-]+\.(png|pdf|svg)|tables/[\w.-]+\.(md|csv|tex))")
 
 
 class OutputRefused(CemError):
     """The output path holds something cemctl did not write."""
-
-
-def _listing(folder: Path) -> list[str]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            out.append(os.path.relpath(os.path.join(dirpath, name), folder))
-    return sorted(out)
 
 
 def check_output_dir(path: Path | str, *, what: str = "report") -> Path:
@@ -52,21 +52,20 @@ def check_output_dir(path: Path | str, *, what: str = "report") -> Path:
     if not stat.S_ISDIR(st.st_mode):
         kind = "file" if stat.S_ISREG(st.st_mode) else "special file"
         raise OutputRefused(f"--out: {out}: refused: an existing {kind}, not a {what} folder (give a new folder)")
-    present = _listing(out)
+    present = listing(out)
     if not present:
         return out
+    if MARKER not in present:
+        raise OutputRefused(f"--out: {out}: refused: the folder holds files cemctl did not write (e.g. {present[0]}; "
+                            f"no {MARKER} lists them); give a new folder")
     try:
-        marker = json.loads((out / MARKER).read_text())
-        owned = set(marker.get("files", [])) | {MARKER}
-    except (OSError, ValueError, AttributeError):
-        if what == "report" and all(LEGACY_REPORT.fullmatch(p) for p in present):
-            return out  # a report written before the marker existed, untouched since
-        raise OutputRefused(f"--out: {out}: refused: the folder holds files cemctl did not write "
-                            f"(e.g. {present[0]}); give a new folder") from None
-    foreign = [p for p in present if p not in owned]
-    if foreign:
-        raise OutputRefused(f"--out: {out}: refused: an earlier {what} folder that now also holds {foreign[0]}"
-                            f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}; move them or give a new folder")
+        manifest = read_manifest(out, MARKER, what=what)
+    except ManifestError as e:
+        raise OutputRefused(f"--out: {out}: refused: {str(e).split(': ', 1)[-1]}; give a new folder") from None
+    audit = audit_folder(out, manifest)
+    if audit.kept:
+        raise OutputRefused(f"--out: {out}: refused: an earlier {what} folder that now also holds "
+                            f"{audit.describe_kept(1)}; move it or give a new folder")
     return out
 
 
@@ -78,10 +77,11 @@ def new_build_dir(out: Path) -> Path:
     return tmp
 
 
-def swap_in(tmp: Path, out: Path, *, what: str = "report") -> None:
-    """Mark `tmp` as cemctl's (listing its files) and put it in place of `out`, which must pass the check again."""
-    files = _listing(tmp)
-    (tmp / MARKER).write_text(json.dumps({"written_by": "cemctl", "what": what, "files": files}, indent=1) + "\n")
+def swap_in(tmp: Path, out: Path, *, what: str = "report") -> Path | None:
+    """Write the manifest of `tmp` (every file, its size and sha256) and put `tmp` in place of `out`, which must
+    pass the check again. Of the old folder only the files its manifest lists are deleted; returns the folder
+    it was moved to when something else appeared in it meanwhile (kept there), else None."""
+    write_manifest(tmp, what=what, name=MARKER)
     check_output_dir(out, what=what)  # re-checked: nothing foreign may have appeared meanwhile
     old = None
     if os.path.lexists(out):
@@ -94,5 +94,13 @@ def swap_in(tmp: Path, out: Path, *, what: str = "report") -> None:
         if old is not None:
             old.rename(out)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    if old is None:
+        return None
+    if not os.path.lexists(old / MARKER):  # an empty folder taken over
+        prune_empty_folders(old)
+    else:
+        try:
+            remove_owned(old, read_manifest(old, MARKER, what=what))
+        except ManifestError:
+            pass  # replaced meanwhile: the whole old folder is kept where it was moved
+    return old if os.path.lexists(old) else None

@@ -13,7 +13,6 @@ leaves half a file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -34,13 +33,10 @@ def record_path(path: Path) -> Path:
 
 
 def _digest(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-            size += len(block)
-    return size, h.hexdigest()
+    from cem_core.runfiles.manifest import file_digest  # the one size-and-sha256 of a regular file
+
+    entry = file_digest(path)
+    return entry.size, entry.sha256
 
 
 def owned(path: Path) -> bool:

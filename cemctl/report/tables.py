@@ -48,9 +48,12 @@ def _rows(frame: "pd.DataFrame") -> Iterable[list[str]]:
 
 
 def to_markdown(frame: "pd.DataFrame") -> str:
-    """A GitHub-flavoured Markdown table (pipes in cells escaped)."""
+    """A GitHub-flavoured Markdown table (pipes in cells escaped; control characters escaped; `<`, `>` and `&`
+    as entities, so a cell is never raw HTML)."""
+    import html
+
     def esc(s: str) -> str:
-        return printable(s.replace("\n", " ")).replace("|", "\\|")
+        return html.escape(printable(s.replace("\n", " ")), quote=False).replace("|", "\\|")
 
     header = [esc(str(c)) for c in frame.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -85,8 +88,21 @@ def to_latex(frame: "pd.DataFrame", *, caption: str = "", label: str = "") -> st
     return "\n".join(lines) + "\n"
 
 
+def csv_safe(frame: "pd.DataFrame") -> "pd.DataFrame":
+    """`frame` with the control characters of its text cells (and column names) escaped (`printable`): a CSV
+    opened in a terminal or a spreadsheet shows them, never obeys them. Numbers are untouched."""
+    from pandas.api.types import is_string_dtype
+
+    out = frame.copy()
+    out.columns = [printable(c) if isinstance(c, str) else c for c in out.columns]
+    for col in out.columns:
+        if out[col].dtype == object or is_string_dtype(out[col].dtype):
+            out[col] = out[col].map(lambda v: printable(v) if isinstance(v, str) else v)
+    return out
+
+
 def write_csv(frame: "pd.DataFrame", path: Path) -> Path:
-    frame.to_csv(path, index=False)
+    csv_safe(frame).to_csv(path, index=False)
     return path
 
 

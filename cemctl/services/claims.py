@@ -182,11 +182,19 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
     from cemctl.report.frame import load_runs
     from cemctl.report.index import git_commit
 
+    from cemctl.db.runs import resolve_runs_root
+
     engine = open_existing_db(db_url)
+    if runs_root is not None:
+        runs_root = resolve_runs_root(engine, runs_root)
     if sync and not is_readonly(engine) and runs_root is not None and Path(runs_root).is_dir():
         from cemctl.db.ingest import sync_runs
 
         sync_runs(engine, runs_root)
+    if out_dir is not None:  # a folder cemctl may not replace is refused before any work
+        from cemctl.report.outdir import check_output_dir
+
+        check_output_dir(out_dir, what="claims")
     claims = gather_claims(engine)
     if not claims:
         raise CemError("claims: no recorded grid declares a [[claim]] (plan the figure grids first, e.g. "
@@ -202,6 +210,7 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
     if out_dir is None:
         return result
     from cemctl.report.outdir import check_output_dir, new_build_dir, swap_in
+    from cemctl.report.tables import write_csv
 
     out = check_output_dir(out_dir, what="claims")
     tmp = new_build_dir(out)
@@ -216,8 +225,8 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
         (tmp / "claims.md").write_text(claims_markdown(parts, verdicts, header))
         csv_cols = [c for c in CSV_COLUMNS if c in parts.columns] + \
             [c for c in ("seeds_for_80pct_power", "next") if c in parts.columns]
-        parts[csv_cols].to_csv(tmp / "claims.csv", index=False)
-        verdicts.to_csv(tmp / "claims_summary.csv", index=False)
+        write_csv(parts[csv_cols], tmp / "claims.csv")  # text cells with their control characters escaped
+        write_csv(verdicts, tmp / "claims_summary.csv")
         fig = claims_figure(parts)
         for fmt in formats:
             fig.savefig(tmp / f"claims.{fmt}", dpi=150, format=fmt)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from cem_core import runfiles
 from cem_core.config import RunConfig
 from cem_core.errors import CemError
 from cemctl.services.targets import looks_like_file
@@ -102,7 +102,7 @@ def target_configs(target: str, *, scale: str | None, overrides: dict[str, Any],
     resolved = resolve_runs(engine, target, runs_root, scale=scale)
     if resolved.kind != "experiment":
         raise CemError(f"data prepare: {target!r} is a run; give its experiment or grid file")
-    rows = list_runs(engine, experiment=resolved.name, scale=scale)
+    rows = list_runs(engine, experiment=resolved.name, scale=scale, in_grid_only=True)
     return resolved.name, [(resolved.name, r.id, RunConfig.from_dict(json.loads(r.config_json))) for r in rows]
 
 
@@ -114,11 +114,16 @@ class Prepared:
     built: bool  # False: it was already there
 
 
-def prepare_needs(needs: list[DataNeed], *, workers: int = 1,
+def prepare_needs(needs: list[DataNeed], *, workers: int = 1, workers_option: str = "--workers",
                   progress: Callable[[DataNeed, dict[str, Any]], None] | None = None,
                   on_start: Callable[[DataNeed], None] | None = None) -> list[Prepared]:
-    """Prepare every missing cache of `needs` (an existing, large enough one is only opened)."""
+    """Prepare every missing cache of `needs` (an existing, large enough one is only opened); `workers` is at most
+    4 per CPU core (ConfigError naming --workers otherwise)."""
     from cem_core.data.prepare import DEFAULT_TEST_TOKENS, DEFAULT_VAL_TOKENS, find_prepared, prepare_data
+
+    from cemctl.executors.local.executor import check_workers
+
+    check_workers(workers, workers_option)
 
     done = []
     for need in needs:
@@ -154,7 +159,8 @@ def check_launch_data(configs: list[tuple[str, str, RunConfig]], *, may_prepare:
             f"data not prepared for {len(first.run_ids)} run(s) of {experiment} ({first.label}"
             f"{', and %d more caches' % (len(missing) - 1) if len(missing) > 1 else ''}): run "
             f"`cemctl data prepare {experiment}{scale_opt}` on this node first, or launch with --prepare")
-    return prepare_needs(missing, workers=workers, progress=progress, on_start=on_start) if missing else []
+    return (prepare_needs(missing, workers=workers, workers_option="--data-workers", progress=progress,
+                          on_start=on_start) if missing else [])
 
 
 # ---------------------------------------------------------------- info and clean
@@ -189,10 +195,20 @@ def _size(path: Path) -> int:
     return total
 
 
-def _ours(name: str) -> bool:
-    """An entry a cemctl build writes into a cache folder: g<N>, .g<N>.*.tmp, .shards."""
-    return (name.startswith("g") and name[1:].isdigit()) or (name.startswith(".g") and name.endswith(".tmp")) \
-        or name == ".shards"
+def _generation(entry: Path) -> bool:
+    return entry.name.startswith("g") and entry.name[1:].isdigit() and entry.is_dir() and not entry.is_symlink()
+
+
+def _provable(entry: Path) -> bool:
+    """An entry of a cache folder that a build proves it wrote: a generation with its manifest, or the chunks of
+    an interrupted build (their records list their files' hashes). Checked by name here (cheap, for `info`);
+    `clean` checks every byte before it deletes."""
+    from cem_core.data.prepare import SHARDS
+    from cem_core.runfiles.manifest import DEFAULT_NAME
+
+    if _generation(entry):
+        return os.path.lexists(entry / DEFAULT_NAME)
+    return entry.name == SHARDS and entry.is_dir() and not entry.is_symlink()
 
 
 def _scan_root(root: Path) -> list[CacheInfo]:
@@ -201,19 +217,16 @@ def _scan_root(root: Path) -> list[CacheInfo]:
         return []
     out = []
     for base in sorted(p for p in packed.iterdir() if p.is_dir() and not p.is_symlink()):
-        gens = sorted((int(g.name[1:]), g) for g in base.iterdir()
-                      if g.name.startswith("g") and g.name[1:].isdigit() and (g / META_FILE).is_file())
+        entries = list(base.iterdir())
+        gens = sorted((int(g.name[1:]), g) for g in entries if _generation(g) and (g / META_FILE).is_file())
         meta: dict[str, Any] = {}
         gen = None
         if gens:
             gen = gens[-1][1]
-            try:
-                meta = json.loads((gen / META_FILE).read_text())
-            except (OSError, ValueError):
-                meta = {}
-        foreign = sorted(p.name for p in base.iterdir() if not _ours(p.name))
-        if not gens and not any(_ours(p.name) for p in base.iterdir()):
+            meta = runfiles.read_json_object(gen / META_FILE) or {}
+        if not gens and not any(_provable(p) for p in entries):
             continue  # not a cemctl cache folder at all
+        foreign = sorted(p.name for p in entries if not _provable(p))
         out.append(CacheInfo(base, gen, meta, _size(base), foreign=foreign))
     return out
 
@@ -231,28 +244,33 @@ def _roots(extra: Iterable[Path], run_cfgs: Iterable[RunConfig]) -> list[Path]:
 
 
 def _recorded_runs(db_url: str) -> list[tuple[str, str, str, RunConfig]]:
-    """(experiment, run_id, state, config) of every recorded language-model run; none without a database."""
-    from cemctl.db.engine import DatabaseError, open_existing_db
+    """(experiment, run_id, state, config) of every recorded language-model run; none when there is no database
+    at all. A database that exists but cannot be read is an error (DatabaseError), never "no runs": `clean`
+    decides from these runs what no run needs any more."""
+    from cemctl.db.engine import DatabaseError, open_existing_db, read_session
 
     try:
         engine = open_existing_db(db_url)
-    except DatabaseError:
-        return []
+    except DatabaseError as e:
+        if "no results database" in str(e):
+            return []
+        raise
     from sqlalchemy import select
 
     from cemctl.db.models import Experiment, ExperimentRun, Run
 
     rows = []
-    with engine.connect() as conn:
+    with read_session(engine) as s:
         q = (select(Experiment.name, Run.id, Run.state, Run.config_json)
              .join(ExperimentRun, ExperimentRun.experiment_id == Experiment.id)
              .join(Run, Run.id == ExperimentRun.run_id))
-        for name, rid, state, config_json in conn.execute(q):
-            try:
-                cfg = RunConfig.from_dict(json.loads(config_json))
-            except (ValueError, CemError):
-                continue
-            rows.append((name, rid, state, cfg))
+        found = list(s.execute(q))
+    for name, rid, state, config_json in found:
+        try:
+            cfg = RunConfig.from_dict(json.loads(config_json))
+        except (ValueError, CemError):
+            continue
+        rows.append((name, rid, state, cfg))
     return rows
 
 
@@ -291,12 +309,36 @@ class CleanReport:
     removed: list[CacheInfo] = field(default_factory=list)
     kept: list[CacheInfo] = field(default_factory=list)  # still needed by a run that may train
     unknown: list[CacheInfo] = field(default_factory=list)  # no run of this database reads it (kept by default)
-    refused: list[tuple[CacheInfo, str]] = field(default_factory=list)
+    refused: list[tuple[CacheInfo, str]] = field(default_factory=list)  # (partly) kept, with the reason
     dry_run: bool = True
 
     @property
     def freed_bytes(self) -> int:
         return sum(c.size_bytes for c in self.removed)
+
+
+def _clean_cache(info: CacheInfo) -> list[str]:
+    """Remove, by proof, what builds wrote into one cache folder; returns what was kept (relative names).
+
+    A generation goes only through its manifest (each file's size and sha256: a file the user added or
+    changed stays); the chunks of an interrupted build through their records; anything else stays.
+    """
+    from cem_core.data.prepare import SHARDS, remove_generation
+    from cem_core.data.build import remove_shards
+
+    kept: list[str] = []
+    for entry in sorted(info.base.iterdir()):
+        if _generation(entry):
+            kept += remove_generation(entry)
+        elif entry.name == SHARDS and entry.is_dir() and not entry.is_symlink():
+            kept += [f"{SHARDS}/{rel}" for rel in remove_shards(entry)]
+        else:
+            kept.append(entry.name)
+    try:
+        info.base.rmdir()
+    except OSError:
+        pass
+    return kept
 
 
 def clean_caches(db_url: str, *, cache_dirs: Iterable[Path] = (), yes: bool = False,
@@ -305,9 +347,11 @@ def clean_caches(db_url: str, *, cache_dirs: Iterable[Path] = (), yes: bool = Fa
     still train (planned, queued, running, failed, cancelled) needs them.
 
     A cache no run of this database reads may belong to another project sharing the cache root: it is
-    kept unless `include_unknown`. Only what a cemctl build created is removed; a cache folder holding
-    anything else is left whole and reported. A cache being built right now (its lock held) is skipped.
-    Without `yes` nothing is removed: the report says what would be.
+    kept unless `include_unknown`. Only what a cemctl build wrote, as its manifest proves (each file's
+    size and sha256), is removed; any other file in a cache folder (the user's, an edited one, a cache an
+    older cemctl built without a manifest) is kept and reported. A database that cannot be read is an
+    error, never "no runs". A cache being built right now (its lock held) is skipped. Without `yes`
+    nothing is removed: the report says what would be.
     """
     from cem_core.data.cache import file_lock
 
@@ -319,10 +363,10 @@ def clean_caches(db_url: str, *, cache_dirs: Iterable[Path] = (), yes: bool = Fa
         if not info.runs and not include_unknown:
             report.unknown.append(info)
             continue
-        if info.foreign:
-            report.refused.append((info, f"holds files cemctl did not create ({', '.join(info.foreign[:3])})"))
-            continue
         if not yes:
+            if info.foreign:
+                report.refused.append((info, f"holds files cemctl did not create ({', '.join(info.foreign[:3])}): "
+                                             "they would be kept"))
             report.removed.append(info)
             continue
         lock_path = info.base.with_name(info.base.name + ".lock")
@@ -330,11 +374,11 @@ def clean_caches(db_url: str, *, cache_dirs: Iterable[Path] = (), yes: bool = Fa
             if not held:
                 report.refused.append((info, "a prepare is building it now"))
                 continue
-            for entry in list(info.base.iterdir()):
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-            info.base.rmdir()  # the lock file beside it stays: a prepare waiting on it must keep excluding others
-        report.removed.append(info)
+            kept = _clean_cache(info)  # the lock file beside it stays: a prepare waiting on it must keep excluding others
+        if kept:
+            shown = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
+            report.refused.append((info, f"holds files cemctl did not create or cannot prove it wrote ({shown}): "
+                                         "kept"))
+        else:
+            report.removed.append(info)
     return report

@@ -5,7 +5,10 @@ executor.log, and for a SLURM job its stdout/stderr, found by the job id under
 the runs root's `.slurm/` folder (paths written inside job.json are never
 opened). Every file is read through `cem_core.runfiles`: regular files inside
 their folder only, never following a symlink out of it and never blocking on a
-special file; a refused file is named with the reason instead of printed.
+special file; the `.slurm` folder itself must lie inside the runs root (a link
+out of it is refused); a refused file is named with the reason instead of
+printed. Every line is printed with its control characters escaped
+(`cem_core.names.printable`, tabs kept): a log cannot drive the terminal.
 `tail_logs` prints the last lines of each under a header; `follow_logs` keeps
 printing new lines (Ctrl-C to stop). The trainer writes each log record to train.log
 and to its stdout (executor.log, or SLURM's file): a record already printed from one
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from cem_core import runfiles
+from cem_core.names import printable
 from cem_core.runfiles import RunFileError
 
 SLURM_FOLDER = ".slurm"  # cemctl.services.launch.launcher gives this folder to the SLURM executor
@@ -41,19 +45,26 @@ def find_run_dir(run: str, runs_root: Path, url: str | None = None) -> Path:
     if engine is None:  # no database yet: the runs folder alone
         from cemctl.db.engine import open_db
 
-        engine = open_db("sqlite://")  # in-memory: resolve_runs then looks in runs_root
+        engine = open_db("sqlite://", allow_memory=True)  # scratch: resolve_runs then looks in runs_root
     return resolve_runs(engine, run, runs_root, runs_only=True).runs[0].run_dir
 
 
 def _slurm_logs(run_dir: Path, runs_root: Path | None) -> list[tuple[Path, Path]]:
     """(folder, file) of the current SLURM job's stdout/stderr, located by its job id (never by a recorded path)."""
+    from cemctl.db.runs import DefaultRunsRoot
+
     job = runfiles.read_job(run_dir)
-    if job is None or job.executor != "slurm" or not job.job_id or runs_root is None:
+    if job is None or job.executor != "slurm" or not job.job_id:
         return []
+    if runs_root is None or isinstance(runs_root, DefaultRunsRoot):
+        runs_root = Path(run_dir).parent  # the run's own runs folder (<runs root>/<run id>)
     array_id, _, task = str(job.job_id).partition("_")
     if not array_id.isdigit() or (task and not task.isdigit()):
         return []
     folder = Path(runs_root) / SLURM_FOLDER / str(job.job_id)  # submitit's folder "%j", files "%j_%t_log.*"
+    real_root = os.path.realpath(runs_root)
+    if not os.path.realpath(folder).startswith(real_root + os.sep):  # .slurm (or the job's folder) linked out
+        raise RunFileError(f"{folder}: refused: it leads outside the runs folder (to {os.path.realpath(folder)})")
     return [(folder, folder / f"{job.job_id}_0_log.{ext}") for ext in ("out", "err")]
 
 
@@ -75,17 +86,27 @@ class _Once:
         return True
 
 
-def log_files(run_dir: Path, runs_root: Path | None = None) -> list[tuple[Path, Path]]:
-    """(confining folder, file) of each log a run may have, in print order."""
+def log_files(run_dir: Path, runs_root: Path | None = None, refused: list[str] | None = None) -> list[tuple[Path, Path]]:
+    """(confining folder, file) of each log a run may have, in print order; a refused SLURM folder is left out
+    (its reason appended to `refused`)."""
     run_dir = Path(run_dir)
     own = [(run_dir, run_dir / runfiles.LOG_FILE), (run_dir, run_dir / runfiles.EXECUTOR_LOG)]
-    return own + _slurm_logs(run_dir, runs_root)
+    try:
+        return own + _slurm_logs(run_dir, runs_root)
+    except RunFileError as e:
+        if refused is not None:
+            refused.append(str(e))
+        return own
+
+
+def _shown(line: str) -> str:
+    return printable(line, keep="\t")
 
 
 def _read_tail(folder: Path, path: Path, n: int) -> list[str]:
     data = runfiles.read_run_file(folder, path.name, max_bytes=runfiles.MAX_LOG_BYTES)
     lines = data.decode(errors="replace").splitlines()
-    return lines if n <= 0 else lines[-n:]
+    return [_shown(ln) for ln in (lines if n <= 0 else lines[-n:])]
 
 
 def tail_logs(run_dir: Path, lines: int = 50, write: Callable[[str], None] = print,
@@ -93,18 +114,21 @@ def tail_logs(run_dir: Path, lines: int = 50, write: Callable[[str], None] = pri
     """Print each log's last lines under a `==> file <==` header; returns how many files were shown."""
     found = 0
     once = _Once()
-    for folder, path in log_files(run_dir, runs_root):
+    refused: list[str] = []
+    for folder, path in log_files(run_dir, runs_root, refused):
         if not os.path.lexists(path):
             continue
         try:
             tail = [line for line in _read_tail(folder, path, lines) if once.new(line)]
         except (RunFileError, OSError) as e:
-            write(f"==> {path} <== not shown: {str(e).split(': ', 1)[-1]}")
+            write(_shown(f"==> {path} <== not shown: {str(e).split(': ', 1)[-1]}"))
             continue
         found += 1
-        write(f"==> {path} <==")
+        write(_shown(f"==> {path} <=="))
         for line in tail:
             write(line)
+    for reason in refused:
+        write(_shown(f"==> SLURM logs not shown: {reason}"))
     return found
 
 
@@ -130,11 +154,11 @@ def follow_logs(run_dir: Path, write: Callable[[str], None] = print, poll_s: flo
     while not (stop and stop()):
         for folder, path in log_files(run_dir, runs_root):
             offsets.setdefault(path, 0)
-            for line in _new_lines(folder, path, offsets):
+            for line in map(_shown, _new_lines(folder, path, offsets)):
                 if not once.new(line):
                     continue
                 if path != current:
-                    write(f"==> {path} <==")
+                    write(_shown(f"==> {path} <=="))
                     current = path
                 write(line)
         time.sleep(poll_s)

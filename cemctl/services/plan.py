@@ -43,10 +43,20 @@ class PlanReport:
 
 
 def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
-    """Write `config.json` of every run that has none yet (atomically); returns how many were written."""
-    from cem_core.runfiles import CONFIG_FILE, atomic_write_json
+    """Write `config.json` of every run that has none yet (atomically); returns how many were written.
+
+    A run folder that is a symlink out of the runs root is refused before anything is written (RunFileError):
+    the planner never writes, and `sync` never reads, a run outside the runs folder.
+    """
+    from cem_core.runfiles import CONFIG_FILE, RunFileError, atomic_write_json
 
     root = Path(runs_root)
+    real_root = os.path.realpath(root)
+    for pr in plan.runs:
+        folder = root / pr.run_id
+        if os.path.islink(folder) and os.path.dirname(os.path.realpath(folder)) != real_root:
+            raise RunFileError(f"{folder}: refused: a symlink out of the runs folder (to {os.path.realpath(folder)}); "
+                               "remove the link or give another --runs-dir")
     written = 0
     for pr in plan.runs:
         path = root / pr.run_id / CONFIG_FILE
@@ -141,6 +151,9 @@ def plan_experiment(
         engine = open_db(db_url)
         if is_readonly(engine):  # refuse before writing any config.json
             raise DatabaseError(f"--db: {db_url} is read-only here; planning records runs (use --dry-run to look only)")
+        from cemctl.db.runs import resolve_runs_root
+
+        runs_root = resolve_runs_root(engine, runs_root)
         write_run_configs(plan, runs_root)
         recorded = record_plan(engine, plan, runs_root)
         for row in rows:

@@ -4,13 +4,64 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import finish_run, plan_ids
+from tests.helpers import finish_run, plan_ids, tiny_grid
+
+
+A_CLAIM = """
+[[claim]]
+id = "lr"
+statement = "a higher learning rate helps"
+[[claim.part]]
+name = "lr 0.004 - lr 0.002"
+statistic = "difference"
+arms = [{ "train.lr" = 0.004 }, { "train.lr" = 0.002 }]
+expect = "lower"
+margin = "1%"
+"""
 
 
 @pytest.fixture
 def finished(tmp_path):
     """An experiment of two finished runs (files written as a trainer leaves them, no training)."""
-    grid, ids = plan_ids(tmp_path)
+    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1]", extra=A_CLAIM))
     for i, rid in enumerate(ids):
         finish_run(tmp_path / "runs" / rid, test_loss=1.5 + 0.1 * i)
     return grid, ids
+
+
+@pytest.fixture(scope="session")
+def trained_project(tmp_path_factory):
+    """A project folder (results.db + runs/, both recorded relative to it) holding one finished CEM run trained
+    on the CPU (final checkpoint kept), and its run id. Tests copy it (`copy_project`); never change it."""
+    import subprocess
+    import sys
+
+    from tests.helpers import cli, subprocess_env, tiny_grid
+
+    root = tmp_path_factory.mktemp("trained") / "project"
+    root.mkdir()
+    (root / "exp.toml").write_text(tiny_grid("exp", seeds="[0]", steps=4, ckpt=4,
+                                             extra='"model.attention" = "cem"\n"model.attn_steps" = 2\n'))
+    res = cli(None, "plan", "exp.toml", "--json", cwd=root)
+    assert res.returncode == 0, res.output
+    import json
+
+    (run_id,) = [r["run_id"] for r in json.loads(res.stdout)["runs"]]
+    proc = subprocess.run([sys.executable, "-m", "cem_core.train", str(root / "runs" / run_id), "--device", "cpu"],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert cli(None, "status", "--json", cwd=root).returncode == 0  # ingested
+    return root, run_id
+
+
+@pytest.fixture
+def copy_project(tmp_path):
+    """copy_project(src, name) -> `cp -a src tmp_path/name` (links, modes and times kept)."""
+    import subprocess
+
+    def copy(src, name="copy"):
+        dest = tmp_path / name
+        subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+        return dest
+
+    return copy

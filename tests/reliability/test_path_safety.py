@@ -69,8 +69,8 @@ def test_run_dirs_and_snapshot_dirs_stay_inside_runs_root(tmp_path: Path):
     engine = open_db(f"sqlite:///{tmp_path / 'results.db'}")
     for pr in report.plan.runs:
         assert re.fullmatch(r"[0-9a-f]{12}", pr.run_id)
-    for run in list_runs(engine):
-        assert inside(run.run_dir, runs) and Path(run.run_dir).name == run.id
+    for run in list_runs(engine):  # recorded relative to the database's folder (a copied project uses its own)
+        assert inside(tmp_path / run.run_dir, runs) and Path(run.run_dir).name == run.id
     created = [p for p in tmp_path.rglob("*")]
     assert all(inside(p, runs) or p.name in ("results.db", "results.db-wal", "results.db-shm", "safe.toml") for p in created)
     snap = take_snapshot(runs)

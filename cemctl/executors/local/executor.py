@@ -8,16 +8,20 @@ its stdout+stderr appended to `<run_dir>/executor.log`, and its state recorded
 in `job.json` / `events.jsonl` (`cem_core.runfiles`).
 
 A job that dies (a signal, an exit without result.json) is recorded as failed
-with the reason and the orchestrator goes on with the others. Ctrl-C (or
-SIGTERM to the orchestrator) terminates the children (SIGTERM, then SIGKILL
-after `term_timeout_s`) and leaves every unfinished run resumable: the next
-`cemctl launch` starts queued runs and resumes interrupted ones from their
-newest checkpoint.
+with the reason and the orchestrator goes on with the others. A trainer that
+was preempted (SIGTERM, SIGUSR1 or SIGUSR2 to it: it checkpoints its step and
+exits with `EXIT_PREEMPTED`) is restarted from that checkpoint, at most
+`max_restarts` times per launch, unless the run was cancelled. Ctrl-C (or
+SIGTERM to the orchestrator) terminates the children (SIGTERM: each trainer
+checkpoints the step it is in; SIGKILL after `term_timeout_s`) and leaves every
+unfinished run resumable: the next `cemctl launch` starts queued runs and
+resumes interrupted ones from their newest checkpoint.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -43,6 +47,7 @@ class LocalOptions:
     cores: int | None = None  # CPU cores to split (None: all)
     poll_s: float = 0.5
     term_timeout_s: float = 30.0
+    max_restarts: int = 3  # restarts of a preempted trainer per launch
 
 
 @dataclass
@@ -57,6 +62,7 @@ class JobStatus:
     ended_time: float | None = None
     reason: str = ""
     attempt: int = 0
+    restarts: int = 0  # after preemption, in this launch
 
 
 def detect_gpus() -> list[int]:
@@ -80,7 +86,32 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def max_workers() -> int:
+    """The most CPU workers (`--workers`) or tokenizer processes (`--data-workers`) a command takes: 4 per core."""
+    return 4 * cpu_count()
+
+
+def check_workers(value: int | None, option: str = "--workers") -> None:
+    """`value` is None or 1..max_workers(); ConfigError naming `option` otherwise."""
+    if value is not None and not 1 <= value <= max_workers():
+        raise ConfigError(option, f"must be between 1 and {max_workers()} (4 per CPU core here), got {value}",
+                          allowed=f"1..{max_workers()}")
+
+
+def check_gpus(gpus: list[int] | None) -> None:
+    """GPUs named on the command line (`--gpus`) must be on this machine: a missing one silently meant training
+    on the CPU (CUDA_VISIBLE_DEVICES naming no device). ConfigError listing the GPUs found otherwise."""
+    if not gpus:
+        return
+    present = detect_gpus()
+    missing = [g for g in gpus if g not in present]
+    if missing:
+        raise ConfigError("--gpus", f"GPU {missing[0]} is not on this machine",
+                          allowed=",".join(map(str, present)) if present else "none found: use --gpus none for the CPU")
+
+
 def make_slots(options: LocalOptions) -> list[Slot]:
+    check_workers(options.workers)
     gpus = detect_gpus() if options.gpus is None else list(options.gpus)
     cores = options.cores or cpu_count()
     if gpus:
@@ -103,6 +134,7 @@ class LocalExecutor(Executor):
         self.on_tick = on_tick
         self.statuses: list[JobStatus] = []
         self._procs: dict[str, tuple[subprocess.Popen[bytes], Slot, Any]] = {}
+        self._queue: deque[JobStatus] = deque()
 
     # -- records ------------------------------------------------------------
     def _job_id(self, pid: int | None = None) -> str:
@@ -114,6 +146,7 @@ class LocalExecutor(Executor):
         runfiles.write_job(st.job.run_dir, JobRecord(
             executor=self.name, job_id=self._job_id(), host=runfiles.hostname(), state="queued", attempt=st.attempt,
             snapshot=st.job.snapshot, submitted_time=time.time(), orchestrator_pid=os.getpid(),
+            orchestrator_start=runfiles.process_start(os.getpid()),
             logs=[str(Path(st.job.run_dir).resolve() / runfiles.EXECUTOR_LOG)],
         ))
         reason = "local executor" + (f", code snapshot {st.job.snapshot}" if st.job.snapshot else "")
@@ -128,7 +161,8 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         env.update(slot.env())
         env.update(job.env)
-        env.update({"CEMCTL_EXECUTOR": self.name, "CEMCTL_ATTEMPT": str(st.attempt)})
+        token = secrets.token_hex(12)  # the job's process proves it is this job's with it (cem_core.runfiles.process)
+        env.update({"CEMCTL_EXECUTOR": self.name, "CEMCTL_ATTEMPT": str(st.attempt), runfiles.TOKEN_ENV: token})
         try:
             log = open(Path(job.run_dir) / runfiles.EXECUTOR_LOG, "ab")
         except OSError as e:  # a run directory deleted or made read-only under us: this run only
@@ -148,7 +182,7 @@ class LocalExecutor(Executor):
         st.state, st.slot, st.pid, st.started_time = "running", slot.label, proc.pid, time.time()
         job_id = self._job_id(proc.pid)
         _quietly(runfiles.update_job, job.run_dir, state="running", job_id=job_id, pid=proc.pid, attempt=st.attempt,
-                 started_time=st.started_time, slot=slot.label)
+                 started_time=st.started_time, slot=slot.label, pid_start=runfiles.process_start(proc.pid), token=token)
         # No "running" event here: the trainer writes it (and counts its attempts from those events).
 
     def _finish(self, st: JobStatus, returncode: int | None, *, reason: str = "", state: str | None = None) -> None:
@@ -160,8 +194,8 @@ class LocalExecutor(Executor):
         # A run directory deleted or made read-only under the orchestrator fails that run, never the others.
         _quietly(runfiles.update_job, run_dir, state="cancelled" if state == "cancelled" else "exited",
                  exit_code=returncode, ended_time=st.ended_time, reason=reason)
-        # The trainer records its own terminal event with result.json; record the others.
-        if not has_result and state != "cancelled":
+        # The trainer records its own terminal event with result.json (and its `stale` event when preempted).
+        if not has_result and state != "cancelled" and returncode != runfiles.EXIT_PREEMPTED:
             _quietly(runfiles.append_event, run_dir, state, reason, attempt=st.attempt, executor=self.name,
                      job_id=self._job_id(st.pid), exit_code=returncode)
 
@@ -173,7 +207,20 @@ class LocalExecutor(Executor):
             log.close()
             del self._procs[run_id]
             pool.release(slot)
-            self._finish(by_id[run_id], rc)
+            st = by_id[run_id]
+            self._finish(st, rc)
+            if (rc == runfiles.EXIT_PREEMPTED and st.state == "stale" and st.restarts < self.options.max_restarts
+                    and not runfiles.cancel_requested(st.job.run_dir)):
+                self._requeue(st)
+
+    def _requeue(self, st: JobStatus) -> None:
+        """Queue a preempted job again: it resumes from the checkpoint it wrote when it stopped."""
+        st.restarts += 1
+        st.state, st.reason = "queued", f"preempted; restarting from its checkpoint ({st.restarts} of {self.options.max_restarts})"
+        _quietly(runfiles.update_job, st.job.run_dir, state="queued", reason=st.reason)
+        _quietly(runfiles.append_event, st.job.run_dir, "queued", st.reason, attempt=st.attempt, executor=self.name,
+                 job_id=self._job_id())
+        self._queue.append(st)
 
     def _terminate_all(self, reason: str) -> None:
         """SIGTERM every running job's process group, SIGKILL what is left after term_timeout_s."""
@@ -218,7 +265,7 @@ class LocalExecutor(Executor):
                 self._record_queued(st)
             except OSError as e:  # this run's folder is gone or unwritable: report it, run the others
                 st.state, st.reason = "failed", f"cannot record the job in {st.job.run_dir}: {e.strerror or e}"
-        queue = deque(st for st in self.statuses if st.state == "queued")
+        queue = self._queue = deque(st for st in self.statuses if st.state == "queued")
         pool = SlotPool(self.slots)
         previous = signal.getsignal(signal.SIGTERM)
         previous_int = signal.getsignal(signal.SIGINT)
@@ -267,28 +314,47 @@ class LocalExecutor(Executor):
 
     # -- other processes' jobs -----------------------------------------------
     @classmethod
+    def owns_process(cls, run_dir: Path, job: JobRecord) -> bool:
+        """The recorded process (the job's, or while queued its orchestrator's) is alive and is the one recorded:
+        same start time and, for the job, its token (a reused PID is never taken for it)."""
+        if job.state == "running":
+            found = runfiles.process_matches(job.pid, job.pid_start, job.token,
+                                             legacy_words=(str(Path(run_dir).resolve()),))
+            return pid_alive(job.pid) if found is None else found
+        found = runfiles.process_matches(job.orchestrator_pid, job.orchestrator_start, legacy_words=("cemctl",))
+        return pid_alive(job.orchestrator_pid) if found is None else found
+
+    @classmethod
     def alive(cls, jobs: list[tuple[Path, JobRecord]]) -> list[bool | None]:
-        """A job on this host is alive while its process (or, still queued, its orchestrator) lives;
-        one on another host while its heartbeat is fresh."""
+        """A job on this host is alive while its recorded process (or, still queued, its orchestrator) is alive
+        and is still that process; one on another host while its heartbeat is fresh."""
         out: list[bool | None] = []
         for run_dir, job in jobs:
             if not job.live:
                 out.append(False)
             elif job.host != runfiles.hostname():
                 out.append(heartbeat_fresh(run_dir))
-            elif job.state == "running":
-                out.append(pid_alive(job.pid))
             else:
-                out.append(pid_alive(job.orchestrator_pid))
+                out.append(cls.owns_process(run_dir, job))
         return out
+
+    @classmethod
+    def gone_reason(cls, run_dir: Path, job: JobRecord) -> str:
+        """Why a job recorded on this host is not alive, in words."""
+        if job.state == "running":
+            return f"its trainer is not running: {runfiles.describe_mismatch(job.pid, job.pid_start)}; resumable"
+        return "the local orchestrator that queued it is gone; launch again to run it"
 
     @classmethod
     def cancel(cls, run_dir: Path, job: JobRecord) -> str:
         runfiles.request_cancel(run_dir)
         what = "marked cancelled"
-        if job.state == "running" and job.host == runfiles.hostname() and pid_alive(job.pid):
-            _signal_group(int(job.pid or 0), signal.SIGTERM)
-            what = f"sent SIGTERM to process group {job.pid}"
+        if job.state == "running" and job.host == runfiles.hostname() and job.pid:
+            if cls.owns_process(run_dir, job):
+                _signal_group(int(job.pid), signal.SIGTERM)
+                what = f"sent SIGTERM to process group {job.pid}"
+            else:
+                what = f"marked cancelled (no signal sent: {runfiles.describe_mismatch(job.pid, job.pid_start)})"
         elif job.live and job.host not in (None, runfiles.hostname()):
             what = f"marked cancelled (job runs on {job.host}; it will not be restarted)"
         runfiles.update_job(run_dir, state="cancelled", reason="cancelled by user")

@@ -4,15 +4,18 @@ submitit pickles a `TrainJob` and runs it inside the allocation with the code
 snapshot first on `PYTHONPATH`. It starts the trainer as a child process
 (`python -m cem_core.train RUN_DIR`, or torchrun for multi-GPU runs), records
 the attempt in `job.json` / `events.jsonl`, and waits. On a timeout or
-preemption signal submitit calls `checkpoint()`: the trainer is asked to stop
-(SIGTERM), and the same job is requeued; on its next start the trainer resumes
-from its newest checkpoint. `scontrol requeue` restarts the job the same way.
+preemption signal submitit calls `checkpoint()`: the trainer (which got the
+signal too: it finishes its step and checkpoints it, see cem_core/train/loop.py)
+is asked to stop (SIGTERM), and the same job is requeued; on its next start the
+trainer resumes from that checkpoint. `scontrol requeue` and a preemption send
+SIGTERM: the trainer checkpoints the same way, and SLURM starts the job again.
 Attempts are bounded by `max_attempts`: past it the run is recorded as failed.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -60,7 +63,9 @@ class TrainJob(Checkpointable):
             return {"state": "failed", "reason": reason}
         full_env = dict(os.environ)
         full_env.update(env)
-        full_env.update({"CEMCTL_EXECUTOR": "slurm", "CEMCTL_ATTEMPT": str(attempt), "CEMCTL_JOB_ID": job_id})
+        token = secrets.token_hex(12)  # the trainer proves it is this job's with it (cem_core.runfiles.process)
+        full_env.update({"CEMCTL_EXECUTOR": "slurm", "CEMCTL_ATTEMPT": str(attempt), "CEMCTL_JOB_ID": job_id,
+                         runfiles.TOKEN_ENV: token})
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         if cpus and "OMP_NUM_THREADS" not in env and "CEMCTL_NUM_THREADS" not in env:
             full_env["OMP_NUM_THREADS"] = full_env["CEMCTL_NUM_THREADS"] = cpus  # the cores SLURM gave the job
@@ -70,6 +75,7 @@ class TrainJob(Checkpointable):
         self._proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL)
         runfiles.update_job(
             rd, state="running", job_id=job_id, host=runfiles.hostname(), pid=self._proc.pid, attempt=attempt,
+            pid_start=runfiles.process_start(self._proc.pid), token=token,
             started_time=time.time(), ended_time=None, exit_code=None, restart_count=restarts, reason="",
         )
         # No "running" event here: the trainer writes it (and counts its attempts from those events).
@@ -84,7 +90,8 @@ class TrainJob(Checkpointable):
             state, reason = "stale", f"killed by signal {-returncode} (requeue, preemption, timeout or scancel); resumable from its last checkpoint"
         runfiles.update_job(rd, state="cancelled" if state == "cancelled" else "exited", exit_code=returncode,
                             ended_time=time.time(), reason=reason)
-        if not has_result and state != "cancelled":
+        # The trainer records its terminal events itself (result.json's, and `stale` when it was preempted).
+        if not has_result and state != "cancelled" and returncode != runfiles.EXIT_PREEMPTED:
             runfiles.append_event(rd, state, reason, exit_code=returncode, **common)
         return {"state": state, "reason": reason, "exit_code": returncode}
 
@@ -94,8 +101,8 @@ class TrainJob(Checkpointable):
         Runs inside submitit's signal handler, which interrupts `Popen.wait()` in `__call__`:
         the child must not be reaped here (Popen's wait lock is held), only signalled.
         """
-        if self._proc is not None:
-            _stop_unreaped(self._proc.pid, timeout_s=30)
+        if self._proc is not None:  # the trainer checkpoints the step it is in on SIGTERM / SIGUSR2, then exits
+            _stop_unreaped(self._proc.pid, timeout_s=60)
         rd = Path(run_dir)
         runfiles.update_job(rd, state="queued", reason="requeued after timeout or preemption")
         runfiles.append_event(rd, "queued", "requeued after timeout or preemption", executor="slurm", job_id=slurm_job_id())

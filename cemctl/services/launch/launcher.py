@@ -183,7 +183,7 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
         raise ConfigError("--scale", f"experiment {resolved.name!r} has runs at several scales; say which to launch",
                           allowed=[x.scale for x in scales])
     scale = pick_scale(engine, resolved.name, req.scale, need_done=False)
-    resolved = resolve_runs(engine, resolved.name, runs_root, scale=scale)
+    resolved = resolve_runs(engine, resolved.name, runs_root, scale=scale, in_grid_only=True)
     exp = get_experiment(engine, resolved.name)
     source = exp.grid_path if exp is not None and exp.grid_path else req.target
     slurm = _slurm_table(exp.grid_text, source) if exp is not None and exp.grid_text else {}
@@ -197,7 +197,9 @@ def build_executor(req: LaunchRequest, target: Target, runs_root: Path, on_tick:
     cls = get_executor(req.executor)  # rejects unknown names
     if req.executor == "local":
         from cemctl.executors.local import LocalOptions
+        from cemctl.executors.local.executor import check_gpus
 
+        check_gpus(req.gpus)
         opts = LocalOptions(gpus=req.gpus, jobs_per_gpu=req.jobs_per_gpu, gpus_per_run=req.gpus_per_run, workers=req.workers)
         return cls(opts, on_tick=on_tick)
     from cemctl.executors.slurm import SlurmOptions
@@ -224,9 +226,11 @@ def launch(
     from cemctl.services.launch.repair import damaged_runs, repair_damaged
     from cemctl.services.launch.snapshot import take_snapshot
 
+    from cemctl.db.runs import resolve_runs_root
+
     get_executor(req.executor)  # bad executor name: fail before planning anything
-    runs_root = Path(runs_root).resolve()
     engine = _dry_run_db(url) if req.dry_run else open_db(url)  # a dry run creates nothing
+    runs_root = resolve_runs_root(engine, runs_root).resolve()
     target = resolve_target(engine, url, runs_root, req)
     runs = target.runs
     if req.run_ids is not None:
@@ -259,11 +263,11 @@ def launch(
             sel.reason += "; " + repair_damaged(engine, sel.run_id, sel.run_dir)
     from cem_core.data.prepare import REQUIRE_PREPARED_ENV
 
+    snap = take_snapshot(runs_root) if req.snapshot else None  # first: an edited snapshot is refused before any work
     report.prepared = _check_data(req, target, report.launched, on_data)
     env: dict[str, str] = {REQUIRE_PREPARED_ENV: "1"}  # the jobs only open prepared data, they never tokenize
     snap_hash = ""
-    if req.snapshot:
-        snap = take_snapshot(runs_root)
+    if snap is not None:
         env.update(code_env(snap.path, snap.hash))
         snap_hash = snap.hash
     env.update(req.job_env)

@@ -5,7 +5,8 @@ schema (`cemctl.db.ingest`): config.json edited or copied under another id,
 result.json that is not a result, a recorded result whose file is gone. A
 launch skips such runs with the reason. `--redo-damaged` repairs each before
 it runs again, deleting nothing: every file of the run directory (except the
-lock and the executor's log) is moved into `<run_dir>/.damaged-<UTC time>/`,
+lock and the executor's log) is moved into a new `<run_dir>/.damaged-<UTC time>[-N]/`
+(made by the repair itself: an earlier repair's folder, or one the user made, is never reused or replaced),
 config.json is rewritten from the config the database recorded for the run id
 (the plan of record), and the run's result row is forgotten, so the run trains
 from the start under the identity it was planned with.
@@ -40,6 +41,19 @@ def damaged_runs(engine: Engine, run_ids: list[str]) -> dict[str, str]:
     return out
 
 
+def _new_quarantine(run_dir: Path) -> Path:
+    """A folder `.damaged-<UTC time>[-N]` made by this call: never one that exists (an earlier repair's, the user's)."""
+    stamp = f"{QUARANTINE_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    for n in range(1, 10000):
+        path = run_dir / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise CemError(f"{run_dir}: cannot make a new {QUARANTINE_PREFIX}* folder to move the damaged files into")
+
+
 def repair_damaged(engine: Engine, run_id: str, run_dir: Path) -> str:
     """Move the run's files aside, restore its recorded config, forget its result; returns what was done."""
     with read_session(engine) as s:
@@ -49,13 +63,11 @@ def repair_damaged(engine: Engine, run_id: str, run_dir: Path) -> str:
         raise CemError(f"run {run_id}: damaged, and the database holds no config for it to restore")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    quarantine = run_dir / f"{QUARANTINE_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    entries = [e for e in sorted(os.listdir(run_dir)) if e not in KEEP and not e.startswith(QUARANTINE_PREFIX)]
+    quarantine = _new_quarantine(run_dir) if entries else run_dir / QUARANTINE_PREFIX
     moved = 0
-    for entry in sorted(os.listdir(run_dir)):
-        if entry in KEEP or entry.startswith(QUARANTINE_PREFIX):
-            continue
-        quarantine.mkdir(exist_ok=True)
-        os.rename(run_dir / entry, quarantine / entry)
+    for entry in entries:
+        os.rename(run_dir / entry, quarantine / entry)  # into a folder made just now: nothing there to replace
         moved += 1
     runfiles.atomic_write_json(run_dir / runfiles.CONFIG_FILE, recorded, indent=1)
 

@@ -6,6 +6,9 @@ is the first 16 hex of a sha256 over the relative paths and contents. Runs of
 the same code share one snapshot; a new snapshot is written to a temporary
 folder and renamed into place, so a half-copied snapshot is never used. Jobs
 import from it through `PYTHONPATH` (see `cemctl.executors.base.code_env`).
+An existing snapshot is reused only when its files still hash to its name: one
+that was edited (or damaged) is refused with one line, never run under the
+original hash, and never replaced (it is the user's to move aside).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from cem_core.errors import CemError
 
 PACKAGES = ("cem_core", "cemctl")
 SNAPSHOTS_DIR = ".snapshots"
@@ -48,11 +53,12 @@ def _files(root: Path) -> list[Path]:
     return out
 
 
-def code_hash(packages: tuple[str, ...] = PACKAGES) -> str:
-    """Content hash of the packages' files (paths relative to their parent folder)."""
+def code_hash(packages: tuple[str, ...] = PACKAGES, base: Path | None = None) -> str:
+    """Content hash of the packages' files (paths relative to their parent folder): of the installed packages,
+    or of those inside `base` (a snapshot folder)."""
     h = hashlib.sha256()
     for pkg in packages:
-        root = package_dir(pkg)
+        root = package_dir(pkg) if base is None else Path(base) / pkg
         for path in _files(root):
             rel = f"{pkg}/{path.relative_to(root).as_posix()}"
             h.update(rel.encode() + b"\0")
@@ -67,6 +73,11 @@ def take_snapshot(runs_root: Path, packages: tuple[str, ...] = PACKAGES) -> Snap
     base = Path(runs_root) / SNAPSHOTS_DIR
     dest = base / digest
     if dest.is_dir():
+        found = code_hash(packages, dest)
+        if found != digest:
+            raise CemError(f"{dest}: refused: the code snapshot was edited since it was taken (its files hash to "
+                           f"{found}, not {digest}); jobs never run edited code under the original hash: move it "
+                           "aside and launch again")
         return Snapshot(digest, dest.resolve())
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=base))

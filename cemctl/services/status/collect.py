@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from cemctl.db.models import Experiment, ExperimentRun, Result, Run
 from cemctl.executors import jobs_alive
 
 NO_EXPERIMENT = "(no experiment)"
+NOT_IN_GRID = "no longer in the grid (planned by an earlier version of the grid file)"
 MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below SQLite's limit)
 
 
@@ -53,6 +55,7 @@ class RunRow:
     error: str | None = None
     run_dir: str | None = None
     scale: str = ""  # the scale it was planned at (the first, if several)
+    in_grid: bool = True  # False: an edited grid no longer holds it (kept, with its result, and said so)
     test_ppl: float | None = None
     result_tokens: int | None = None  # result.json's tokens and wall time: a finished run's average speed
     wall_time_s: float | None = None
@@ -91,10 +94,14 @@ class RunRow:
 
     @property
     def error_line(self) -> str:
-        """Last line of the error for failed runs, else the state's reason for stale/failed ones."""
+        """Last line of the error for failed runs, else the state's reason for stale/failed ones; runs an edited
+        grid left behind say so first."""
         text = self.error or (self.reason if self.state in ("failed", "stale", "diverged", "cancelled", "damaged") else "")
         lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-        return lines[-1] if lines else ""
+        line = lines[-1] if lines else ""
+        if not self.in_grid:
+            return NOT_IN_GRID + (f"; {line}" if line else "")
+        return line
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -103,7 +110,7 @@ class RunRow:
             "train_loss": self.train_loss, "val_loss": self.val_loss, "test_loss": self.test_loss,
             "tokens_per_s": self.tokens_per_s, "elapsed_s": self.elapsed_s(now), "eta_s": self.eta_s(),
             "executor": self.executor, "job_id": self.job_id, "attempts": self.attempts,
-            "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale,
+            "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale, "in_grid": self.in_grid,
             "test_ppl": self.test_ppl, "wall_time_s": self.wall_time_s,
             "avg_tokens_per_s": (self.result_tokens / self.wall_time_s
                                  if self.state == "done" and self.result_tokens and self.wall_time_s else None),
@@ -142,13 +149,14 @@ STATE_PRIORITY = {"running": 0, "stale": 1, "damaged": 2, "failed": 3, "diverged
                   "cancelled": 7, "done": 8}
 
 
-def _row(r: Any, axes: dict[str, Any] | str, scale: str = "") -> RunRow:
+def _row(r: Any, axes: dict[str, Any] | str, scale: str = "", in_grid: Any = 1) -> RunRow:
     config = None
     if len(r) > len(_RUN_COLUMNS):
         from cem_core.config import flatten
 
         config = flatten(json.loads(r[len(_RUN_COLUMNS)] or "{}"))
     return RunRow(
+        in_grid=bool(in_grid),
         run_id=r[0], axes_raw=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
         train_loss=r[6], val_loss=r[7], tokens_per_s=r[8], started_at=r[9], finished_at=r[10], heartbeat_at=r[11],
         executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17], scale=scale or "",
@@ -157,7 +165,7 @@ def _row(r: Any, axes: dict[str, Any] | str, scale: str = "") -> RunRow:
 
 
 def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0,
-                   scale: str | None = None, with_config: bool = False,
+                   scale: str | None = None, runs_root: Path | str | None = None, with_config: bool = False,
                    states: Sequence[str] | None = None) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
@@ -167,11 +175,24 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
     failed, ... first; `counts` and `total` still cover every run), read with
     SQL LIMIT so a 10,000-run experiment costs no more than a small one.
     Runs linked to no experiment are listed under "(no experiment)" when no experiment is named.
+    A row's `run_dir` is `<runs_root>/<run id>` (default: the runs root the database recorded).
     `states`: only runs in these states (counts and totals still cover every run).
     `with_config` also reads each run's resolved config (RunRow.config, flattened): for columns and
     sorting by config keys that are not axes.
     Raises CemError for an unknown experiment name (listing the known ones).
     """
+    from cemctl.db.runs import recorded_runs_root
+
+    root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
+    out = _collect(engine, experiment, limit=limit, scale=scale, with_config=with_config, states=states)
+    for exp in out:
+        for r in exp.runs:
+            r.run_dir = str(Path(os.path.abspath(root)) / r.run_id) if root is not None else None
+    return out
+
+
+def _collect(engine: Engine, experiment: str | None, *, limit: int, scale: str | None, with_config: bool,
+             states: Sequence[str] | None) -> list[ExperimentStatus]:
     from sqlalchemy import case
 
     from cem_core.errors import CemError
@@ -186,14 +207,19 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
                 known = ", ".join(n for _, n in s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known or 'none yet; run cemctl plan'})")
         by_id = {eid: ExperimentStatus(name) for eid, name in exps}
-        links = select(ExperimentRun.experiment_id.label("experiment_id"), ExperimentRun.run_id.label("run_id"),
-                       func.min(ExperimentRun.scale).label("scale"), func.min(ExperimentRun.position).label("position"),
-                       func.min(ExperimentRun.axes_json).label("axes_json"))
+        from cemctl.db.runs import in_grid_case, join_latest, latest_plans
+
+        latest = latest_plans()
+        links = join_latest(select(
+            ExperimentRun.experiment_id.label("experiment_id"), ExperimentRun.run_id.label("run_id"),
+            func.min(ExperimentRun.scale).label("scale"), func.min(ExperimentRun.position).label("position"),
+            func.min(ExperimentRun.axes_json).label("axes_json"), func.max(in_grid_case(latest)).label("in_grid")),
+            latest)
         if scale is not None:
             links = links.where(ExperimentRun.scale == scale)
         link = links.group_by(ExperimentRun.experiment_id, ExperimentRun.run_id).subquery()
         base = (
-            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, *columns)
+            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, link.c.in_grid, *columns)
             .join(Run, Run.id == link.c.run_id)
             .outerjoin(Result, Result.run_id == Run.id)
         )
@@ -219,14 +245,14 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
         if limit > 0:
             for eid, exp in by_id.items():
                 picked = list(s.execute(base.where(link.c.experiment_id == eid).order_by(priority, link.c.position).limit(limit)))
-                picked.sort(key=lambda rec: rec[2])  # back to grid order
-                exp.runs = [_row(rec[4:], rec[1] or "{}", rec[3]) for rec in picked]
+                picked.sort(key=lambda rec: (-rec[4], rec[2]))  # back to grid order (runs left behind last)
+                exp.runs = [_row(rec[5:], rec[1] or "{}", rec[3], rec[4]) for rec in picked]
         else:
-            q = base.order_by(link.c.experiment_id, link.c.position)
+            q = base.order_by(link.c.experiment_id, link.c.in_grid.desc(), link.c.position)
             if experiment is not None:
                 q = q.where(link.c.experiment_id.in_(list(by_id)))
             for rec in s.execute(q):
-                by_id[rec[0]].runs.append(_row(rec[4:], rec[1] or "{}", rec[3]))
+                by_id[rec[0]].runs.append(_row(rec[5:], rec[1] or "{}", rec[3], rec[4]))
         out = list(by_id.values())
         if experiment is None and scale is None:
             linked = select(ExperimentRun.run_id)
@@ -267,16 +293,18 @@ def refresh(
     # edited: damaged), two stats each. A planned run with no events.jsonl has never been touched by an executor or the
     # trainer (both append an event first), so it is skipped too. `cemctl sync` reads all.
     with read_session(engine) as s:
-        q = select(Run.id, Run.state, Run.run_dir, Run.result_mtime, Run.config_mtime).distinct()
+        q = select(Run.id, Run.state, Run.result_mtime, Run.config_mtime).distinct()
         if experiment is not None:
             q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).join(
                 Experiment, Experiment.id == ExperimentRun.experiment_id
             ).where(Experiment.name == experiment)
+        root = str(runs_root)
         run_ids: list[str] | None = [
-            rid for rid, state, rdir, result_mtime, config_mtime in s.execute(q)
+            rid for rid, state, result_mtime, config_mtime in s.execute(q)
+            for rdir in (os.path.join(root, rid),)
             if (_changed(rdir, runfiles.RESULT_FILE, result_mtime) or _changed(rdir, runfiles.CONFIG_FILE, config_mtime)
                 if state in FINAL_STATES else
-                state != "planned" or not rdir or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
+                state != "planned" or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
                 or _changed(rdir, runfiles.CONFIG_FILE, config_mtime))
         ]
         if experiment is None:
@@ -287,36 +315,47 @@ def refresh(
         run_ids = None
     if run_ids == []:
         if reconcile:
-            reconcile_queued(engine, [])
+            reconcile_queued(engine, [], runs_root=runs_root)
         return
     sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=run_ids)
     if reconcile:
-        reconcile_queued(engine, run_ids)
+        reconcile_queued(engine, run_ids, runs_root=runs_root)
 
 
-def _changed(run_dir: str | None, name: str, recorded_mtime: float | None) -> bool:
-    """A run file is gone or is not the one the database recorded (one stat)."""
-    if not run_dir:
-        return False
+def _changed(run_dir: str, name: str, recorded_mtime: float | None) -> bool:
+    """A run file is gone, or is not the one the database recorded (one lstat: a file replaced by a symlink
+    counts as changed, whatever the mtime of what it points to)."""
     try:
-        return os.stat(os.path.join(run_dir, name)).st_mtime != recorded_mtime
+        st = os.lstat(os.path.join(run_dir, name))
     except OSError:
         return True
+    return stat.S_ISLNK(st.st_mode) or st.st_mtime != recorded_mtime
 
 
-def reconcile_queued(engine: Engine, run_ids: list[str] | None = None) -> list[str]:
-    """Queued runs whose job is gone (left squeue, orchestrator dead) become stale; returns their ids.
+def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
+                     runs_root: Path | str | None = None) -> list[str]:
+    """Queued runs whose job is gone (left squeue, orchestrator dead), and running runs whose local trainer on
+    this host is gone or is not the recorded process any more (a reused PID), become stale; returns their ids.
 
-    Each executor answers for its own jobs in one batch (`cemctl.executors.jobs_alive`);
-    "cannot tell" (squeue failed) leaves the run queued: heartbeats decide later.
+    Each executor answers for its own jobs in one batch (`cemctl.executors.jobs_alive`); the local one checks
+    the recorded process's start time and token (`cem_core.runfiles.process`), the same check `cemctl launch`
+    makes before it trusts a run to be alive. "Cannot tell" (squeue failed) leaves the run as it is:
+    heartbeats decide later. Running jobs elsewhere (SLURM, other hosts) are judged by their heartbeat.
     """
+    from cemctl.db.runs import recorded_runs_root
+
+    root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
+    if root is None:
+        return []
     with read_session(engine) as s:
-        q = select(Run.id, Run.run_dir).where(Run.state == "queued")
+        q = select(Run.id, Run.state).where(Run.state.in_(("queued", "running")))
         if run_ids is not None:
             q = q.where(Run.id.in_(run_ids))
-        queued = [(rid, Path(rdir)) for rid, rdir in s.execute(q) if rdir]
-    records = [(rid, rdir, runfiles.read_job(rdir)) for rid, rdir in queued]
-    records = [(rid, rdir, job) for rid, rdir, job in records if job is not None and job.live]
+        queued = [(rid, root / rid, state) for rid, state in s.execute(q)]
+    records = [(rid, rdir, state, runfiles.read_job(rdir)) for rid, rdir, state in queued]
+    here = runfiles.hostname()
+    records = [(rid, rdir, job) for rid, rdir, state, job in records if job is not None and job.live
+               and (state == "queued" or (job.state == "running" and job.executor == "local" and job.host == here))]
     if not records:
         return []
     alive = jobs_alive([(rdir, job) for _, rdir, job in records])
@@ -327,10 +366,13 @@ def reconcile_queued(engine: Engine, run_ids: list[str] | None = None) -> list[s
         now = runfiles.read_job(rdir)  # the job may have started and ended since it was read
         if runfiles.read_result(rdir) or now is None or now.state != job.state:
             continue
-        reason = (f"{job.executor} job {job.job_id} is no longer queued and never reported"
-                  if job.executor != "local" else
-                  "the local orchestrator that queued it is gone; launch again to run it")
-        set_state(engine, rid, "stale", reason, executor=job.executor, job_id=job.job_id)
+        if job.executor == "local":
+            from cemctl.executors import get_executor
+
+            reason = get_executor("local").gone_reason(rdir, job)
+        else:
+            reason = f"{job.executor} job {job.job_id} is no longer queued and never reported"
+        set_state(engine, rid, "stale", reason, executor=job.executor, job_id=job.job_id, runs_root=root)
         runfiles.update_job(rdir, state="lost", reason=reason)
         gone.append(rid)
     return gone

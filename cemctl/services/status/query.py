@@ -58,10 +58,13 @@ def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = No
     """Sync (unless `sync` is false), then one ExperimentStatus per experiment with at most `limit` runs each
     (0: all), only runs in `states` when given (the counts still cover every run); `with_tags` attaches each
     run's tags (`cemctl tag`)."""
+    from cemctl.db.runs import resolve_runs_root
+
+    root = resolve_runs_root(engine, runs_root)  # a copied project reads its own runs
     if sync:
-        refresh(engine, runs_root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
+        refresh(engine, root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
     statuses = collect_status(engine, experiment, limit=table_limit(engine, experiment, limit), scale=scale,
-                              states=states, with_config=with_config)
+                              states=states, with_config=with_config, runs_root=root)
     if with_tags:
         from cemctl.db.tags import tags_of
 
