@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,9 +104,9 @@ def render_markdown(meta: dict[str, Any], sections: list[Section]) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from cem_core.runfiles import atomic_write_bytes
+
+    atomic_write_bytes(path, text.encode(), durable=False, pause=False)
 
 
 def _merged(js: Path, sections: list[Section]) -> list[Section]:

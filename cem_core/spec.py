@@ -20,7 +20,8 @@ Specs:
   config keys must have when it is chosen (one rule table, checked by `cem_core.config.validate`).
 - `PreconditionerSpec`: a kind of `model.attn_precond` / `model.mlp_precond`: its parameters
   for `n` matrices of a width and rank, and the extra FLOPs of applying it.
-- `TaskSpec`: a `task`: its counts, what a "token" is, the metric that decides, its rules.
+- `TaskSpec`: a `task`: its counts, what a "token" is, the metric that decides, its rules,
+  whether it trains on the corpus of `data.*` and whether test-time recursion applies.
 
 `register(spec)` adds a spec to the registry of its kind (a name already taken raises a
 `ConfigError` naming both); plugins (`[experiment] plugins`, the `cemctl.plugins` entry
@@ -95,6 +96,8 @@ class TaskSpec:
     unit: str = "tokens"  # what a "token" is: tokens, examples
     metric: str = "test_loss"  # what decides (reports, claims)
     token_budget: bool = True  # Chinchilla budgets apply (else train.max_steps must be set)
+    uses_corpus: bool = True  # trains on the text corpus of cfg.data (`cemctl data prepare` builds its cache)
+    recursion_eval: bool = True  # test-time recursion (`cemctl eval`) applies to its CEM sublayers
     requires: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     plugin: str = ""
     kind: str = "task"

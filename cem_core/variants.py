@@ -175,7 +175,7 @@ def _gp_counts(cfg: "RunConfig") -> tuple[dict[str, int], int]:
 for _spec in (
     TaskSpec("lm", "cem_core.train.tasks:LMTask", "language modelling", counts=_lm_counts),
     TaskSpec("gp", "cem_core.gp.task:GPTask", "the synthetic Gaussian-process regression study", counts=_gp_counts,
-             unit="examples", metric="test_rmse", token_budget=False,
+             unit="examples", metric="test_rmse", token_budget=False, uses_corpus=False, recursion_eval=False,
              requires={"model.attention": ("llama",), "model.kq_diagonal": ("none",), "model.attn_steps": (1,)}),
 ):
     TASKS.register_spec(_spec)

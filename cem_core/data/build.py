@@ -33,6 +33,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from cem_core.runfiles.files import atomic_write_bytes, test_write_pause
+
 CHUNK_DOCS = 1024
 SPLITS = ("train", "val", "test")
 MANIFEST = "manifest.json"
@@ -91,19 +93,14 @@ def tokenize_chunk(job: tuple[TokenizerSpec, int, list[tuple[str, str, str]], st
     files = {}
     for split in SPLITS:
         data = b"".join(parts[split])
-        tmp = base.with_name(f".{base.name}.{split}.bin.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, base.with_name(f"{base.name}.{split}.bin"))
+        atomic_write_bytes(base.with_name(f"{base.name}.{split}.bin"), data, durable=False, pause=False)
         files[f"{base.name}.{split}.bin"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    from cem_core.runfiles.files import test_write_pause
-
     test_write_pause()  # tests: a kill lands between a chunk's split files and its record
     record = {"index": index, "tokens": tokens, "digest": digest,
               "doc_splits": "".join(str(SPLITS.index(split)) for _, split, _ in docs), "doc_tokens": doc_tokens,
               "files": files}
-    tmp = base.with_name(f".{base.name}.json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, base.with_name(f"{base.name}.json"))  # last: the chunk is complete
+    atomic_write_bytes(base.with_name(f"{base.name}.json"), json.dumps(record).encode(), durable=False,
+                       pause=False)  # last: the chunk is complete
     return record
 
 

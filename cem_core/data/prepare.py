@@ -36,7 +36,9 @@ from typing import Iterator
 from cem_core.config import DataConfig, RunConfig, TrainConfig, tokenizer_vocab_size, tokens_per_step, total_steps
 from cem_core.errors import CemError, ConfigError
 from cem_core.data.build import CHUNK_DOCS, Progress, TokenizerSpec, build_splits, remove_shards
-from cem_core.data.cache import atomic_write_json, file_lock, make_temp_dir, publish_dir, remove_dir
+from cem_core.data.cache import make_temp_dir, publish_dir, remove_dir
+from cem_core.runfiles.files import atomic_write_json
+from cem_core.runfiles.lock import file_lock
 from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, token_dtype
 from cem_core.data.sources import TEST_FRACTION, VAL_FRACTION, Source, make_source, split_of
 from cem_core.data.tokenizer import build_tokenizer, default_cache_root, tokenizer_identity
@@ -184,7 +186,7 @@ def prepare_data(
         found = _usable(gen, train_needed)
         if found is not None:
             return found
-    with file_lock(base.with_name(base.name + ".lock")):
+    with file_lock(base.with_name(base.name + ".lock"), make_parents=True):
         gens = _generations(base)
         for _, gen in reversed(gens):  # another process may have built it while we waited
             found = _usable(gen, train_needed)
@@ -288,7 +290,7 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
             "build_s": round(time.perf_counter() - t0, 3),
             "created": time.time(),
         }
-        atomic_write_json(tmp / META_FILE, meta)
+        atomic_write_json(tmp / META_FILE, meta, indent=1)
         from cem_core.runfiles.manifest import write_manifest
 
         write_manifest(tmp, what=CACHE_MANIFEST_WHAT)  # the proof `data clean` and a newer generation remove by

@@ -34,7 +34,8 @@ import numpy as np
 
 from cem_core.config import BYTE_VOCAB_SIZE, DataConfig
 from cem_core.errors import CemError, ConfigError
-from cem_core.data.cache import atomic_write_bytes, file_lock
+from cem_core.runfiles.files import atomic_write_bytes
+from cem_core.runfiles.lock import file_lock
 
 BPE_SPECIAL = "<|endoftext|>"
 BPE_SETTINGS_VERSION = 1  # bump when the BPE training recipe changes (changes cache keys)
@@ -163,7 +164,7 @@ def bpe_tokenizer(
         if train_texts is None:
             raise ValueError("the bpe tokenizer needs train_texts to train on when it is not cached")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(path.with_suffix(".lock")):
+        with file_lock(path.with_suffix(".lock"), make_parents=True):
             if not path.exists():
                 tok = train_bpe(train_texts, vocab_size)
                 atomic_write_bytes(path, tok.to_str().encode("utf-8"))

@@ -42,7 +42,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,7 @@ from typing import Callable
 import numpy as np
 
 from cem_core.config import GPConfig
-from cem_core.data.cache import file_lock
+from cem_core.runfiles.lock import file_lock
 from cem_core.errors import CemError
 from cem_core.variants import GP_KERNELS as KERNELS  # names -> the kernel functions below, lazily
 
@@ -215,21 +214,13 @@ def cache_path(gp_cfg: GPConfig, cache_dir: str | os.PathLike[str] = "") -> Path
 
 
 def _save(path: Path, data: GPData) -> None:
+    from cem_core.runfiles.files import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(
-                f, **{f"{v}_{s}": getattr(data, f"{v}_{s}") for s in SPLITS for v in ("x", "y")},
-                meta=np.array(json.dumps({"kernel": data.kernel, "jitter": data.jitter,
-                                          "bayes_rmse": data.bayes_rmse, "generation_s": data.generation_s})),
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    arrays = {f"{v}_{s}": getattr(data, f"{v}_{s}") for s in SPLITS for v in ("x", "y")}
+    meta = np.array(json.dumps({"kernel": data.kernel, "jitter": data.jitter, "bayes_rmse": data.bayes_rmse,
+                                "generation_s": data.generation_s}))
+    atomic_write(path, lambda f: np.savez(f, **arrays, meta=meta), pause=False)
 
 
 def _load(path: Path) -> GPData | None:
@@ -250,7 +241,7 @@ def make_gp_dataset(gp_cfg: GPConfig, *, cache_dir: str | os.PathLike[str] = "",
     data = _load(path) if path.exists() else None
     if data is not None:
         return data
-    with file_lock(path.with_name(path.name + ".lock")):  # one generator at a time; others then read
+    with file_lock(path.with_name(path.name + ".lock"), make_parents=True):  # one generator at a time; others then read
         data = _load(path) if path.exists() else None
         if data is None:
             data = generate(gp_cfg)

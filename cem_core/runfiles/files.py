@@ -20,12 +20,13 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import socket
 import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from cem_core.errors import CemError
 
@@ -40,6 +41,7 @@ JOB_FILE = "job.json"
 CANCEL_FILE = "cancel"
 EXECUTOR_LOG = "executor.log"
 CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_RE = re.compile(r"^step_(\d{8})\.pt$")  # RUN_DIR/checkpoints/step_XXXXXXXX.pt (optimizer step)
 LOCK_FILE = ".lock"
 
 # Size caps of what a reader takes in (a larger file is refused, never read whole).
@@ -227,6 +229,24 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def checkpoint_name(step: int) -> str:
+    """The file name of the checkpoint after optimizer step `step` (inside RUN_DIR/checkpoints)."""
+    return f"step_{int(step):08d}.pt"
+
+
+def list_checkpoints(ckpt_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint file in `ckpt_dir`, oldest first (temp files and other names ignored)."""
+    d = Path(ckpt_dir)
+    if not d.is_dir():
+        return []
+    out = []
+    for p in d.iterdir():
+        m = CHECKPOINT_RE.match(p.name)
+        if m and p.is_file():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
 def test_write_pause() -> None:
     """`CEMCTL_TEST_WRITE_PAUSE_S=x` (tests only): hold every atomic write x seconds between its temp file and
     the rename, so a crash test's kill lands inside the write window every time, on any machine."""
@@ -235,18 +255,23 @@ def test_write_pause() -> None:
         time.sleep(float(value))
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path` so that readers see either the old or the new file, never half."""
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *, durable: bool = True,
+                 pause: bool = True) -> None:
+    """Write `path` through `write(file)` so that readers see either the old or the new file, never half: a temp
+    file beside it (`.<name>.<random>.tmp`) renamed over it. `durable`: fsync the file and its folder; `pause`:
+    the crash tests' write window (`test_write_pause`). The one atomic write of cemctl (run files, checkpoints,
+    data caches, the GP cache, bench tables)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are read by other users' tools
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
-        test_write_pause()
+        if pause:
+            test_write_pause()
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -256,6 +281,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bo
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True, pause: bool = True) -> None:
+    """Write `data` to `path` so that readers see either the old or the new file, never half."""
+    atomic_write(path, lambda f: f.write(data), durable=durable, pause=pause)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, durable: bool = True, indent: int = 2,

@@ -18,7 +18,6 @@ Torch-free: the trainer (`python -m cem_core.train RUN_DIR`) and cemctl share it
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -100,16 +99,11 @@ class RunDir:
         if not enabled:
             yield
             return
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                pass
+        from cem_core.runfiles.lock import file_lock
+
+        with file_lock(self.path / LOCK_FILE, best_effort=True):
             self.remove_stale_temp_files()
             yield
-        finally:
-            os.close(fd)  # releases the lock
 
     def remove_stale_temp_files(self) -> None:
         """Delete the temp files of atomic writes a killed trainer left (`.heartbeat.json.*.tmp`, ...)."""

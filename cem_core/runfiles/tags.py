@@ -12,7 +12,6 @@ Torch-free.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import time
@@ -94,12 +93,10 @@ def tags_mtime(run_dir: str | os.PathLike[str]) -> float | None:
 
 @contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
-    fd = os.open(run_dir / TAGS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    from cem_core.runfiles.lock import file_lock
+
+    with file_lock(run_dir / TAGS_LOCK):
         yield
-    finally:
-        os.close(fd)
 
 
 def update_tags(run_dir: str | os.PathLike[str], *, set: Mapping[str, str] | None = None,

@@ -15,36 +15,21 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from cem_core.runfiles.files import fsync_dir, test_write_pause
+from cem_core.runfiles.files import CHECKPOINT_RE, atomic_write, checkpoint_name, list_checkpoints
 
 log = logging.getLogger("cem_core.train")
 
-CKPT_RE = re.compile(r"^step_(\d{8})\.pt$")
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "step", "tokens")
 FORMAT_VERSION = 1
 
 
 def checkpoint_path(ckpt_dir: str | os.PathLike[str], step: int) -> Path:
-    return Path(ckpt_dir) / f"step_{step:08d}.pt"
-
-
-def list_checkpoints(ckpt_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """(step, path) of every checkpoint file, oldest first."""
-    d = Path(ckpt_dir)
-    if not d.is_dir():
-        return []
-    out = []
-    for p in d.iterdir():
-        m = CKPT_RE.match(p.name)
-        if m and p.is_file():
-            out.append((int(m.group(1)), p))
-    return sorted(out)
+    return Path(ckpt_dir) / checkpoint_name(step)
 
 
 def save_checkpoint(ckpt_dir: str | os.PathLike[str], state: dict[str, Any], *, keep: int) -> Path:
@@ -53,22 +38,8 @@ def save_checkpoint(ckpt_dir: str | os.PathLike[str], state: dict[str, Any], *, 
     d.mkdir(parents=True, exist_ok=True)
     step = int(state["step"])
     final = checkpoint_path(d, step)
-    tmp = d / f".{final.name}.{os.getpid()}.tmp"
     state = {**state, "format_version": FORMAT_VERSION}
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        test_write_pause()
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    fsync_dir(d)
+    atomic_write(final, lambda f: torch.save(state, f))  # a kill leaves no new checkpoint or a whole one
     rotate(d, keep=keep)
     return final
 
@@ -81,10 +52,9 @@ def rotate(ckpt_dir: str | os.PathLike[str], *, keep: int) -> None:
             p.unlink()
         except OSError:
             pass
-    for p in Path(ckpt_dir).glob(".step_*.tmp"):
+    for p in Path(ckpt_dir).glob(".step_*.tmp"):  # a killed writer's temp file (this one's was renamed)
         try:
-            if not p.name.endswith(f".{os.getpid()}.tmp"):
-                p.unlink()
+            p.unlink()
         except OSError:
             pass
 
@@ -112,7 +82,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     missing = [k for k in REQUIRED_KEYS if k not in state]
     if missing:
         raise ValueError(f"{Path(path).name}: missing keys {missing}")
-    m = CKPT_RE.match(Path(path).name)
+    m = CHECKPOINT_RE.match(Path(path).name)
     if m and int(m.group(1)) != int(state["step"]):
         raise ValueError(f"{Path(path).name}: holds step {state['step']}")
     return state

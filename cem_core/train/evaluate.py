@@ -30,8 +30,15 @@ class EvalResult:
     tokens: int  # predicted tokens evaluated
 
     @property
-    def ppl(self) -> float:
-        return math.exp(self.loss) if self.loss < 700 else float("inf")
+    def ppl(self) -> float | None:
+        return perplexity(self.loss)
+
+
+def perplexity(loss: float | None) -> float | None:
+    """exp(mean token NLL); None when the loss is missing, not finite, or its exponential overflows a float."""
+    if loss is None or not math.isfinite(loss) or loss >= 700:
+        return None
+    return math.exp(loss)
 
 
 def eval_sequences(data: Any, split: str, seq_len: int, n_tokens: int) -> tuple[int, int]:

@@ -58,6 +58,7 @@ from cem_core.names import is_run_id
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.hooks import TestHooks
+from cem_core.train.evaluate import perplexity
 from cem_core.train.optim import build_optimizer, build_scheduler
 from cem_core.runfiles import (
     EXIT_PREEMPTED,
@@ -297,12 +298,6 @@ class RunState:
         return self.elapsed_prev_s + (time.time() - self.start_time)
 
 
-def _ppl(loss: float | None) -> float | None:
-    if loss is None:
-        return None
-    return math.exp(loss) if loss < 700 else float("inf")
-
-
 def make_result(cfg: RunConfig, st: RunState, state: str, *, error: str | None = None,
                 diverged_step: int | None = None, attempt: int = 1, world: World | None = None,
                 device: torch.device | None = None) -> dict[str, Any]:
@@ -310,8 +305,8 @@ def make_result(cfg: RunConfig, st: RunState, state: str, *, error: str | None =
     fpt = counts["flops_per_token"]
     return {
         "state": state,
-        "test_loss": st.test_loss, "test_ppl": _ppl(st.test_loss),
-        "val_loss": st.val_loss, "val_ppl": _ppl(st.val_loss),
+        "test_loss": st.test_loss, "test_ppl": perplexity(st.test_loss),
+        "val_loss": st.val_loss, "val_ppl": perplexity(st.val_loss),
         "params_total": counts["params_total"], "params_non_embedding": counts["params_non_embedding"],
         "flops_per_token": fpt, "train_flops": 3 * fpt * st.tokens,
         "tokens": st.tokens, "steps": st.step, "total_steps": total_steps(cfg),
@@ -389,7 +384,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
                 result = make_result(cfg, st, "done", attempt=attempt, world=world, device=dev)
                 log.info("done: test loss %.4f (%s) over %s %s, %.1f s", st.test_loss,
                          task_class(cfg).quality(st.test_loss), st.test_tokens,
-                         "examples" if cfg.task == "gp" else "tokens", st.elapsed_s())
+                         task_class(cfg).unit, st.elapsed_s())
             except Preempted as p:
                 saved = (f"checkpoint step {p.step} written" if p.checkpointed else
                          "no step trained yet, nothing to save")

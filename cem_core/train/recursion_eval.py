@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from cem_core import runfiles
 from cem_core.config import RunConfig, resolve, run_id, total_steps
 from cem_core.errors import CemError, ConfigError
 
@@ -44,8 +44,6 @@ EVALS_FILE = "evals.json"
 LOCK_FILE = ".evals.lock"
 SUBLAYERS = ("both", "attention", "mlp")
 MAX_EVAL_STEPS = 64  # config.validate's bound on model.attn_steps / model.mlp_steps
-CEM_ATTENTION = ("cem",)
-CEM_MLPS = ("cem", "cem_param_matched")
 
 
 class EvalRefused(CemError):
@@ -75,14 +73,22 @@ def parse_steps(text: str | list[int]) -> list[int]:
     return sorted(out)
 
 
+def _recursing(kind: str) -> list[str]:
+    """The variants of a sublayer kind with T steps inside (their spec says `recurses`)."""
+    from cem_core.variants import ATTENTION, MLPS
+
+    registry = ATTENTION if kind == "attention" else MLPS
+    return [name for name in registry.names() if registry.spec(name).recurses]
+
+
 def cem_sublayers(cfg: RunConfig) -> list[str]:
     """The CEM sublayer kinds of a config: a subset of ["attention", "mlp"]."""
-    out = []
-    if cfg.task != "gp" and cfg.model.attention in CEM_ATTENTION:
-        out.append("attention")
-    if cfg.task != "gp" and cfg.model.mlp in CEM_MLPS:
-        out.append("mlp")
-    return out
+    from cem_core.variants import TASKS
+
+    if not TASKS.spec(cfg.task).recursion_eval:
+        return []
+    return [kind for kind, name in (("attention", cfg.model.attention), ("mlp", cfg.model.mlp))
+            if name in _recursing(kind)]
 
 
 def chosen_sublayers(cfg: RunConfig, sublayer: str, *, name: str = "") -> list[str]:
@@ -92,9 +98,12 @@ def chosen_sublayers(cfg: RunConfig, sublayer: str, *, name: str = "") -> list[s
     present = cem_sublayers(cfg)
     who = f"run {name}" if name else "the run"
     if not present:
-        what = "task 'gp'" if cfg.task == "gp" else f"model.attention={cfg.model.attention!r}, model.mlp={cfg.model.mlp!r}"
+        from cem_core.variants import TASKS
+
+        what = (f"task {cfg.task!r}" if not TASKS.spec(cfg.task).recursion_eval
+                else f"model.attention={cfg.model.attention!r}, model.mlp={cfg.model.mlp!r}")
         raise EvalRefused(f"{who} has no CEM sublayer ({what}); eval varies the recursion steps of CEM attention "
-                          f"({', '.join(CEM_ATTENTION)}) or CEM MLP ({', '.join(CEM_MLPS)})")
+                          f"({', '.join(_recursing('attention'))}) or CEM MLP ({', '.join(_recursing('mlp'))})")
     if sublayer == "both":
         return present
     if sublayer not in present:
@@ -155,7 +164,7 @@ def check_evaluable(run_dir: str | os.PathLike[str], sublayer: str = "both") -> 
     if state != "done":
         raise EvalRefused(f"run {name} is not done (state: {state or 'no result.json yet'}); eval needs a finished run")
     total = total_steps(cfg)
-    rel = f"checkpoints/step_{total:08d}.pt"  # cem_core.train.checkpoint.checkpoint_path
+    rel = f"{runfiles.CHECKPOINT_DIR}/{runfiles.checkpoint_name(total)}"
     try:
         _run_file(rd, rel)
     except FileNotFoundError:
@@ -191,23 +200,15 @@ def read_evals(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def _locked(run_dir: Path) -> Iterator[None]:
     """Hold RUN_DIR/.evals.lock: opened without following a link and without blocking (a FIFO or a link planted
     there is refused, never written through or waited on)."""
-    import stat as _stat
+    from cem_core.runfiles.files import RunFileError
+    from cem_core.runfiles.lock import file_lock
 
-    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(run_dir / LOCK_FILE, flags, 0o644)
-    except OSError as e:
-        raise EvalRefused(f"run {run_dir.name}: {LOCK_FILE}: refused: {e.strerror or e} (a link or special file?)") from None
-    try:
-        if not _stat.S_ISREG(os.fstat(fd).st_mode):
-            raise EvalRefused(f"run {run_dir.name}: {LOCK_FILE}: refused: not a regular file")
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as stack:
         try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            stack.enter_context(file_lock(run_dir / LOCK_FILE))
+        except RunFileError as e:
+            raise EvalRefused(f"run {run_dir.name}: {str(e).replace(str(run_dir) + '/', '')}") from None
+        yield
 
 
 def merge_evals(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -229,12 +230,6 @@ def merge_evals(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> 
 # The evaluation
 
 
-def _ppl(loss: float) -> float | None:
-    if not math.isfinite(loss):
-        return None
-    return math.exp(loss) if loss < 700 else None
-
-
 def evaluate_steps(run_dir: str | os.PathLike[str], steps: list[int] | str, *, sublayer: str = "both",
                    device: str | None = None) -> list[dict[str, Any]]:
     """Test loss/perplexity of the run's final weights with each T of `steps`; rows also merged into evals.json.
@@ -248,7 +243,7 @@ def evaluate_steps(run_dir: str | os.PathLike[str], steps: list[int] | str, *, s
     from cem_core.data import data_for_run
     from cem_core.model import build_model
     from cem_core.train.checkpoint import checkpoint_path, load_checkpoint
-    from cem_core.train.evaluate import evaluate
+    from cem_core.train.evaluate import evaluate, perplexity
     from cem_core.train.loop import World, autocast_factory, resolve_device, set_threads
 
     rd = Path(run_dir)
@@ -282,7 +277,7 @@ def evaluate_steps(run_dir: str | os.PathLike[str], steps: list[int] | str, *, s
             rows.append({
                 "attn_steps": cfg_t.model.attn_steps, "mlp_steps": cfg_t.model.mlp_steps, "eval_steps": T,
                 "sublayer": sublayer_label(chosen),
-                "test_loss": loss if math.isfinite(loss) else None, "test_ppl": _ppl(loss),
+                "test_loss": loss if math.isfinite(loss) else None, "test_ppl": perplexity(loss),
                 "test_tokens": res.tokens, "flops_per_token": flops_per_token(cfg_t.model),
                 "trained_attn_steps": m.attn_steps, "trained_mlp_steps": m.mlp_steps,
                 "device": str(dev), "eval_time_s": round(elapsed, 3), "time": time.time(), "run_id": run_id(cfg),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
@@ -30,7 +29,7 @@ import torch
 
 from cem_core.config import RunConfig, energy_layers, tokens_per_step
 from cem_core.errors import ConfigError
-from cem_core.train.evaluate import evaluate
+from cem_core.train.evaluate import evaluate, perplexity
 
 if TYPE_CHECKING:  # pragma: no cover
     from cem_core.runfiles import RunDir
@@ -61,12 +60,6 @@ class Task(Protocol):
 
     @property
     def info(self) -> dict[str, Any]: ...
-
-
-def _ppl(loss: float | None) -> float | None:
-    if loss is None:
-        return None
-    return math.exp(loss) if loss < 700 else float("inf")
 
 
 class LMTask:
@@ -150,7 +143,8 @@ class LMTask:
 
     @staticmethod
     def quality(loss: float | None) -> str:
-        return "n/a" if loss is None else f"ppl {_ppl(loss):.2f}"
+        ppl = perplexity(loss)
+        return "n/a" if loss is None else "ppl overflows" if ppl is None else f"ppl {ppl:.2f}"
 
 
 def task_class(cfg: RunConfig) -> Any:

@@ -135,8 +135,7 @@ def _last_log_line(run_dir: Path) -> str:
 
 def _has_checkpoint(run_dir: Path) -> bool:
     try:
-        return any(p.name.startswith("step_") and p.name.endswith(".pt")
-                   for p in (Path(run_dir) / runfiles.CHECKPOINT_DIR).iterdir())
+        return bool(runfiles.list_checkpoints(Path(run_dir) / runfiles.CHECKPOINT_DIR))
     except OSError:
         return False
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 from cem_core import runfiles
 from cem_core.config import RunConfig
 from cem_core.errors import CemError
+from cem_core.variants import TASKS
 from cemctl.services.targets import looks_like_file
 
 # Runs in these states will not train again: the caches only they use may be cleaned.
@@ -60,7 +61,7 @@ def data_needs(configs: Iterable[tuple[str, str, RunConfig]]) -> list[DataNeed]:
     needs: dict[Path, DataNeed] = {}
     keys: dict[str, tuple[Path, bool]] = {}  # data section JSON -> cache base (a files corpus globs once)
     for experiment, run_id, cfg in configs:
-        if cfg.task != "lm":
+        if not TASKS.spec(cfg.task).uses_corpus:  # e.g. the GP study makes its own data
             continue
         data_json = json.dumps(dataclasses.asdict(cfg.data), sort_keys=True)
         if data_json not in keys:
@@ -286,7 +287,7 @@ def cache_inventory(db_url: str, *, cache_dirs: Iterable[Path] = ()) -> list[Cac
     by_base = {c.base.resolve(): c for c in caches}
     keys: dict[str, Path | None] = {}
     for experiment, _rid, state, cfg in runs:
-        if cfg.task != "lm":
+        if not TASKS.spec(cfg.task).uses_corpus:  # e.g. the GP study makes its own data
             continue
         data_json = json.dumps(dataclasses.asdict(cfg.data), sort_keys=True)
         if data_json not in keys:
@@ -353,7 +354,7 @@ def clean_caches(db_url: str, *, cache_dirs: Iterable[Path] = (), yes: bool = Fa
     error, never "no runs". A cache being built right now (its lock held) is skipped. Without `yes`
     nothing is removed: the report says what would be.
     """
-    from cem_core.data.cache import file_lock
+    from cem_core.runfiles.lock import file_lock
 
     report = CleanReport(dry_run=not yes)
     for info in cache_inventory(db_url, cache_dirs=cache_dirs):
@@ -370,11 +371,15 @@ def clean_caches(db_url: str, *, cache_dirs: Iterable[Path] = (), yes: bool = Fa
             report.removed.append(info)
             continue
         lock_path = info.base.with_name(info.base.name + ".lock")
-        with file_lock(lock_path, blocking=False) as held:
-            if not held:
-                report.refused.append((info, "a prepare is building it now"))
-                continue
-            kept = _clean_cache(info)  # the lock file beside it stays: a prepare waiting on it must keep excluding others
+        try:
+            with file_lock(lock_path, blocking=False) as held:
+                if not held:
+                    report.refused.append((info, "a prepare is building it now"))
+                    continue
+                kept = _clean_cache(info)  # the lock file stays: a prepare waiting on it must keep excluding others
+        except runfiles.RunFileError as e:  # a link or a FIFO planted as its lock: nothing is removed
+            report.refused.append((info, str(e)))
+            continue
         if kept:
             shown = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
             report.refused.append((info, f"holds files cemctl did not create or cannot prove it wrote ({shown}): "

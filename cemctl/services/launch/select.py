@@ -16,7 +16,6 @@ Whether recorded jobs are alive is asked of their executors in one batch
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from cem_core import runfiles
 from cemctl.executors import jobs_alive
 
 START, RESUME, RETRY, SKIP = "start", "resume", "retry", "skip"
-_CKPT = re.compile(r"step_(\d+)\.pt$")
 
 
 @dataclass
@@ -40,15 +38,11 @@ class Selection:
 
 
 def newest_checkpoint_step(run_dir: Path) -> int | None:
-    steps = []
     try:
-        for p in (Path(run_dir) / runfiles.CHECKPOINT_DIR).iterdir():
-            m = _CKPT.search(p.name)
-            if m:
-                steps.append(int(m.group(1)))
+        found = runfiles.list_checkpoints(Path(run_dir) / runfiles.CHECKPOINT_DIR)
     except OSError:
         return None
-    return max(steps) if steps else None
+    return found[-1][0] if found else None
 
 
 def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,

@@ -1,0 +1,60 @@
+"""The one file lock of cemctl (`cemctl launch`, `eval`, `tag`, `data prepare`: a run, its evals and tags, a cache).
+
+    with file_lock(run_dir / ".lock"):                     # waits for another holder
+        ...
+    with file_lock(path, blocking=False) as held:          # held is False when another process has it
+        ...
+
+An exclusive advisory `fcntl.flock` on a lock file, released when the block ends
+(or the process dies). The lock file is opened without following a symlink and
+without blocking on a FIFO: a link or a special file planted in its place is
+refused with `RunFileError`, never written through or waited on. `best_effort`:
+a file system without `flock` gives no protection instead of an error (the
+trainer's run lock on old NFS mounts). Torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+from pathlib import Path
+from typing import Iterator
+
+from cem_core.runfiles.files import RunFileError
+
+_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str], *, blocking: bool = True, make_parents: bool = False,
+              best_effort: bool = False) -> Iterator[bool]:
+    """Hold an exclusive lock on `path` for the `with` block; yields True when held (False: `blocking=False` and
+    another process holds it, or `best_effort` and the file system has no flock)."""
+    path = Path(path)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, _FLAGS, 0o644)
+    except OSError as e:
+        raise RunFileError(f"{path}: refused as a lock file: {e.strerror or e} (a link or a special file?)") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RunFileError(f"{path}: refused as a lock file: not a regular file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        except OSError:
+            if not best_effort:
+                raise
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
