@@ -121,6 +121,7 @@ class GPConfig:
 @dataclass(frozen=True)
 class RunConfig:
     task: str = "lm"
+    plugins: str = ""  # plugin modules to import first, comma-separated (cem_core.plugins)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -191,7 +192,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def field_names(section: str | None = None) -> list[str]:
     """Every addressable dotted key (for error messages and grid axes)."""
-    names = ["task"] if section is None else []
+    names = ["task", "plugins"] if section is None else []
     for sec, klass in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig), ("gp", GPConfig)):
         if section in (None, sec):
             names += [f"{sec}.{f.name}" for f in fields(klass)]
@@ -245,6 +246,10 @@ def _build(klass: type, d: Any, prefix: str) -> Any:
         tp = hints[key]
         if dotted == "train.compile" and isinstance(value, bool):  # `train.compile = true` reads as "on"
             value = "on" if value else "off"
+        if dotted == "plugins":  # a list or a comma-separated string -> "a,b" (sorted, unique)
+            from cem_core.plugins import canonical
+
+            value = canonical(value)
         if dataclasses.is_dataclass(tp):
             kwargs[key] = _build(tp, value, dotted)
         else:
@@ -265,6 +270,10 @@ def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
 
 def validate(cfg: RunConfig) -> RunConfig:
     """Check every value and combination; raises `ConfigError` on the first problem."""
+    if cfg.plugins:  # their variants must be registered before the names are checked
+        from cem_core.plugins import load_plugins
+
+        load_plugins(cfg.plugins)
     V.TASKS.check(cfg.task)
     m, dt, t = cfg.model, cfg.data, cfg.train
     if m.size not in SIZES:

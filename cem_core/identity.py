@@ -96,6 +96,7 @@ V1_DEFAULTS: dict[str, Any] = {
 # Fields added since 0.2.0: dotted key -> the value at which the field is left out of the hash.
 ADDED_FIELDS: dict[str, Any] = {
     "model.attn_start": "h",  # 0.3: CEM attention may start at RMSNorm(h) (the T=2 ablation)
+    "plugins": "",  # 0.3: plugin modules that register variants (cem_core.plugins)
 }
 
 

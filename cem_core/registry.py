@@ -84,7 +84,12 @@ class Registry(Generic[T]):
         return [self._specs[n] for n in self._items if n in self._specs]
 
     def check(self, name: Any, *, key: str | None = None) -> str:
-        """`name` if it is registered (nothing is imported), else a ConfigError listing the known names."""
+        """`name` if it is registered (nothing is imported), else a ConfigError listing the known names. A name not
+        found loads the installed plugins' entry points first (once per process: `cem_core.plugins`)."""
+        if isinstance(name, str) and name not in self._items and self._specs:
+            from cem_core.plugins import load_entry_points
+
+            load_entry_points()
         if not isinstance(name, str) or name not in self._items:
             raise ConfigError(key or self.key, f"unknown {self.kind} {name!r}", value=name, allowed=self.names())
         return name

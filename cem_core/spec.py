@@ -123,6 +123,12 @@ def register(spec: Spec) -> Spec:
         raise ConfigError("plugin", f"{spec.kind} {spec.name!r}: module must be 'package.module:Class', got {spec.module!r}")
     if isinstance(spec, SublayerSpec) and spec.kind not in ("attention", "mlp"):
         raise ConfigError("plugin", f"{spec.name!r}: use AttentionSpec or MlpSpec")
+    from cem_core.plugins import current_plugin
+
+    if not spec.plugin and current_plugin():  # registered while a plugin module is imported: it is that plugin's
+        import dataclasses
+
+        spec = dataclasses.replace(spec, plugin=current_plugin())
     registry = registry_of(spec)
     if spec.name in registry:
         other = registry.spec(spec.name)

@@ -83,3 +83,30 @@ def test_every_field_is_addressable_by_dotted_name():
     for name in names:
         with pytest.raises(ConfigError):
             RunConfig.from_dict({name: object()})
+
+
+def test_plugins_is_a_canonical_list_and_absent_from_the_id_when_empty(tmp_path, monkeypatch):
+    for name in ("a_mod", "b_mod"):  # two harmless plugin modules
+        (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = RunConfig.from_dict({})
+    assert base.plugins == "" and run_id(RunConfig.from_dict({"plugins": []})) == run_id(base)
+    a = RunConfig.from_dict({"plugins": ["b_mod", "a_mod", "b_mod"]})
+    b = RunConfig.from_dict({"plugins": " a_mod , b_mod"})
+    assert a.plugins == b.plugins == "a_mod,b_mod"
+    assert run_id(a) == run_id(b) != run_id(base)  # a plugin is part of what the run is
+
+
+def test_a_plugin_that_cannot_load_is_one_line_naming_it(tmp_path, monkeypatch):
+    from cem_core import plugins
+
+    (tmp_path / "broken_layer.py").write_text("import numpy\nraise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, reason in (("broken_layer", "RuntimeError: boom"), ("no_such_layer_xyz", "no such module")):
+        with pytest.raises(ConfigError) as e:
+            resolve(RunConfig.from_dict({"plugins": name}))
+        assert e.value.key == "plugins" and name in str(e.value) and reason in str(e.value)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="not a module name"):
+        RunConfig.from_dict({"plugins": "a b"})
+    plugins._loaded.pop("broken_layer", None), plugins._loaded.pop("no_such_layer_xyz", None)

@@ -212,6 +212,12 @@ def test_resume_after_crash_repeats_the_uninterrupted_run_exactly(tmp_path, data
     assert second["test_loss"] == result_full["test_loss"] and second["val_loss"] == result_full["val_loss"]
     states = [e["state"] for e in read_jsonl(crashed / "events.jsonl")]
     assert states == ["running", "failed", "running", "done"]
+    # Each attempt records the fingerprint of the model and training code it ran (cem_core.fingerprint).
+    from cem_core.fingerprint import code_fingerprint
+
+    code = code_fingerprint()
+    assert second["code_fingerprint"] == result_full["code_fingerprint"] == code
+    assert [e.get("code_fingerprint") for e in read_jsonl(crashed / "events.jsonl") if e["state"] == "running"] == [code] * 2
     hb = json.loads((crashed / "heartbeat.json").read_text())
     assert hb["step"] == 8 and hb["total_steps"] == 8 and hb["attempt"] == 2
     assert hb["time"] <= (crashed / "result.json").stat().st_mtime  # no heartbeat after the result

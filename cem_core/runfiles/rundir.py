@@ -114,8 +114,8 @@ class RunDir:
     def previous_attempts(self) -> int:
         return sum(1 for e in iter_jsonl(self.events) if e.get("state") == "running")
 
-    def append_event(self, state: str, reason: str = "", *, attempt: int) -> None:
-        append_event(self.path, state, reason, attempt=attempt)
+    def append_event(self, state: str, reason: str = "", *, attempt: int, **fields: Any) -> None:
+        append_event(self.path, state, reason, attempt=attempt, **fields)
 
     def append_metrics(self, obj: dict[str, Any]) -> None:
         append_jsonl(self.metrics, obj)

@@ -7,6 +7,7 @@ Trains or resumes the run in RUN_DIR (see cem_core/train/loop.py). Exit code:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -17,8 +18,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: $CEMCTL_DEVICE, else cuda if available)")
     args = parser.parse_args(argv)
 
+    from pathlib import Path
+
     from cem_core.errors import ConfigError
+    from cem_core.plugins import PLUGINS_DIR, add_search_path
     from cem_core.train.loop import EXIT_BAD_CONFIG, EXIT_CODES, run_training
+
+    if not os.environ.get("CEMCTL_SNAPSHOT"):  # a job of a code snapshot imports the plugins copied into it
+        add_search_path(Path(args.run_dir).resolve().parent / PLUGINS_DIR)  # else: the sources plan copied
 
     try:
         result = run_training(args.run_dir, device=args.device)

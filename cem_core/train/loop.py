@@ -55,6 +55,8 @@ from cem_core.config import RunConfig, resolve, run_id, total_steps
 from cem_core.counts import run_counts
 from cem_core.errors import ConfigError, RunDiverged
 from cem_core.names import is_run_id
+from cem_core.fingerprint import code_fingerprint
+from cem_core.plugins import used_plugins
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.hooks import TestHooks
@@ -364,6 +366,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
     if previous and previous.get("state") == "done":
         return previous
     attempt = rd.previous_attempts() + 1
+    code = code_fingerprint(plugins=used_plugins(cfg))  # the model and training code this attempt runs
     world.init(dev)
     total = total_steps(cfg)
     st = RunState()
@@ -375,10 +378,10 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
             if world.rank == 0:
                 if previous is not None:  # a retry of a failed / diverged attempt
                     call_quietly(rd.result.unlink)
-                rd.append_event("running", f"attempt {attempt} on {dev}", attempt=attempt)
+                rd.append_event("running", f"attempt {attempt} on {dev}", attempt=attempt, code_fingerprint=code)
                 heartbeat = Heartbeat(rd.heartbeat, total_steps=total, attempt=attempt).start()
-            log.info("run %s attempt %d: %d steps on %s (world size %d, %d threads)", rd.path.name, attempt,
-                     total, dev, world.size, torch.get_num_threads())
+            log.info("run %s attempt %d: %d steps on %s (world size %d, %d threads, code %s)", rd.path.name, attempt,
+                     total, dev, world.size, torch.get_num_threads(), code)
             try:
                 _train(cfg, rd, world, dev, attempt, st, ui, heartbeat, preempt)
                 result = make_result(cfg, st, "done", attempt=attempt, world=world, device=dev)
@@ -409,6 +412,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
             if world.rank == 0:
                 _final_heartbeat(heartbeat, st)  # the last heartbeat is older than result.json
                 heartbeat = None
+                result["code_fingerprint"] = code
                 rd.write_result(result)
                 reason = (result["error"] or "").strip().splitlines()[-1:] or [""]
                 rd.append_event(result["state"], reason[0][:500], attempt=attempt)

@@ -32,7 +32,7 @@ _RUN_COLUMNS = (
 )
 _RESULT_COLUMNS = (
     "state", "test_loss", "test_ppl", "val_loss", "val_ppl", "params_total", "params_non_embedding",
-    "flops_per_token", "train_flops", "tokens", "steps", "wall_time_s", "error", "diverged_step",
+    "flops_per_token", "train_flops", "tokens", "steps", "wall_time_s", "error", "diverged_step", "code_fingerprint",
 )
 
 

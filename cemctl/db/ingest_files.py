@@ -298,6 +298,8 @@ def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _
             values[key] = _num(res.get(key), float)
         for key in _RESULT_INTS:
             values[key] = _num(res.get(key), int)
+        code = res.get("code_fingerprint")
+        values["code_fingerprint"] = code if isinstance(code, str) and code.isalnum() and len(code) <= 32 else None
         _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
         out.result = True
         run.result_mtime = res_mtime

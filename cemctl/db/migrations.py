@@ -24,6 +24,7 @@ Versions:
      recorded scale and overrides (the table is rebuilt: a new primary key).
   6  runs.config_mtime (config.json last checked against the run id; the `damaged` state).
   7  table `run_tags` (a run's tags and notes, mirrored from its tags.json: `cemctl tag`, `cemctl note`).
+  8  results.code_fingerprint (the model and training code that produced the result: cem_core.fingerprint).
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -40,7 +41,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 7
+CURRENT_VERSION = 8
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -163,8 +164,13 @@ def _to_v7(conn: Connection) -> None:
     ))
 
 
+def _to_v8(conn: Connection) -> None:
+    """results.code_fingerprint (older results: NULL, the code that trained them is unknown)."""
+    _add_columns(conn, "results", [("code_fingerprint", "VARCHAR(32)")])
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5, 6: _to_v6,
-                                                       7: _to_v7}
+                                                       7: _to_v7, 8: _to_v8}
 
 
 def schema_version(conn: Connection) -> int:

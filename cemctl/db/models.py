@@ -175,6 +175,7 @@ class Result(Base):
     wall_time_s: Mapped[Optional[float]] = mapped_column(Float)
     error: Mapped[Optional[str]] = mapped_column(Text)
     diverged_step: Mapped[Optional[int]] = mapped_column(Integer)
+    code_fingerprint: Mapped[Optional[str]] = mapped_column(String(32))  # the model code that trained it
     result_json: Mapped[str] = mapped_column(Text, default="{}")
     recorded_at: Mapped[float] = mapped_column(Float)
 

@@ -116,6 +116,14 @@ def recorded_runs_root(engine: Engine) -> Path | None:
 def resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
     """The runs root a command uses: the one named (`--runs-dir`, `$CEMCTL_RUNS`); else (a `DefaultRunsRoot`,
     or None) the one the database recorded, with a one-line notice when that is not `./runs`; else `./runs`."""
+    root = _resolve_runs_root(engine, runs_root)
+    from cem_core.plugins import PLUGINS_DIR, add_search_path
+
+    add_search_path(root / PLUGINS_DIR)  # the plugin sources plan copied (cem_core.plugins)
+    return root
+
+
+def _resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
     if runs_root is not None and not isinstance(runs_root, DefaultRunsRoot):
         return Path(runs_root)
     default = Path(runs_root) if runs_root is not None else Path("runs")

@@ -1,0 +1,185 @@
+"""Plugins: new attention, MLP, preconditioner or task variants without editing cemctl (`cemctl plan`, every command).
+
+    # my_layer.py, beside the grid (or any importable module)
+    from cem_core.spec import AttentionSpec, register
+    register(AttentionSpec(name="gated_cem", module="my_layer:GatedCEMAttention", ...))
+
+    # grid.toml
+    [experiment]
+    plugins = ["my_layer"]          # every run of the grid gets "plugins" = "my_layer"
+    [axes]
+    "model.attention" = ["cem", "gated_cem"]
+
+A plugin is a Python module that calls `cem_core.spec.register(...)` when it is
+imported. Two ways to name one:
+
+- the config key `plugins` (comma-separated module names; `[experiment] plugins`
+  sets it for every run of a grid): the modules are imported before the config is
+  validated, by every process that reads it (plan, the trainer, eval, report);
+- an installed distribution's entry point in the group `cemctl.plugins`: loaded the
+  first time a name is not found in a registry (a report of a plugin variant needs no
+  config key then).
+
+Where a module named in a grid is found: the grid file's folder first (`plan` puts it
+on the import path), then the runs root's `.plugins/` folder (plan copies each plugin's
+source there, so that status, report and the jobs find it wherever they run), then the
+installed packages. A plugin that cannot be imported, raises on import, or registers a
+name already taken is one line naming the plugin and the reason (exit 2), never a
+traceback. The variants a plugin registers carry its name (`spec.plugin`), and the
+code fingerprint of a run counts the plugin's source (`cem_core.fingerprint`).
+Torch-free: a plugin module should import torch inside its classes' module only.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
+
+from cem_core.errors import CemError, ConfigError
+
+ENTRY_POINT_GROUP = "cemctl.plugins"
+PLUGINS_DIR = ".plugins"  # inside a runs root: the plugin sources plan copied
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+_loading: contextvars.ContextVar[str] = contextvars.ContextVar("cemctl_plugin_loading", default="")
+_loaded: dict[str, str] = {}  # module name -> "" (ok) or the one-line reason it failed
+_entry_points_done = False
+_search: list[Path] = []  # folders looked in before the installed packages (add_search_path)
+
+
+class PluginError(ConfigError):
+    """A plugin that cannot be loaded (one line: the plugin, the reason)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__("plugins", f"{name}: {message}", value=name)
+
+
+def current_plugin() -> str:
+    """The plugin being imported right now ("" outside a plugin import): `register` tags its specs with it."""
+    return _loading.get()
+
+
+def parse_names(value: Any, *, key: str = "plugins") -> tuple[str, ...]:
+    """'a, b.c' or ["a", "b.c"] -> ("a", "b.c") (sorted, unique); a name that is not a module path raises."""
+    if value is None or value == "":
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(key, f"must be a list of module names, got {type(value).__name__}", value=value)
+    names = set()
+    for item in items:
+        name = item.strip() if isinstance(item, str) else item
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(key, f"{name!r} is not a module name", value=name,
+                              allowed="dotted Python module names, e.g. my_layer or mypkg.variants")
+        names.add(name)
+    return tuple(sorted(names))
+
+
+def canonical(value: Any, *, key: str = "plugins") -> str:
+    """The config form of a plugin list: sorted, unique, comma-separated ("" for none)."""
+    return ",".join(parse_names(value, key=key))
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, CemError):
+        return str(exc)
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return (text[:300] + where)
+
+
+def add_search_path(folder: str | Path) -> None:
+    """Look for plugin modules in `folder` (a grid's folder, a runs root's .plugins/) before the installed packages;
+    the folder added last is looked in first."""
+    folder = Path(folder).resolve()
+    if folder in _search:
+        _search.remove(folder)
+    _search.append(folder)
+
+
+def _import(name: str, search: Iterable[Path]) -> None:
+    for folder in [*_search, *(Path(f).resolve() for f in search)]:
+        if folder.is_dir():
+            if str(folder) in sys.path:
+                sys.path.remove(str(folder))
+            sys.path.insert(0, str(folder))
+    token = _loading.set(name)
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and (name == e.name or name.startswith(e.name + ".")):
+            raise PluginError(name, "no such module (put it beside the grid file, in the runs root's "
+                              f"{PLUGINS_DIR}/ folder, or install it)") from None
+        raise PluginError(name, f"failed on import: {_short(e)}") from None
+    except PluginError:
+        raise
+    except ConfigError as e:  # register() refused a spec: the reason names the variant
+        raise PluginError(name, e.message if e.key == "plugin" else str(e)) from None
+    except Exception as e:  # noqa: BLE001 - a plugin's own bug: one line, never a traceback
+        raise PluginError(name, f"failed on import: {_short(e)}") from None
+    finally:
+        _loading.reset(token)
+
+
+def load_plugins(names: Any, *, search: Iterable[Path] = ()) -> tuple[str, ...]:
+    """Import each plugin module once (the grid folder and `.plugins/` folders in `search` come first on the import
+    path); returns the names. A plugin that failed once fails again with the same line."""
+    names = parse_names(names)
+    for name in names:
+        if name in _loaded:
+            if _loaded[name]:
+                raise PluginError(name, _loaded[name])
+            continue
+        try:
+            _import(name, search)
+        except PluginError as e:
+            _loaded[name] = e.message.split(": ", 1)[1]
+            raise
+        _loaded[name] = ""
+    return names
+
+
+def load_entry_points() -> list[str]:
+    """Load the installed `cemctl.plugins` entry points (once per process); returns their names."""
+    global _entry_points_done
+    if _entry_points_done:
+        return []
+    _entry_points_done = True
+    from importlib.metadata import entry_points
+
+    done = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        token = _loading.set(ep.module)
+        try:
+            ep.load()
+        except ConfigError as e:
+            raise PluginError(f"{ep.name} (entry point {ep.value})", e.message if e.key == "plugin" else str(e)) from None
+        except Exception as e:  # noqa: BLE001
+            raise PluginError(f"{ep.name} (entry point {ep.value})", f"failed on import: {_short(e)}") from None
+        finally:
+            _loading.reset(token)
+        _loaded.setdefault(ep.module, "")
+        done.append(ep.name)
+    return done
+
+
+def used_plugins(cfg: Any) -> tuple[str, ...]:
+    """The plugin modules a config's numbers depend on: its `plugins` and the plugin of every variant it uses."""
+    from cem_core import variants as V
+
+    names = set(parse_names(getattr(cfg, "plugins", "")))
+    m = cfg.model
+    for registry, name in ((V.ATTENTION, m.attention), (V.MLPS, m.mlp), (V.PRECONDITIONERS, m.attn_precond),
+                           (V.PRECONDITIONERS, m.mlp_precond), (V.TASKS, cfg.task)):
+        if name in registry:
+            plugin = getattr(registry.spec(name), "plugin", "")
+            if plugin:
+                names.add(plugin)
+    return tuple(sorted(names))
