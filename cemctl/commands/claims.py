@@ -50,6 +50,7 @@ class ClaimsView:
                 need = "more than 64" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
                 self.notes.append(f"  claim {r.claim}, {r.part} ({r.scale}): {need} seeds per arm for 80% power "
                                   f"at its margin")
+        self.notes += [f"  note: {printable(n)}" for n in getattr(result, "code_notes", [])]
         self.out = f"written to {result.out_dir}/claims.md (and claims.csv, claims.png)" if result.out_dir else ""
 
     def plain_lines(self) -> list[str]:

@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         add_seeds: int = typer.Option(0, "--add-seeds", min=0, help="Run N more seeds after the grid's (e.g. when "
                                       "`cemctl claims --power` asks for them)."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run runs whose result is failed."),
+        rerun_outdated: bool = typer.Option(False, "--rerun-outdated", help="Train again the finished runs trained by older model code (`cemctl status` counts them; their files are kept in .outdated-*/)."),
         redo_damaged: bool = typer.Option(False, "--redo-damaged", help="Repair damaged runs (their files moved to .damaged-*/, the recorded config restored) and run them again."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Show what would start; start nothing."),
         run: Optional[List[str]] = typer.Option(None, "--run", help="Only this run id of the experiment (repeatable)."),
@@ -88,7 +89,7 @@ def register(app: typer.Typer) -> None:
             }
             req = LaunchRequest(
                 target=target, executor=executor, scale=scale, overrides=overrides, retry_failed=retry_failed,
-                redo_damaged=redo_damaged,
+                redo_damaged=redo_damaged, rerun_outdated=rerun_outdated,
                 dry_run=dry_run, run_ids=list(run) if run else None, gpus=parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu,
                 gpus_per_run=gpus_per_run, workers=workers, slurm=slurm, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s),
                 prepare=prepare, data_workers=data_workers,

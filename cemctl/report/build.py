@@ -173,6 +173,20 @@ def grid_notes(runs: "pd.DataFrame") -> list[str]:
             f"{ids}; their results are kept in this report and in runs.csv (column in_grid)"]
 
 
+def code_notes(runs: "pd.DataFrame", experiment: str) -> list[str]:
+    """A note counting the runs trained by older model code (they stay in the report; runs.csv marks them)."""
+    from cemctl.db.outdated import outdated_note
+
+    if "code_outdated" not in runs.columns:
+        return []
+    old = runs[runs["code_outdated"].astype(bool)]
+    note = outdated_note(len(old), experiment)
+    if not note:
+        return []
+    ids = ", ".join(old["run_id"].astype(str).head(5)) + (", ..." if len(old) > 5 else "")
+    return [f"{note}: {ids}; the report includes them (runs.csv column code_outdated)"]
+
+
 def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
     counts = {"runs": int(len(runs)) + int(problems["state"].eq("missing").sum())}
     if "state" in runs.columns:
@@ -250,7 +264,7 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
         parts = render_parts(info, runs, curves, include_curves=include_curves)
     if extras is not None:
         parts.extend(extras)
-    parts.notes += mark_notes(runs) + grid_notes(runs)
+    parts.notes += mark_notes(runs) + grid_notes(runs) + code_notes(runs, info.name)
     parts.tables += claims_tables(runs, info.claims)
     problems = problem_runs(runs, info.planned_run_ids, value=value)
     tmp = new_build_dir(out_dir)
@@ -364,6 +378,10 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
 
     conds = parse_where(where)
     runs = filter_frame(load_runs(engine, experiment, scale=chosen), conds)
+    from cemctl.db.outdated import outdated_runs
+
+    stale_code = outdated_runs(engine, runs["run_id"])
+    runs["code_outdated"] = runs["run_id"].isin(list(stale_code))  # trained by older model code (runs.csv)
     curves = load_curves(engine, runs["run_id"]) if include_curves else None
     if include_curves and (curves is None or curves.empty) and runs_root is not None:
         curves = curves_from_run_dirs(runs_root, runs["run_id"])

@@ -20,7 +20,7 @@ import datetime as _dt
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from cem_core.errors import CemError
 
@@ -54,6 +54,7 @@ class ClaimsResult:
     claims: "pd.DataFrame"
     out_dir: Path | None = None
     files: list[Path] = field(default_factory=list)
+    code_notes: list[str] = field(default_factory=list)  # runs trained by older code; parts mixing code versions
 
 
 def claims_figure(parts: "pd.DataFrame") -> "Figure":
@@ -115,7 +116,39 @@ def _interval(lo: float, hi: float) -> str:
     return f"[{_fmt(lo)}, {_fmt(hi)}]" if math.isfinite(lo) or math.isfinite(hi) else ""
 
 
-def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[tuple[str, str]]) -> str:
+def code_summary(runs: "pd.DataFrame") -> str:
+    """The code fingerprints of the finished runs: "9f3a61c0b2d4 (93 runs)", older cemctl's runs as unrecorded."""
+    if "code_fingerprint" not in runs.columns:
+        return "-"
+    done = runs[runs["state"] == "done"]
+    counts = done["code_fingerprint"].fillna("not recorded").value_counts()
+    return ", ".join(f"{fp} ({n} run{'s' if n != 1 else ''})" for fp, n in counts.items()) or "-"
+
+
+def code_notes(engine: Any, runs: "pd.DataFrame", parts: "pd.DataFrame") -> list[str]:
+    """Lines about the code behind the numbers: runs trained by older model code, and parts whose runs were
+    trained by different code (a difference between them may be the code's, not the claim's)."""
+    from cemctl.db.outdated import outdated_note, outdated_runs
+
+    notes: list[str] = []
+    used = sorted({rid for ids in parts.get("runs", []) for rid in str(ids or "").split(",") if rid})
+    stale = outdated_runs(engine, used)
+    if stale:
+        notes.append(outdated_note(len(stale)).replace("were trained", "used here were trained")
+                     .replace("was trained", "used here was trained"))
+    if "code_fingerprint" in runs.columns:
+        code = dict(zip(runs["run_id"], runs["code_fingerprint"]))
+        for r in parts.itertuples():
+            fps = {code.get(rid) for rid in str(getattr(r, "runs", "") or "").split(",") if rid}
+            fps = {fp for fp in fps if isinstance(fp, str) and fp}
+            if len(fps) > 1:
+                notes.append(f"{r.claim}. {r.part} ({r.scale}): its runs were trained by {len(fps)} versions of the "
+                             f"model code ({', '.join(sorted(fps))}); a difference may be the code's")
+    return notes
+
+
+def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[tuple[str, str]], *,
+                    notes: Sequence[str] = ()) -> str:
     from cem_core.names import printable
     from cemctl.report.tables import to_markdown
 
@@ -146,11 +179,13 @@ def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[
     out += ["", "`unadjusted`: label and verdict at the part's own 95% interval; `adjusted`: after Holm (the "
             "interval `holm` is at the part's Holm level). `margin` in the part's unit. The runs each part used "
             "are listed in `claims.csv`."]
-    notes = [f"{r.claim}. {r.part}: " + ("the optimum lies at the edge of the sweep (the interval is open on that "
+    censored = [f"{r.claim}. {r.part}: " + ("the optimum lies at the edge of the sweep (the interval is open on that "
                                           "side)" if r.censored else "")
              for r in parts.itertuples() if r.censored]
+    if censored:
+        out += ["", "Censored optima:", ""] + [f"- {printable(n)}" for n in censored]
     if notes:
-        out += ["", "Censored optima:", ""] + [f"- {printable(n)}" for n in notes]
+        out += ["", "Code versions:", ""] + [f"- {printable(n)}" for n in notes]
     out += ["", "![claims](claims.png)", ""]
     return "\n".join(out)
 
@@ -207,6 +242,7 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                      for r in parts.itertuples()]
     verdicts = claim_verdicts(parts)
     result = ClaimsResult(parts, verdicts)
+    result.code_notes = code_notes(engine, runs, parts)
     if out_dir is None:
         return result
     from cemctl.report.outdir import check_output_dir, new_build_dir, swap_in
@@ -221,8 +257,9 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
         header = [("generated", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),
                   ("git commit", git_commit()), ("scales", ", ".join(sorted(set(parts["scale"]))) or "-"),
                   ("finished runs", str(int((runs["state"] == "done").sum()))),
-                  ("grids (sha256)", grids or "-")]
-        (tmp / "claims.md").write_text(claims_markdown(parts, verdicts, header))
+                  ("grids (sha256)", grids or "-"),
+                  ("model code", code_summary(runs))]
+        (tmp / "claims.md").write_text(claims_markdown(parts, verdicts, header, notes=result.code_notes))
         csv_cols = [c for c in CSV_COLUMNS if c in parts.columns] + \
             [c for c in ("seeds_for_80pct_power", "next") if c in parts.columns]
         write_csv(parts[csv_cols], tmp / "claims.csv")  # text cells with their control characters escaped

@@ -230,6 +230,11 @@ def experiment_view(exp: "ExperimentStatus", *, width: int | None, now: float, c
     hidden = selected - len(rows)
     if hidden > 0:
         notes.append(f"... {hidden} more runs not shown (use --limit 0 to show all)")
+    from cemctl.db.outdated import outdated_note
+    from cemctl.services.status.collect import NO_EXPERIMENT
+
+    if (note := outdated_note(len(exp.outdated), exp.name if exp.name != NO_EXPERIMENT else None)):
+        notes.append(note)
     return ExperimentView(printable(exp.name), exp.total, list(exp.counts.items()), constants if not columns else [],
                           layout, cells, notes)
 

@@ -39,6 +39,7 @@ class LaunchRequest:
     overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value
     retry_failed: bool = False
     redo_damaged: bool = False  # repair damaged runs (files moved aside, recorded config restored) and rerun them
+    rerun_outdated: bool = False  # train again the finished runs trained by older model code (files moved aside)
     dry_run: bool = False
     run_ids: list[str] | None = None  # only these runs of the experiment
     # local executor
@@ -223,7 +224,7 @@ def launch(
     """
     from cemctl.db import sync_runs
     from cemctl.db.engine import open_db
-    from cemctl.services.launch.repair import damaged_runs, repair_damaged
+    from cemctl.services.launch.repair import damaged_runs, repair_damaged, set_aside_outdated
     from cemctl.services.launch.snapshot import take_snapshot
 
     from cemctl.db.runs import resolve_runs_root
@@ -244,15 +245,24 @@ def launch(
     if engine is not None and not req.dry_run:
         sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=[rid for rid, _ in runs])
     damaged = damaged_runs(engine, [rid for rid, _ in runs]) if engine is not None else {}
+    from cemctl.db.outdated import outdated_in_dirs
+
+    stale_code = {rid: f"trained by older model code ({o.recorded}; this code is {o.current})"
+                  for rid, o in outdated_in_dirs(runs).items()}
+    rerun = stale_code if req.rerun_outdated else {}
     if req.dry_run:  # runs not planned yet have no folder: they would start
         new = [(rid, d) for rid, d in runs if not Path(d).exists()]
         selections = [Selection(rid, d, "start", "new run, not planned yet") for rid, d in new]
         known = select_runs([r for r in runs if r not in new], retry_failed=req.retry_failed, damaged=damaged,
-                            redo_damaged=req.redo_damaged)
+                            redo_damaged=req.redo_damaged, outdated=rerun)
         order = {rid: i for i, (rid, _) in enumerate(runs)}
         selections = sorted(selections + known, key=lambda sel: order[sel.run_id])
     else:
-        selections = select_runs(runs, retry_failed=req.retry_failed, damaged=damaged, redo_damaged=req.redo_damaged)
+        selections = select_runs(runs, retry_failed=req.retry_failed, damaged=damaged, redo_damaged=req.redo_damaged,
+                                 outdated=rerun)
+    for sel in selections:
+        if not sel.launches and sel.run_id in stale_code:
+            sel.reason += f", {stale_code[sel.run_id]} (use --rerun-outdated to train it again)"
     report = LaunchReport(target.experiment, req.executor, selections, dry_run=req.dry_run, axes=target.axes)
     if req.dry_run or not report.launched:
         if on_selected:
@@ -261,6 +271,8 @@ def launch(
     for sel in report.launched:
         if sel.run_id in damaged:
             sel.reason += "; " + repair_damaged(engine, sel.run_id, sel.run_dir)
+        elif sel.run_id in rerun:
+            sel.reason += "; " + set_aside_outdated(engine, sel.run_id, sel.run_dir)
     from cem_core.data.prepare import REQUIRE_PREPARED_ENV
 
     snap = take_snapshot(runs_root) if req.snapshot else None  # first: an edited snapshot is refused before any work

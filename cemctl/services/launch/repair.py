@@ -1,4 +1,4 @@
-"""Damaged runs (`cemctl launch --redo-damaged`): found by the database, repaired only when asked.
+"""Damaged and outdated runs (`cemctl launch --redo-damaged`, `--rerun-outdated`): set aside only when asked.
 
 A run is `damaged` when its files and the database disagree or fail their
 schema (`cemctl.db.ingest`): config.json edited or copied under another id,
@@ -10,6 +10,10 @@ lock and the executor's log) is moved into a new `<run_dir>/.damaged-<UTC time>[
 config.json is rewritten from the config the database recorded for the run id
 (the plan of record), and the run's result row is forgotten, so the run trains
 from the start under the identity it was planned with.
+
+`--rerun-outdated` does the same for finished runs trained by older model code
+(`cemctl.db.outdated`): their files go to `<run_dir>/.outdated-<UTC time>/`,
+kept, never deleted, and the run trains again with the code of this launch.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from cemctl.db.models import Metric, Result, Run, RunEvent
 
 KEEP = (runfiles.LOCK_FILE, runfiles.EXECUTOR_LOG)
 QUARANTINE_PREFIX = ".damaged-"
+OUTDATED_PREFIX = ".outdated-"
+ASIDE_PREFIXES = (QUARANTINE_PREFIX, OUTDATED_PREFIX)  # folders of set-aside files: never moved again
 
 
 def damaged_runs(engine: Engine, run_ids: list[str]) -> dict[str, str]:
@@ -41,9 +47,9 @@ def damaged_runs(engine: Engine, run_ids: list[str]) -> dict[str, str]:
     return out
 
 
-def _new_quarantine(run_dir: Path) -> Path:
-    """A folder `.damaged-<UTC time>[-N]` made by this call: never one that exists (an earlier repair's, the user's)."""
-    stamp = f"{QUARANTINE_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+def _new_quarantine(run_dir: Path, prefix: str = QUARANTINE_PREFIX) -> Path:
+    """A folder `<prefix><UTC time>[-N]` made by this call: never one that exists (an earlier repair's, the user's)."""
+    stamp = f"{prefix}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     for n in range(1, 10000):
         path = run_dir / (stamp if n == 1 else f"{stamp}-{n}")
         try:
@@ -51,20 +57,30 @@ def _new_quarantine(run_dir: Path) -> Path:
             return path
         except FileExistsError:
             continue
-    raise CemError(f"{run_dir}: cannot make a new {QUARANTINE_PREFIX}* folder to move the damaged files into")
+    raise CemError(f"{run_dir}: cannot make a new {prefix}* folder to move the run's files into")
 
 
 def repair_damaged(engine: Engine, run_id: str, run_dir: Path) -> str:
     """Move the run's files aside, restore its recorded config, forget its result; returns what was done."""
+    return _set_aside(engine, run_id, run_dir, QUARANTINE_PREFIX, "damaged", "repaired", "--redo-damaged")
+
+
+def set_aside_outdated(engine: Engine, run_id: str, run_dir: Path) -> str:
+    """The same for a run trained by older model code: its files kept in `.outdated-*/`, the run planned again."""
+    return _set_aside(engine, run_id, run_dir, OUTDATED_PREFIX, "trained by older code", "set aside",
+                      "--rerun-outdated")
+
+
+def _set_aside(engine: Engine, run_id: str, run_dir: Path, prefix: str, what: str, done: str, flag: str) -> str:
     with read_session(engine) as s:
         run = s.get(Run, run_id)
         recorded = json.loads(run.config_json) if run is not None and run.config_json else None
     if not recorded:
-        raise CemError(f"run {run_id}: damaged, and the database holds no config for it to restore")
+        raise CemError(f"run {run_id}: {what}, and the database holds no config for it to restore")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    entries = [e for e in sorted(os.listdir(run_dir)) if e not in KEEP and not e.startswith(QUARANTINE_PREFIX)]
-    quarantine = _new_quarantine(run_dir) if entries else run_dir / QUARANTINE_PREFIX
+    entries = [e for e in sorted(os.listdir(run_dir)) if e not in KEEP and not e.startswith(ASIDE_PREFIXES)]
+    quarantine = _new_quarantine(run_dir, prefix) if entries else run_dir / prefix
     moved = 0
     for entry in entries:
         os.rename(run_dir / entry, quarantine / entry)  # into a folder made just now: nothing there to replace
@@ -83,10 +99,10 @@ def repair_damaged(engine: Engine, run_id: str, run_dir: Path) -> str:
                     setattr(row, col, None)
                 row.metrics_offset = row.events_offset = row.events_lines = 0
                 row.metrics_fingerprint = row.events_fingerprint = ""
-                row.state, row.state_reason, row.state_at = "planned", "repaired by --redo-damaged", time.time()
+                row.state, row.state_reason, row.state_at = "planned", f"{done} by {flag}", time.time()
                 s.add(RunEvent(run_id=run_id, time=time.time(), state="planned", source="derived",
-                               reason=f"repaired: files moved to {quarantine.name}, recorded config restored"))
+                               reason=f"{done}: files moved to {quarantine.name}, recorded config restored"))
 
     retry_locked(forget)
-    return (f"repaired: {moved} file(s) moved to {quarantine.name}/, recorded config restored" if moved
-            else "repaired: recorded config restored")
+    return (f"{done}: {moved} file(s) moved to {quarantine.name}/, recorded config restored" if moved
+            else f"{done}: recorded config restored")

@@ -7,6 +7,8 @@ A run is started when it has no terminal result and no live job:
   a live local process, or the SLURM job in `squeue`): left alone;
 - a damaged run (its files contradict the database, or fail their schema:
   `cemctl.db.state`): skipped with the reason unless `--redo-damaged`;
+- a finished run trained by older model code (`cemctl.db.outdated`):
+  skipped as done unless `--rerun-outdated` (the launcher sets its files aside);
 - anything else (planned, queued by a dead orchestrator, stale, killed,
   cancelled, interrupted): started, resuming from its newest checkpoint.
 
@@ -46,13 +48,17 @@ def newest_checkpoint_step(run_dir: Path) -> int | None:
 
 
 def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
-                damaged: dict[str, str] | None = None, redo_damaged: bool = False) -> list[Selection]:
+                damaged: dict[str, str] | None = None, redo_damaged: bool = False,
+                outdated: dict[str, str] | None = None) -> list[Selection]:
     """A Selection for every (run_id, run_dir), in the given order.
 
     `damaged` maps run ids the database found damaged to the reason: they are
     skipped with it unless `redo_damaged` (the launcher repairs them first).
+    `outdated` maps finished runs to rerun (trained by older code) to why: they start again (the launcher sets
+    their files aside first).
     """
     damaged = damaged or {}
+    outdated = outdated or {}
     out: list[Selection | None] = []
     pending: list[tuple[int, Path, runfiles.JobRecord]] = []
     for run_id, run_dir in runs:
@@ -65,6 +71,9 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
             continue
         result = runfiles.read_result(run_dir)
         state = (result or {}).get("state")
+        if run_id in outdated and state in ("done", "diverged") and run_id not in damaged:
+            out.append(Selection(run_id, run_dir, RETRY, f"rerun: {outdated[run_id]}"))
+            continue
         if state == "done" and run_id not in damaged:
             out.append(Selection(run_id, run_dir, SKIP, "done"))
             continue

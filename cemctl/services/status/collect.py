@@ -61,6 +61,7 @@ class RunRow:
     wall_time_s: float | None = None
     config: dict[str, Any] | None = None  # the flattened resolved config (only when asked for: `with_config`)
     tags: dict[str, str] | None = None  # `cemctl tag` tags (only when asked for)
+    outdated: bool = False  # finished, trained by older model code (cemctl.db.outdated)
 
     @property
     def axes(self) -> dict[str, Any]:
@@ -111,7 +112,7 @@ class RunRow:
             "tokens_per_s": self.tokens_per_s, "elapsed_s": self.elapsed_s(now), "eta_s": self.eta_s(),
             "executor": self.executor, "job_id": self.job_id, "attempts": self.attempts,
             "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale, "in_grid": self.in_grid,
-            "test_ppl": self.test_ppl, "wall_time_s": self.wall_time_s,
+            "test_ppl": self.test_ppl, "wall_time_s": self.wall_time_s, "outdated": self.outdated,
             "avg_tokens_per_s": (self.result_tokens / self.wall_time_s
                                  if self.state == "done" and self.result_tokens and self.wall_time_s else None),
         }
@@ -125,6 +126,7 @@ class ExperimentStatus:
     total_runs: int | None = None
     matching: int | None = None  # runs meeting a --state/--where selection (None: no selection)
     selection: str = ""  # that selection, as the user wrote it
+    outdated: list[str] = field(default_factory=list)  # every run of it trained by older model code
 
     @property
     def counts(self) -> dict[str, int]:

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 
 from cem_core.errors import ConfigError
 from cem_core.runfiles import RUN_STATES
-from cemctl.services.status.collect import ExperimentStatus, collect_status, refresh
+from cemctl.services.status.collect import NO_EXPERIMENT, ExperimentStatus, collect_status, refresh
 
 
 def open_status_db(url: str) -> tuple[Engine, bool]:
@@ -65,6 +65,15 @@ def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = No
         refresh(engine, root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
     statuses = collect_status(engine, experiment, limit=table_limit(engine, experiment, limit), scale=scale,
                               states=states, with_config=with_config, runs_root=root)
+    from cemctl.db.outdated import outdated_by_experiment, outdated_runs
+
+    stale_code = outdated_runs(engine)
+    by_exp = outdated_by_experiment(engine, stale_code, scale=scale)
+    for e in statuses:
+        e.outdated = by_exp.get(e.name, []) if e.name != NO_EXPERIMENT else \
+            sorted(r.run_id for r in e.runs if r.run_id in stale_code)
+        for r in e.runs:
+            r.outdated = r.run_id in stale_code
     if with_tags:
         from cemctl.db.tags import tags_of
 
@@ -80,7 +89,8 @@ def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> d
     return {
         "time": now,
         "experiments": [
-            {"name": e.name, "counts": e.counts, "total_runs": e.total, "runs": [r.to_dict(now) for r in e.runs]}
+            {"name": e.name, "counts": e.counts, "total_runs": e.total, "outdated": e.outdated,
+             "runs": [r.to_dict(now) for r in e.runs]}
             for e in statuses
         ],
     }

@@ -1,0 +1,150 @@
+"""Runs trained by older model code (`cemctl status`, `report`, `claims`, `launch --rerun-outdated`).
+
+    outdated_runs(engine)                 -> {"3f2a...": Outdated(recorded="9f3a61c0b2d4", current="0b1c...")}
+    outdated_runs(engine, ["3f2a..."])    -> only those runs
+
+A run's id hashes its configuration, not the code that trained it. Each attempt
+records the fingerprint of the model and training code it ran (`result.json`'s
+`code_fingerprint`, `cem_core.fingerprint`: the syntax of the model, training step,
+optimizer, sampling, evaluation, token stream and plugin sources, docstrings and
+comments ignored). A finished run whose recorded fingerprint is not the one this
+installation computes for the same configuration was trained by other code: its
+numbers may not be what the code would produce now. It stays visible and counted
+(nothing is dropped), and status, report and claims say how many there are; `cemctl
+launch EXPERIMENT --rerun-outdated` trains exactly those runs again.
+
+Runs finished before fingerprints were recorded (cemctl 0.2) have none and are not
+called outdated: which code trained them cannot be told.
+
+The current fingerprint is computed once per process and plugin set (a few
+milliseconds from the fingerprint cache); only runs whose recorded fingerprint
+differs from the plain one are looked at closer (a run of a plugin variant counts
+its plugin's source too). Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+RERUN_HINT = "cemctl launch EXPERIMENT --rerun-outdated"
+
+
+@dataclass(frozen=True)
+class Outdated:
+    recorded: str  # the fingerprint of the code that trained the run
+    current: str  # the fingerprint of this installation's code for the same configuration
+
+
+@lru_cache(maxsize=64)
+def current_code(plugins: tuple[str, ...] = ()) -> str:
+    """This installation's code fingerprint (with the sources of `plugins`)."""
+    from cem_core.fingerprint import code_fingerprint
+
+    return code_fingerprint(plugins=plugins)
+
+
+def _current_for(config: Any) -> str | None:
+    """The current fingerprint for one run's configuration (a dict or its JSON); None when it cannot be told (a
+    plugin that no longer loads, an unreadable config)."""
+    from cem_core.config import RunConfig
+    from cem_core.errors import CemError
+    from cem_core.plugins import used_plugins
+
+    try:
+        cfg = RunConfig.from_dict(json.loads(config or "{}") if isinstance(config, (str, type(None))) else config)
+        if cfg.plugins:
+            from cem_core.plugins import load_plugins
+
+            load_plugins(cfg.plugins)
+        return current_code(used_plugins(cfg))
+    except (CemError, ValueError, TypeError):
+        return None
+
+
+def judge(recorded: Iterable[tuple[str, Any, Callable[[], Any]]]) -> dict[str, Outdated]:
+    """(run id, recorded fingerprint, a function returning its config) -> the outdated ones. A run without a
+    recorded fingerprint is not judged; the config is read only when the plain fingerprint differs."""
+    base = current_code()
+    out: dict[str, Outdated] = {}
+    for rid, code, config in recorded:
+        if not isinstance(code, str) or not code or code == base:
+            continue
+        current = _current_for(config())
+        if current is not None and current != code:
+            out[rid] = Outdated(code, current)
+    return out
+
+
+def outdated_runs(engine: Engine, run_ids: Iterable[str] | None = None) -> dict[str, Outdated]:
+    """Finished runs (done or diverged) whose recorded code fingerprint is not this installation's, as the
+    database recorded them."""
+    from cemctl.db.engine import read_session
+    from cemctl.db.models import Result, Run
+
+    wanted = None if run_ids is None else set(run_ids)
+    if wanted is not None and not wanted:
+        return {}
+    q = (select(Result.run_id, Result.code_fingerprint)
+         .join(Run, Run.id == Result.run_id)
+         .where(Run.state.in_(("done", "diverged")), Result.code_fingerprint.is_not(None),
+                Result.code_fingerprint != current_code()))
+    with read_session(engine) as s:
+        rows = [(rid, code) for rid, code in s.execute(q) if wanted is None or rid in wanted]
+        configs = dict(s.execute(select(Run.id, Run.config_json).where(Run.id.in_([rid for rid, _ in rows]))).all()) \
+            if rows else {}
+    return judge((rid, code, lambda rid=rid: configs.get(rid)) for rid, code in rows)
+
+
+def outdated_in_dirs(runs: Iterable[tuple[str, Path]]) -> dict[str, Outdated]:
+    """The same from the run folders' own files (result.json, config.json): what `cemctl launch` goes by."""
+    from cem_core import runfiles
+
+    items = []
+    for rid, run_dir in runs:
+        result = runfiles.read_result(Path(run_dir)) or {}
+        if result.get("state") in ("done", "diverged"):
+            items.append((rid, result.get("code_fingerprint"),
+                          lambda d=Path(run_dir): runfiles.run_json(d, runfiles.CONFIG_FILE)))
+    return judge(items)
+
+
+def outdated_note(n: int, experiment: str | None = None) -> str:
+    """The one line status, report and claims print about outdated runs ("" for none)."""
+    if not n:
+        return ""
+    hint = RERUN_HINT.replace("EXPERIMENT", experiment) if experiment else RERUN_HINT
+    one = n == 1
+    return (f"{n} finished run{'' if one else 's'} {'was' if one else 'were'} trained by older model code "
+            f"(`{hint}` trains {'it' if one else 'them'} again)")
+
+
+def count_outdated(outdated: dict[str, Outdated], run_ids: Sequence[str]) -> int:
+    return sum(1 for rid in run_ids if rid in outdated)
+
+
+def outdated_by_experiment(engine: Engine, outdated: dict[str, Outdated], *,
+                           scale: str | None = None) -> dict[str, list[str]]:
+    """Experiment name -> its outdated run ids (every run of it, not only the rows a table shows); runs linked to
+    no experiment are not listed."""
+    from cemctl.db.engine import read_session
+    from cemctl.db.models import Experiment, ExperimentRun
+
+    if not outdated:
+        return {}
+    q = (select(Experiment.name, ExperimentRun.run_id).distinct()
+         .join(ExperimentRun, ExperimentRun.experiment_id == Experiment.id)
+         .where(ExperimentRun.run_id.in_(list(outdated))))
+    if scale is not None:
+        q = q.where(ExperimentRun.scale == scale)
+    out: dict[str, list[str]] = {}
+    with read_session(engine) as s:
+        for name, rid in s.execute(q):
+            out.setdefault(name, []).append(rid)
+    return {name: sorted(ids) for name, ids in out.items()}
