@@ -183,3 +183,49 @@ def used_plugins(cfg: Any) -> tuple[str, ...]:
             if plugin:
                 names.add(plugin)
     return tuple(sorted(names))
+
+
+def _installed(path: Path) -> bool:
+    return any(part in ("site-packages", "dist-packages") for part in path.parts)
+
+
+def plugin_sources(name: str) -> list[tuple[str, Path]]:
+    """(path relative to the import root, file) of a plugin's source: a module file, or every .py file of its
+    top-level package. Installed distributions (site-packages) are not copied: every job finds them as they are."""
+    import importlib.util
+
+    top = name.split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or spec.origin is None or _installed(Path(spec.origin)):
+        return []
+    if spec.submodule_search_locations:
+        root = Path(list(spec.submodule_search_locations)[0])
+        return [(f"{top}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*.py"))
+                if "__pycache__" not in p.parts]
+    origin = Path(spec.origin)
+    return [(origin.name, origin)] if origin.suffix == ".py" else []
+
+
+def copy_sources(names: Iterable[str], dest: Path) -> list[str]:
+    """Copy the plugins' sources into `dest` (a runs root's `.plugins/`), so that status, report and the jobs
+    import the code that was planned wherever they run; returns the relative paths written. Each file is
+    replaced atomically by the current source (the code fingerprint notices a change)."""
+    from cem_core.runfiles import atomic_write_bytes
+
+    written = []
+    for name in parse_names(",".join(names)):
+        for rel, path in plugin_sources(name):
+            target = Path(dest) / rel
+            data = path.read_bytes()
+            try:
+                same = target.is_file() and not target.is_symlink() and target.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(target, data)
+                written.append(rel)
+    return written

@@ -49,6 +49,7 @@ class Plan:
     excluded: int = 0  # assignments dropped by [[exclude]]
     duplicates: int = 0  # assignments that resolved to an already listed run
     seeds: list[int] | None = None  # `--seeds` / `--add-seeds`: the seed list that replaced the grid's
+    plugins: tuple[str, ...] = ()  # `[experiment] plugins` (their sources are copied into the runs root)
 
     @property
     def plan_overrides(self) -> dict[str, Any]:
@@ -159,7 +160,7 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
     return Plan(
         name=spec.name, description=spec.description, figure=spec.figure, path=spec.path, text=spec.text,
         sha256=spec.sha256, scale=spec.scale, overrides=overrides, runs=list(runs.values()), varied=varied,
-        excluded=excluded, duplicates=duplicates,
+        excluded=excluded, duplicates=duplicates, plugins=spec.plugins,
     )
 
 

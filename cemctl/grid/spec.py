@@ -43,7 +43,7 @@ from cemctl.grid.claims import parse_claims
 from cemctl.grid.kinds import DEFAULT_SCALE, FIGURE_KINDS, SCALES
 
 TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "claim", "seeds", "scale", "slurm")
-EXPERIMENT_KEYS = ("name", "description", "figure", "x", "hue", "metric", "nuisance")
+EXPERIMENT_KEYS = ("name", "description", "figure", "x", "hue", "metric", "nuisance", "plugins")
 METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse")  # what a report may plot
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
 EXTRA_KEYS = ("axes",)  # besides config keys
@@ -85,6 +85,7 @@ class GridSpec:
     marks: list[MarkSpec] = field(default_factory=list)
     report: "ReportOptions" = field(default_factory=lambda: ReportOptions())
     claims: list[Any] = field(default_factory=list)  # cemctl.grid.claims.ClaimSpec
+    plugins: tuple[str, ...] = ()  # `[experiment] plugins`: modules loaded (and given every run as "plugins")
 
 
 @dataclass(frozen=True)
@@ -315,8 +316,13 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
         raise _err("--scale", f"unknown scale {scale!r} for this grid", spath, allowed=list(scales) or SCALES.names())
     preset = scales.get(scale, {})
 
+    plugins = _plugins(exp.get("plugins"), spath)
     base = _config_table(doc.get("base", {}), spath, "base")
     base.update(_config_table(preset.get("base", {}), spath, f"scale.{scale}.base"))
+    if plugins:  # every run names them: the trainer, report and status import them before reading its config
+        from cem_core.plugins import canonical
+
+        base["plugins"] = canonical([*plugins, *filter(None, canonical(base.get("plugins", "")).split(","))])
     axes = _axes_table(doc.get("axes", {}), spath, "axes")
     axes.update(_axes_table(preset.get("axes", {}), spath, f"scale.{scale}.axes"))
 
@@ -370,8 +376,24 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
         description=description, figure=figure, scale=scale, base=base, axes=axes, zips=zips,
         extras=extras, excludes=excludes, seeds=seeds, scales_defined=list(scales),
         marks=_marks(doc.get("mark", []), spath), report=report_options(exp, spath),
-        claims=parse_claims(doc.get("claim"), spath),
+        claims=parse_claims(doc.get("claim"), spath), plugins=plugins,
     )
+
+
+def _plugins(value: Any, path: str) -> tuple[str, ...]:
+    """`[experiment] plugins`: check the names, then import each (the grid's folder first on the import path) so
+    that the variants they register are known before any run is validated; one line naming the plugin if not."""
+    from cem_core.plugins import add_search_path, load_plugins, parse_names
+
+    if value is None:
+        return ()
+    try:
+        names = parse_names(value, key="experiment.plugins")
+        add_search_path(Path(path).resolve().parent)
+        return load_plugins(names)
+    except ConfigError as e:
+        key = e.key if e.key.startswith("experiment.") else f"experiment.{e.key}"
+        raise ConfigError(key, e.message, value=e.value, allowed=e.allowed, source=path) from None
 
 
 def claims_from_text(text: str, path: str = "") -> list[Any]:

@@ -57,6 +57,10 @@ def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
         if os.path.islink(folder) and os.path.dirname(os.path.realpath(folder)) != real_root:
             raise RunFileError(f"{folder}: refused: a symlink out of the runs folder (to {os.path.realpath(folder)}); "
                                "remove the link or give another --runs-dir")
+    if plan.plugins:  # the jobs, status and report import the planned plugin code from the runs root
+        from cem_core.plugins import PLUGINS_DIR, copy_sources
+
+        copy_sources(plan.plugins, root / PLUGINS_DIR)
     written = 0
     for pr in plan.runs:
         path = root / pr.run_id / CONFIG_FILE

@@ -1,0 +1,18 @@
+"""An example cemctl plugin: a scalar preconditioner, P = softplus(c) I with one learned c per matrix.
+
+Imported by `cemctl plan`, `launch`, `status`, `report` and the trainer because the grid says
+`[experiment] plugins = ["scalar_precond"]`. It registers one variant through the public spec API
+and imports no torch: the module class lives in `scalar_precond/layers.py`, which is imported only
+when a model is built.
+"""
+
+from cem_core.spec import PreconditionerSpec, register
+
+register(PreconditionerSpec(
+    name="scalar",
+    module="scalar_precond.layers:ScalarPreconditioner",  # built as ScalarPreconditioner(n, width, rank)
+    description="P = softplus(c) I, one learned scalar per matrix",
+    label="scalar",  # how tables and figures name it
+    params=lambda n, width, rank: n,  # one scalar per preconditioned matrix
+    # applying it scales a vector: no matmul FLOPs (the defaults count 0 extra FLOPs)
+))
