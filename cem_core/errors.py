@@ -39,20 +39,11 @@ class ConfigError(CemError, ValueError):
         """The same error, attributed to a file (grid file, config file)."""
         return ConfigError(self.key, self.message, value=self.value, allowed=self.allowed, source=source)
 
-    def with_prefix(self, prefix: str) -> "ConfigError":
-        """The same error with the key nested under `prefix` (e.g. 'model')."""
-        key = f"{prefix}.{self.key}" if self.key else prefix
-        return ConfigError(key, self.message, value=self.value, allowed=self.allowed, source=self.source)
-
     def one_line(self) -> str:
         where = f"{self.source}: " if self.source else ""
         allowed = f" (allowed: {self.allowed})" if self.allowed else ""
         text = f"{where}{self.key}: {self.message}{allowed}"
         return " ".join(text.split())  # never more than one line
-
-
-class RunFailed(CemError):
-    """A training run raised; carries the last lines of the exception."""
 
 
 class RunDiverged(CemError):

@@ -105,9 +105,6 @@ class Registry(Generic[T]):
         self.check(name)
         return self._descriptions.get(name, "")
 
-    def descriptions(self) -> dict[str, str]:
-        return dict(self._descriptions)
-
     def names(self) -> tuple[str, ...]:
         return tuple(self._items)
 

@@ -89,6 +89,7 @@ class RunFileError(CemError):
 
 
 def hostname() -> str:
+    """The one hostname form of every run file (job.json, events, heartbeat, result): the short name."""
     return socket.gethostname().split(".")[0]
 
 
@@ -328,7 +329,7 @@ def append_event(run_dir: str | os.PathLike[str], state: str, reason: str = "", 
         "time": time.time() if time_s is None else time_s,
         "state": str(state),
         "reason": " ".join(str(reason).split()),
-        "host": socket.gethostname(),
+        "host": hostname(),
         "pid": os.getpid(),
     }
     event.update({k: v for k, v in fields.items() if v is not None})

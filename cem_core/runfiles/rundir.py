@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ from cem_core.runfiles.files import (
     atomic_write_bytes,
     atomic_write_json,
     finite_json,
+    hostname,
     iter_jsonl,
     read_json_object,
 )
@@ -124,7 +124,8 @@ class RunDir:
         return read_json_object(self.result)  # a JSON list or string is no result
 
     def write_result(self, result: dict[str, Any]) -> None:
-        atomic_write_json(self.result, finite_json(result))
+        # One hostname form in every run file (runfiles.hostname: the short name job.json and status compare).
+        atomic_write_json(self.result, finite_json({**result, "host": hostname()} if "host" in result else result))
 
 
 class Heartbeat:
@@ -142,7 +143,7 @@ class Heartbeat:
         self.interval_s = interval_s
         self._state: dict[str, Any] = {
             "time": time.time(), "step": 0, "total_steps": total_steps, "tokens": 0,
-            "pid": os.getpid(), "host": socket.gethostname(), "attempt": attempt,
+            "pid": os.getpid(), "host": hostname(), "attempt": attempt,
         }
         self._lock = threading.Lock()
         self._stop = threading.Event()

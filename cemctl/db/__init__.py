@@ -22,7 +22,7 @@ Tables and columns: `cemctl.db.models` (and docs/design.md, "Results database").
 """
 
 from cemctl.db.engine import DatabaseError, open_db, read_session, retry_locked, write_session
-from cemctl.db.ingest import DEFAULT_HEARTBEAT_TIMEOUT_S, IngestStats, ingest_run, sync_runs
+from cemctl.db.ingest import DEFAULT_HEARTBEAT_TIMEOUT_S, IngestStats, ingest_run, set_state, sync_runs
 from cemctl.db.migrations import CURRENT_VERSION
 from cemctl.db.models import (
     ACTIVE_STATES,
@@ -46,7 +46,6 @@ from cemctl.db.runs import (
     run_axes,
     run_config,
     run_events,
-    set_state,
 )
 
 __all__ = [

@@ -38,6 +38,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import DatabaseError as SADatabaseError
 from sqlalchemy.orm import Session
 
+from cemctl.db.errors import DatabaseError  # re-exported: cemctl.db.engine.DatabaseError
 from cem_core.errors import CemError
 
 BUSY_TIMEOUT_S = 30.0
@@ -45,14 +46,6 @@ _WRITE_OPTION = "cemctl_write"
 _ENGINES: dict[tuple[str, int], Engine] = {}
 
 T = TypeVar("T")
-
-
-class DatabaseError(CemError):
-    """The results database cannot be opened or is newer than this cemctl."""
-
-
-def is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
 
 
 def _sqlite_target(u: Any) -> tuple[Path, bool] | None:
@@ -199,7 +192,7 @@ def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIME
         from cemctl.db.migrations import check_current, migrate as _migrate
 
         try:
-            check_current(engine) if readonly else _migrate(engine)
+            check_current(engine) if readonly else _migrate(engine, write_engine=writer(engine))
         except CemError:
             raise
         except DBAPIError as e:  # not a database, another app's file, read-only, disk full, ...

@@ -411,3 +411,41 @@ def sync_runs(
         if out.state:
             stats.states[out.state] += 1
     return stats
+
+
+def set_state(
+    engine: Engine,
+    run_id: str,
+    state: str,
+    reason: str = "",
+    *,
+    executor: str | None = None,
+    job_id: str | None = None,
+    attempt: int | None = None,
+    time_s: float | None = None,
+    runs_root: Path | str | None = None,
+    **fields: Any,
+) -> Run:
+    """Record a state transition: append it to `<runs root>/<run id>/events.jsonl`, then ingest the run.
+
+    `runs_root`: the project's runs folder (default: the one the database recorded). Extra `fields`
+    (host, pid, ...) go into the event line. Returns the updated row. Raises CemError for an unknown
+    run or state.
+    """
+    from cem_core.runfiles import RUN_STATES, append_event
+    from cemctl.db.runs import get_run, recorded_runs_root, run_folder
+
+    if state not in RUN_STATES:
+        raise CemError(f"state: unknown state {state!r} (allowed: {', '.join(RUN_STATES)})")
+    run = get_run(engine, run_id)
+    if run is None:
+        raise CemError(f"run: unknown run id {run_id!r}")
+    root = runs_root if runs_root is not None else recorded_runs_root(engine)
+    if root is None:
+        raise CemError(f"run {run_id}: no runs folder given or recorded")
+    run_dir = run_folder(root, run_id)
+    append_event(run_dir, state, reason, time_s=time_s, executor=executor, job_id=job_id, attempt=attempt, **fields)
+    ingest_run(engine, run_dir)
+    updated = get_run(engine, run_id)
+    assert updated is not None
+    return updated

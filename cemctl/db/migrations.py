@@ -39,6 +39,7 @@ from typing import Callable
 from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Connection, Engine
 
+from cemctl.db.errors import DatabaseError
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
 CURRENT_VERSION = 8
@@ -190,8 +191,6 @@ def _stamp(conn: Connection, version: int) -> None:
 
 def check_current(engine: Engine) -> int:
     """For a database opened read-only: its version must be this cemctl's (nothing can be migrated)."""
-    from cemctl.db.engine import DatabaseError
-
     with engine.connect() as conn:
         found = schema_version(conn)
         conn.rollback()
@@ -207,9 +206,9 @@ def check_current(engine: Engine) -> int:
     return found
 
 
-def migrate(engine: Engine) -> int:
-    """Bring the schema to CURRENT_VERSION; returns the version it found."""
-    from cemctl.db.engine import DatabaseError, writer
+def migrate(engine: Engine, *, write_engine: Engine | None = None) -> int:
+    """Bring the schema to CURRENT_VERSION; returns the version it found. `write_engine`: the same database with
+    write transactions that take the lock first (`cemctl.db.engine.writer`), used for the migration itself."""
 
     with engine.connect() as conn:  # fast path: nothing to do
         found = schema_version(conn)
@@ -220,7 +219,7 @@ def migrate(engine: Engine) -> int:
         raise DatabaseError(
             f"results database schema version {found} is newer than this cemctl supports ({CURRENT_VERSION}); upgrade cemctl"
         )
-    with writer(engine).begin() as conn:
+    with (write_engine or engine).begin() as conn:
         if conn.dialect.name == "postgresql":  # one migrator at a time
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
         found = schema_version(conn)  # re-read under the write lock
