@@ -17,7 +17,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 from cem_core import runfiles
 from cem_core.runfiles import JobRecord
@@ -75,6 +75,14 @@ class Executor(abc.ABC):
     """Runs jobs somewhere. Subclasses are registered by name in `cemctl.executors`."""
 
     name: ClassVar[str]
+
+    @classmethod
+    @abc.abstractmethod
+    def from_launch(cls, options: Mapping[str, Any], *, grid_table: Mapping[str, Any], source: str, runs_root: Path,
+                    on_tick: Callable[..., None] | None = None) -> "Executor":
+        """The executor a `cemctl launch` asks for: `options` holds the command line's executor options (each
+        executor reads its own and checks them), `grid_table` the grid file's table named after the executor
+        (e.g. `[slurm]`; `source` names that file in errors)."""
 
     @abc.abstractmethod
     def submit(self, jobs: list[Job]) -> list[Submitted]:

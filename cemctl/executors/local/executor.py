@@ -29,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from cem_core import runfiles
 from cem_core.errors import ConfigError
@@ -127,6 +127,15 @@ class LocalExecutor(Executor):
     """Runs jobs on this machine, in the foreground, `len(slots)` at a time."""
 
     name = "local"
+
+    @classmethod
+    def from_launch(cls, options: Mapping[str, Any], *, grid_table: Mapping[str, Any], source: str, runs_root: Path,
+                    on_tick: Callable[..., None] | None = None) -> "LocalExecutor":
+        """--gpus, --jobs-per-gpu, --gpus-per-run, --workers (a grid has no [local] table)."""
+        check_gpus(options.get("gpus"))
+        opts = LocalOptions(gpus=options.get("gpus"), jobs_per_gpu=options.get("jobs_per_gpu", 1),
+                            gpus_per_run=options.get("gpus_per_run", 1), workers=options.get("workers"))
+        return cls(opts, on_tick=on_tick)
 
     def __init__(self, options: LocalOptions | None = None, *, on_tick: Callable[[list[JobStatus]], None] | None = None) -> None:
         self.options = options or LocalOptions()

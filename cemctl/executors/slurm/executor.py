@@ -22,7 +22,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from cem_core import runfiles
 from cem_core.errors import CemError, ConfigError
@@ -200,6 +200,13 @@ class SlurmExecutor(Executor):
     """Submits jobs as SLURM arrays and returns at once (the jobs run on the cluster)."""
 
     name = "slurm"
+
+    @classmethod
+    def from_launch(cls, options: Mapping[str, Any], *, grid_table: Mapping[str, Any], source: str, runs_root: Path,
+                    on_tick: Callable[..., None] | None = None) -> "SlurmExecutor":
+        """The grid's [slurm] table, then the command line's --partition, --timeout-min, ... (`options["slurm"]`)."""
+        opts = SlurmOptions.from_mapping(dict(grid_table), source=source).merged(options.get("slurm") or {})
+        return cls(opts, folder=Path(runs_root) / ".slurm")
 
     def __init__(self, options: SlurmOptions | None = None, *, folder: Path | str = "runs/.slurm", python: str | None = None) -> None:
         self.options = options or SlurmOptions()

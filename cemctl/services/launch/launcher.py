@@ -195,18 +195,12 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
 
 
 def build_executor(req: LaunchRequest, target: Target, runs_root: Path, on_tick: Callable[..., None] | None) -> Any:
+    """The executor `req` names, built by itself from the command line's options and the grid's table."""
     cls = get_executor(req.executor)  # rejects unknown names
-    if req.executor == "local":
-        from cemctl.executors.local import LocalOptions
-        from cemctl.executors.local.executor import check_gpus
-
-        check_gpus(req.gpus)
-        opts = LocalOptions(gpus=req.gpus, jobs_per_gpu=req.jobs_per_gpu, gpus_per_run=req.gpus_per_run, workers=req.workers)
-        return cls(opts, on_tick=on_tick)
-    from cemctl.executors.slurm import SlurmOptions
-
-    opts = SlurmOptions.from_mapping(target.slurm_table, source=target.source).merged(req.slurm)
-    return cls(opts, folder=runs_root / ".slurm")
+    options = {"gpus": req.gpus, "jobs_per_gpu": req.jobs_per_gpu, "gpus_per_run": req.gpus_per_run,
+               "workers": req.workers, "slurm": req.slurm}
+    table = {"slurm": target.slurm_table}.get(cls.name, {})  # the grid file's table of that executor
+    return cls.from_launch(options, grid_table=table, source=target.source, runs_root=runs_root, on_tick=on_tick)
 
 
 def launch(
