@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import types
-import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -199,68 +197,27 @@ def field_names(section: str | None = None) -> list[str]:
     return names
 
 
-def _type_name(tp: Any) -> str:
-    return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(tp, str(tp))
+def _normalized(d: Any) -> Any:
+    """The two keys with a friendlier spelling: `train.compile = true` reads as "on", `plugins` as a list or a
+    comma-separated string reads as "a,b" (sorted, unique)."""
+    if not isinstance(d, dict):
+        return d
+    d = dict(d)
+    train = d.get("train")
+    if isinstance(train, dict) and isinstance(train.get("compile"), bool):
+        d["train"] = {**train, "compile": "on" if train["compile"] else "off"}
+    if "plugins" in d:
+        from cem_core.plugins import canonical
 
-
-def _coerce(key: str, tp: Any, value: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        tp = args[0]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if abs(value) > 2**62:
-                raise ConfigError(key, "is too large", value=value)
-            return value
-        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-            return int(value)
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = float(value)
-            if not math.isfinite(value):
-                raise ConfigError(key, f"must be a finite number, got {value}", value=value)
-            return value
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    raise ConfigError(key, f"must be a {_type_name(tp)}, got {type(value).__name__} {value!r}"[:200], value=value)
+        d["plugins"] = canonical(d["plugins"])
+    return d
 
 
 def _build(klass: type, d: Any, prefix: str) -> Any:
-    if not isinstance(d, dict):
-        raise ConfigError(prefix or "<config>", f"must be a table of settings, got {type(d).__name__}")
-    hints = typing.get_type_hints(klass)
-    known = {f.name: f for f in fields(klass)}
-    kwargs: dict[str, Any] = {}
-    for key, value in d.items():
-        dotted = f"{prefix}.{key}" if prefix else key
-        if key not in known:
-            allowed = [n for n in known] if not prefix else [f"{prefix}.{n}" for n in known]
-            raise ConfigError(dotted, "unknown key", allowed=allowed)
-        tp = hints[key]
-        if dotted == "train.compile" and isinstance(value, bool):  # `train.compile = true` reads as "on"
-            value = "on" if value else "off"
-        if dotted == "plugins":  # a list or a comma-separated string -> "a,b" (sorted, unique)
-            from cem_core.plugins import canonical
+    """Typed config from nested plain data by the one converter's strict rules (`cem_core.convert`)."""
+    from cem_core.convert import from_plain
 
-            value = canonical(value)
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value, dotted)
-        else:
-            kwargs[key] = _coerce(dotted, tp, value)
-    return klass(**kwargs)
-
-
-# ---------------------------------------------------------------------------
-# Validation: the one function that checks values and combinations.
-
-
+    return from_plain(klass, _normalized(d), prefix=prefix)
 
 
 def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:

@@ -88,7 +88,7 @@ def test_slurm_options_from_the_grid_table_are_checked():
     assert p["additional_parameters"] == {"requeue": True, "constraint": "a100"}
     from cem_core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="slurm.walltime.*allowed: partition"):
+    with pytest.raises(ConfigError, match="slurm.walltime.*allowed: slurm.partition"):
         SlurmOptions.from_mapping({"walltime": 3}, source="grid.toml")
     with pytest.raises(ConfigError, match="slurm.timeout_min"):
         SlurmOptions.from_mapping({"timeout_min": "ten"})

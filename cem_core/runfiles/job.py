@@ -61,27 +61,10 @@ class JobRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
-        """Tolerant: unknown keys are dropped, wrongly typed values become defaults."""
-        out = cls()
-        for f in dataclasses.fields(cls):
-            if f.name not in d:
-                continue
-            value = d[f.name]
-            default = getattr(out, f.name)
-            if f.name == "logs":
-                value = [str(x) for x in value] if isinstance(value, list) else []
-            elif f.name in ("attempt",):
-                value = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-            elif f.name in ("orchestrator_pid", "pid", "exit_code", "restart_count"):
-                value = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-            elif f.name.endswith("_time"):
-                value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-            elif f.name == "job_id":
-                value = str(value) if value is not None else None
-            elif isinstance(default, str) or f.name == "host":
-                value = str(value) if value is not None else (None if f.name == "host" else "")
-            setattr(out, f.name, value)
-        return out
+        """Tolerant (`cem_core.convert`): unknown keys are dropped, wrongly typed values become defaults."""
+        from cem_core.convert import from_plain
+
+        return from_plain(cls, d, strict=False)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

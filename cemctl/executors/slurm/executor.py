@@ -20,7 +20,7 @@ import dataclasses
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -61,14 +61,9 @@ class SlurmOptions:
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any] | None, source: str = "[slurm]") -> "SlurmOptions":
         """Build from a table; unknown keys and wrong types raise ConfigError naming the key."""
-        known = {f.name: f for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in (d or {}).items():
-            if key not in known:
-                raise ConfigError(f"slurm.{key}", "unknown key", allowed=list(known), source=source)
-            default = getattr(cls(), key)
-            kwargs[key] = _coerce(f"slurm.{key}", value, default, source)
-        opts = cls(**kwargs)
+        from cem_core.convert import from_plain
+
+        opts = from_plain(cls, dict(d or {}), prefix="slurm", source=source)
         opts.validate(source)
         return opts
 
@@ -109,30 +104,6 @@ class SlurmOptions:
         if self.cpus_per_task:
             p["cpus_per_task"] = int(self.cpus_per_task)
         return p
-
-
-def _coerce(key: str, value: Any, default: Any, source: str) -> Any:
-    if isinstance(default, bool) or default is None:
-        return value
-    if isinstance(default, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-    elif isinstance(default, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif isinstance(default, str):
-        if isinstance(value, str):
-            return value
-    elif isinstance(default, dict):
-        if isinstance(value, dict):
-            return dict(value)
-    elif isinstance(default, list):
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-    want = {int: "an integer", float: "a number", str: "a string", dict: "a table", list: "a list of strings"}[type(default)]
-    raise ConfigError(key, f"must be {want}, got {type(value).__name__} {value!r}"[:200], source=source)
 
 
 # ---------------------------------------------------------------------------
