@@ -11,7 +11,7 @@ setup (all config columns equal except the component swap).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from cemctl.report.style import COMPONENT_COLUMNS, DIM_COLUMNS, role, variant_label
 
@@ -208,3 +208,22 @@ def difference_std(std_a: float, std_b: float) -> float:
     a = 0.0 if math.isnan(std_a) else std_a
     b = 0.0 if math.isnan(std_b) else std_b
     return math.sqrt(a * a + b * b)
+
+
+def render_per_component(runs: "pd.DataFrame", components: Any, render_component: Any, *, kind: str,
+                         none_note: str) -> Any:
+    """The Fig. 2-style figure kinds: seeds aggregated, baselines matched, one part per component (attention, MLP);
+    a note when there is nothing to draw."""
+    from cemctl.report.parts import ReportParts
+
+    parts = ReportParts()
+    agg = aggregate_seeds(runs)
+    if agg.empty:
+        parts.notes.append(f"{kind}: no finished runs")
+        return parts
+    base_idx = match_baselines(agg)
+    for component in components:
+        parts.extend(render_component(agg, base_idx, component))
+    if parts.is_empty():
+        parts.notes.append(f"{kind}: {none_note}")
+    return parts

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels
+from cemctl.report.aggregate import render_per_component, series_labels
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,14 +91,5 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
-    parts = ReportParts()
-    agg = aggregate_seeds(runs)
-    if agg.empty:
-        parts.notes.append("recursion: no finished runs")
-        return parts
-    base_idx = match_baselines(agg)
-    for component in COMPONENTS:
-        parts.extend(render_component(agg, base_idx, component))
-    if parts.is_empty():
-        parts.notes.append("recursion: no CEM attention (with Llama MLP) or CEM MLP (with Llama attention) runs")
-    return parts
+    return render_per_component(runs, COMPONENTS, render_component, kind="recursion",
+                                none_note="no CEM attention (with Llama MLP) or CEM MLP (with Llama attention) runs")

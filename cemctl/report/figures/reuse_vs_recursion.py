@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cemctl.report import style
-from cemctl.report.aggregate import extra_settings, aggregate_seeds, difference_std, match_baselines
+from cemctl.report.aggregate import (difference_std, extra_settings, render_per_component)
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -155,14 +155,5 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
-    parts = ReportParts()
-    agg = aggregate_seeds(runs)
-    if agg.empty:
-        parts.notes.append("reuse_vs_recursion: no finished runs")
-        return parts
-    base_idx = match_baselines(agg)
-    for component in COMPONENTS:
-        parts.extend(render_component(agg, base_idx, component))
-    if parts.is_empty():
-        parts.notes.append("reuse_vs_recursion: no reuse or CEM runs paired with a Llama sublayer")
-    return parts
+    return render_per_component(runs, COMPONENTS, render_component, kind="reuse_vs_recursion",
+                                none_note="no reuse or CEM runs paired with a Llama sublayer")
