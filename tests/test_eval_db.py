@@ -62,6 +62,11 @@ def test_v3_database_with_data_is_migrated_to_the_current_version_keeping_everyt
         == ("done", 50, 120, "abc", None)
     assert con.execute("SELECT count(*) FROM metrics").fetchone()[0] == 2
     assert con.execute("SELECT test_ppl FROM results").fetchone()[0] == 24.5
+    # v8: the code that trained an old result is unknown (NULL), and such a run is never called outdated
+    assert con.execute("SELECT code_fingerprint FROM results").fetchone()[0] is None
+    from cemctl.db.outdated import outdated_runs
+
+    assert outdated_runs(engine) == {}
     assert con.execute("SELECT count(*) FROM evals").fetchone()[0] == 0
     # The migrated table has the columns (types, not-null) of a freshly created one.
     fresh = tmp_path / "fresh.db"
