@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-PRECOND_LABELS = {"identity": "no precond.", "diag": "diag", "diag_lowrank": "diag+low-rank"}
 KQ_LABELS = {"none": "no diagonal", "shared": "shared diagonal", "per_head": "per-head diagonal"}
 SPREAD_NOTE = "Error bars: mean \u00b1 1 s.d. over seeds (ddof=1); hollow marker: single seed (n=1)"
 
@@ -83,7 +82,10 @@ def role(row: Mapping[str, Any]) -> str:
 
 
 def precond_label(kind: Any) -> str:
-    return PRECOND_LABELS.get(str(kind), str(kind))
+    """The preconditioner's label from its spec ("diag+low-rank"; a plugin's own label)."""
+    from cem_core.variants import PRECONDITIONERS
+
+    return _label(PRECONDITIONERS, kind)
 
 
 def _details(steps: int, precond: Any, extra: Sequence[str] = ()) -> str:
