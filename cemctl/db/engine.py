@@ -261,27 +261,28 @@ def write_session(engine: Engine) -> Iterator[Session]:
     database) raises `DatabaseError` (one line); "database is locked" stays an
     `OperationalError` for `retry_locked`. The rollback keeps what was stored before.
     """
-    try:
-        with Session(writer(engine), expire_on_commit=False) as session:
-            with session.begin():
-                yield session
-    except SADatabaseError as e:
-        if not _unusable(e):
-            raise
-        raise DatabaseError(f"results database {_name(engine)}: cannot write: {_reason(e)}") from None
+    with _session(writer(engine), engine, "write") as session:
+        yield session
 
 
 @contextlib.contextmanager
 def read_session(engine: Engine) -> Iterator[Session]:
     """A session for reads (objects stay usable after it closes); a damaged file raises `DatabaseError`."""
+    with _session(engine, engine, "read") as session:
+        yield session
+
+
+@contextlib.contextmanager
+def _session(bind: Engine, engine: Engine, verb: str) -> Iterator[Session]:
+    """One transaction; a database that refuses for good is one line (`DatabaseError`), a lock is left to retry."""
     try:
-        with Session(engine, expire_on_commit=False) as session:
+        with Session(bind, expire_on_commit=False) as session:
             with session.begin():
                 yield session
     except SADatabaseError as e:
         if not _unusable(e):
             raise
-        raise DatabaseError(f"results database {_name(engine)}: cannot read: {_reason(e)}") from None
+        raise DatabaseError(f"results database {_name(engine)}: cannot {verb}: {_reason(e)}") from None
 
 
 def is_locked_error(e: BaseException) -> bool:
