@@ -137,6 +137,13 @@ def size_order(sizes: Iterable[Any]) -> list[Any]:
     return sorted(uniq, key=lambda s: (known.index(s) if s in known else len(known), str(s)))
 
 
+def sort_by_size(frame: "pd.DataFrame", by: Sequence[str]) -> "pd.DataFrame":
+    """`frame` sorted by the columns `by`, its `size` column in the order of the sizes (stable)."""
+    order = {s: i for i, s in enumerate(size_order(frame["size"]))}
+    return frame.sort_values(list(by), key=lambda c: c.map(order) if c.name == "size" else c,
+                             kind="stable").reset_index(drop=True)
+
+
 def size_marker(size: Any, sizes: Sequence[Any]) -> str:
     ordered = size_order(sizes)
     i = ordered.index(size) if size in ordered else 0

@@ -55,10 +55,7 @@ def comparison_table(agg: "pd.DataFrame", base_idx: "pd.Series") -> "pd.DataFram
             "n seeds": int(r["n"]),
             "ppl - Llama": (r["mean"] - base["mean"]) if base is not None else None,
         })
-    out = pd.DataFrame(rows)
-    order = {s: i for i, s in enumerate(style.size_order(out["size"]))}
-    return out.sort_values(["size", "params (M)"], key=lambda c: c.map(order) if c.name == "size" else c,
-                           kind="stable").reset_index(drop=True)
+    return style.sort_by_size(pd.DataFrame(rows), ["size", "params (M)"])
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:

@@ -42,10 +42,7 @@ def optima_table(agg: "pd.DataFrame") -> "pd.DataFrame":
             "best sampled ppl (s.d.)": float(best["std"]),
             "note": "; ".join(sorted({m for m in group.get("marks", []) if isinstance(m, str) and m})),
         })
-    out = pd.DataFrame(rows)
-    order = {s: i for i, s in enumerate(style.size_order(out["size"]))}
-    return out.sort_values(["role", "size"], key=lambda c: c.map(order) if c.name == "size" else c,
-                           kind="stable").reset_index(drop=True)
+    return style.sort_by_size(pd.DataFrame(rows), ["role", "size"])
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
