@@ -39,6 +39,21 @@ class CliResult:
         return [ln for ln in self.output.splitlines() if ln.strip()]
 
 
+def slurm_cluster_problem() -> str | None:
+    """Why the SLURM tests cannot run here (None: a cluster answers with a usable node)."""
+    import shutil
+
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "SLURM is not installed (no sinfo/sbatch); run .ci/setup_slurm.sh as root"
+    try:
+        out = sp.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
+    except (OSError, sp.TimeoutExpired) as e:
+        return f"sinfo failed: {e}"
+    if out.returncode != 0 or not any(s.rstrip("*") in ("idle", "mix", "alloc", "comp") for s in out.stdout.split()):
+        return f"the SLURM cluster is not up (sinfo: {out.stdout.strip() or out.stderr.strip()!r}); run .ci/setup_slurm.sh"
+    return None
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """An environment that imports this checkout, one thread per process, no inherited CEMCTL_DB/RUNS."""
     out = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CEMCTL_NUM_THREADS": "1"}

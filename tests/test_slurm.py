@@ -18,25 +18,13 @@ import pytest
 from cem_core import runfiles
 from cemctl.executors.base import Job
 from cemctl.executors.slurm import SlurmExecutor, SlurmOptions, squeue_states
+from tests.helpers import slurm_cluster_problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_launch_local import cemctl, checkpoint_steps, cli_env, events, heartbeat_step, run_states, status_json, wait_for, write_grid  # noqa: E402
 
 
-def _cluster_problem() -> str | None:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "SLURM is not installed (no sinfo/sbatch); run .ci/setup_slurm.sh as root"
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"sinfo failed: {e}"
-    states = out.stdout.split()
-    if out.returncode != 0 or not any(s.rstrip("*") in ("idle", "mix", "alloc", "comp") for s in states):
-        return f"the SLURM cluster is not up (sinfo: {out.stdout.strip() or out.stderr.strip()!r}); run .ci/setup_slurm.sh"
-    return None
-
-
-_PROBLEM = _cluster_problem()
+_PROBLEM = slurm_cluster_problem()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
 
 

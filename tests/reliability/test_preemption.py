@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cem_core import runfiles
-from tests.helpers import cli, plan_ids, status_rows, subprocess_env, tiny_grid, wait_for
+from tests.helpers import cli, plan_ids, slurm_cluster_problem, status_rows, subprocess_env, tiny_grid, wait_for
 
 STEPS = 16
 NO_PERIODIC = 1000  # train.ckpt_every_steps beyond the run: only the final step would be saved
@@ -161,19 +161,7 @@ def test_cancel_keeps_the_step_the_trainer_reached(tmp_path):
 # ============================================================== SLURM
 
 
-def _cluster_problem() -> str | None:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "SLURM is not installed (no sinfo/sbatch); run .ci/setup_slurm.sh as root"
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"sinfo failed: {e}"
-    if out.returncode != 0 or not any(s.rstrip("*") in ("idle", "mix", "alloc", "comp") for s in out.stdout.split()):
-        return f"the SLURM cluster is not up (sinfo: {out.stdout.strip() or out.stderr.strip()!r})"
-    return None
-
-
-_SLURM = _cluster_problem()
+_SLURM = slurm_cluster_problem()
 
 
 def _release(job_id: str) -> None:
