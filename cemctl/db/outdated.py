@@ -27,8 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -102,19 +101,6 @@ def outdated_runs(engine: Engine, run_ids: Iterable[str] | None = None) -> dict[
     return judge((rid, code, lambda rid=rid: configs.get(rid)) for rid, code in rows)
 
 
-def outdated_in_dirs(runs: Iterable[tuple[str, Path]]) -> dict[str, Outdated]:
-    """The same from the run folders' own files (result.json, config.json): what `cemctl launch` goes by."""
-    from cem_core import runfiles
-
-    items = []
-    for rid, run_dir in runs:
-        result = runfiles.read_result(Path(run_dir)) or {}
-        if result.get("state") in ("done", "diverged"):
-            items.append((rid, result.get("code_fingerprint"),
-                          lambda d=Path(run_dir): runfiles.run_json(d, runfiles.CONFIG_FILE)))
-    return judge(items)
-
-
 def outdated_note(n: int, experiment: str | None = None) -> str:
     """The one line status, report and claims print about outdated runs ("" for none)."""
     if not n:
@@ -123,10 +109,6 @@ def outdated_note(n: int, experiment: str | None = None) -> str:
     one = n == 1
     return (f"{n} finished run{'' if one else 's'} {'was' if one else 'were'} trained by older model code "
             f"(`{hint}` trains {'it' if one else 'them'} again)")
-
-
-def count_outdated(outdated: dict[str, Outdated], run_ids: Sequence[str]) -> int:
-    return sum(1 for rid in run_ids if rid in outdated)
 
 
 def outdated_by_experiment(engine: Engine, outdated: dict[str, Outdated], *,

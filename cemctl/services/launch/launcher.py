@@ -239,24 +239,16 @@ def launch(
     if engine is not None and not req.dry_run:
         sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=[rid for rid, _ in runs])
     damaged = damaged_runs(engine, [rid for rid, _ in runs]) if engine is not None else {}
-    from cemctl.db.outdated import outdated_in_dirs
-
-    stale_code = {rid: f"trained by older model code ({o.recorded}; this code is {o.current})"
-                  for rid, o in outdated_in_dirs(runs).items()}
-    rerun = stale_code if req.rerun_outdated else {}
     if req.dry_run:  # runs not planned yet have no folder: they would start
         new = [(rid, d) for rid, d in runs if not Path(d).exists()]
         selections = [Selection(rid, d, "start", "new run, not planned yet") for rid, d in new]
         known = select_runs([r for r in runs if r not in new], retry_failed=req.retry_failed, damaged=damaged,
-                            redo_damaged=req.redo_damaged, outdated=rerun)
+                            redo_damaged=req.redo_damaged, rerun_outdated=req.rerun_outdated)
         order = {rid: i for i, (rid, _) in enumerate(runs)}
         selections = sorted(selections + known, key=lambda sel: order[sel.run_id])
     else:
         selections = select_runs(runs, retry_failed=req.retry_failed, damaged=damaged, redo_damaged=req.redo_damaged,
-                                 outdated=rerun)
-    for sel in selections:
-        if not sel.launches and sel.run_id in stale_code:
-            sel.reason += f", {stale_code[sel.run_id]} (use --rerun-outdated to train it again)"
+                                 rerun_outdated=req.rerun_outdated)
     report = LaunchReport(target.experiment, req.executor, selections, dry_run=req.dry_run, axes=target.axes)
     if req.dry_run or not report.launched:
         if on_selected:
@@ -265,7 +257,7 @@ def launch(
     for sel in report.launched:
         if sel.run_id in damaged:
             sel.reason += "; " + repair_damaged(engine, sel.run_id, sel.run_dir)
-        elif sel.run_id in rerun:
+        elif sel.outdated:
             sel.reason += "; " + set_aside_outdated(engine, sel.run_id, sel.run_dir)
     from cem_core.data.prepare import REQUIRE_PREPARED_ENV
 

@@ -33,6 +33,7 @@ class Selection:
     run_dir: Path
     action: str  # start | resume | retry | skip
     reason: str
+    outdated: bool = False  # finished, trained by older model code (cemctl.db.outdated)
 
     @property
     def launches(self) -> bool:
@@ -49,16 +50,24 @@ def newest_checkpoint_step(run_dir: Path) -> int | None:
 
 def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
                 damaged: dict[str, str] | None = None, redo_damaged: bool = False,
-                outdated: dict[str, str] | None = None) -> list[Selection]:
+                rerun_outdated: bool = False) -> list[Selection]:
     """A Selection for every (run_id, run_dir), in the given order.
 
     `damaged` maps run ids the database found damaged to the reason: they are
     skipped with it unless `redo_damaged` (the launcher repairs them first).
-    `outdated` maps finished runs to rerun (trained by older code) to why: they start again (the launcher sets
-    their files aside first).
+    A finished run trained by older model code is judged from the result.json read here (its recorded code
+    fingerprint) and marked `outdated`: skipped with that said, or with `rerun_outdated` started again (the
+    launcher sets its files aside first).
     """
+    from cemctl.db.outdated import judge
+
     damaged = damaged or {}
-    outdated = outdated or {}
+    results = {run_id: runfiles.read_result(Path(run_dir)) for run_id, run_dir in runs}
+    stale = judge((run_id, (results[run_id] or {}).get("code_fingerprint"),
+                   lambda d=Path(run_dir): runfiles.run_json(d, runfiles.CONFIG_FILE))
+                  for run_id, run_dir in runs
+                  if (results[run_id] or {}).get("state") in ("done", "diverged") and run_id not in damaged)
+    older = {rid: f"trained by older model code ({o.recorded}; this code is {o.current})" for rid, o in stale.items()}
     out: list[Selection | None] = []
     pending: list[tuple[int, Path, runfiles.JobRecord]] = []
     for run_id, run_dir in runs:
@@ -69,16 +78,16 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
         if not run_dir.is_dir():
             out.append(Selection(run_id, run_dir, SKIP, f"damaged: run directory {run_dir} is gone"))
             continue
-        result = runfiles.read_result(run_dir)
-        state = (result or {}).get("state")
-        if run_id in outdated and state in ("done", "diverged") and run_id not in damaged:
-            out.append(Selection(run_id, run_dir, RETRY, f"rerun: {outdated[run_id]}"))
+        state = (results[run_id] or {}).get("state")
+        if run_id in older and rerun_outdated:
+            out.append(Selection(run_id, run_dir, RETRY, f"rerun: {older[run_id]}", outdated=True))
             continue
+        why = f", {older[run_id]} (use --rerun-outdated to train it again)" if run_id in older else ""
         if state == "done" and run_id not in damaged:
-            out.append(Selection(run_id, run_dir, SKIP, "done"))
+            out.append(Selection(run_id, run_dir, SKIP, "done" + why, outdated=bool(why)))
             continue
         if state == "diverged" and run_id not in damaged:
-            out.append(Selection(run_id, run_dir, SKIP, "diverged (a result, not retried)"))
+            out.append(Selection(run_id, run_dir, SKIP, "diverged (a result, not retried)" + why, outdated=bool(why)))
             continue
         if state == "failed" and not retry_failed:
             out.append(Selection(run_id, run_dir, SKIP, "failed (use --retry-failed to run it again)"))
