@@ -213,15 +213,22 @@ def copy_sources(names: Iterable[str], dest: Path) -> list[str]:
     """Copy the plugins' sources into `dest` (a runs root's `.plugins/`), so that status, report and the jobs
     import the code that was planned wherever they run; returns the relative paths written. Each file is
     replaced atomically by the current source (the code fingerprint notices a change)."""
-    from cem_core.runfiles import atomic_write_bytes
+    import os
 
+    from cem_core.runfiles import RunFileError, atomic_write_bytes
+
+    dest = Path(dest)
+    real_dest = Path(os.path.realpath(dest.parent)) / dest.name
     written = []
     for name in parse_names(",".join(names)):
         for rel, path in plugin_sources(name):
-            target = Path(dest) / rel
+            target = dest / rel
+            if Path(os.path.realpath(target)) != real_dest / rel:  # a link on the way: never write through it
+                raise RunFileError(f"{target}: refused: a symbolic link where cemctl keeps the plugin sources it "
+                                   f"copies (to {os.path.realpath(target)}); remove it and plan again")
             data = path.read_bytes()
             try:
-                same = target.is_file() and not target.is_symlink() and target.read_bytes() == data
+                same = target.is_file() and target.read_bytes() == data
             except OSError:
                 same = False
             if not same:

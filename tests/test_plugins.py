@@ -99,3 +99,14 @@ def test_an_installed_entry_point_registers_its_variants_without_a_grid_key(tmp_
     (tmp_path / "g.toml").write_text((tmp_path / "g.toml").read_text().replace('name = "g"', 'name = "h"'))
     res = cli(tmp_path, "plan", "g.toml", subprocess=True, cwd=tmp_path)
     assert_clean_error(res, contains="unknown preconditioner 'scalar'")
+
+
+def test_plan_never_writes_plugin_sources_through_a_link(tmp_path):
+    where = _project(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (where / "runs").mkdir()
+    (where / "runs" / ".plugins").symlink_to(outside)  # the plugin copies would land outside the runs folder
+    res = _run(where, "plan", "scalar.toml")
+    assert_clean_error(res, contains="refused: a symbolic link")
+    assert list(outside.iterdir()) == []
