@@ -77,3 +77,20 @@ def test_selection_lines_say_the_action_once(tmp_path):
     assert line.split() == ["b" * 12, "resume", "from", "checkpoint", "step", "40"]
     line = selection_line(Selection("c" * 12, tmp_path, "skip", "failed (use --retry-failed to run it again)"))
     assert line.split()[:3] == ["c" * 12, "skip", "failed"]
+
+
+def test_an_ended_run_line_fits_an_80_column_terminal_and_keeps_its_result(tmp_path):
+    run = tmp_path / "abc"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({"state": "done", "test_loss": 6.26651}))
+    keys = ["model.attention", "model.kq_diagonal", "model.attn_steps", "model.mlp", "model.mlp_steps",
+            "model.attn_precond", "model.mlp_precond"]
+    view = LiveLaunchView(Console(width=80, file=open(os.devnull, "w")))
+    view.set_runs({"abc0000000001": dict(zip(keys, ["llama", "none", 1, "llama", 1, "identity", "identity"])),
+                   "def0000000002": dict(zip(keys, ["cem", "shared", 2, "cem", 2, "diag_lowrank", "diag_lowrank"]))},
+                  ["abc0000000001", "def0000000002"])
+    st = JobStatus(job=Job("abc0000000001", run), state="done", started_time=time.time() - 77, ended_time=time.time())
+    line = view.ended_line(st, width=80)
+    assert len(line) <= 80 and line.rstrip().endswith("test loss 6.2665  in 1m17s") and "attention=llama" in line
+    assert "\u2026" in line  # the axes were cut, not the result
+    assert "mlp_precond=identity" in view.ended_line(st)  # a log line (no width) keeps every axis

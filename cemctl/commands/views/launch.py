@@ -78,14 +78,19 @@ class _Base:
         a = self.axes.get(run_id, {})
         return " ".join(f"{names[k]}={F.value(a.get(k))}" for k in self._varying)
 
-    def ended_line(self, st: Any) -> str:
-        """'12:01:03 3fa2c1d0 done  attn_steps=2  test loss 6.4884 in 1m05s' (or the reason)."""
+    def ended_line(self, st: Any, width: int | None = None) -> str:
+        """'12:01:03 3fa2c1d0 done  attn_steps=2  test loss 6.4884  in 1m05s' (or the reason). With a `width`
+        (a terminal) the axes are cut with '…' so that the line fits and the result stays on it."""
         took = F.duration((st.ended_time or time.time()) - st.started_time) if st.started_time else ""
         note = _result_note(st.job.run_dir) if st.state == "done" else \
             (st.reason or "").strip().splitlines()[-1][:160] if st.reason else ""
-        parts = [time.strftime("%H:%M:%S"), self.short(st.job.run_id), st.state, self.axes_text(st.job.run_id), note,
-                 f"in {took}" if took and st.state == "done" else ""]
-        return printable("  ".join(p for p in parts if p))
+        head = [time.strftime("%H:%M:%S"), self.short(st.job.run_id), st.state]
+        tail = [p for p in (note, f"in {took}" if took and st.state == "done" else "") if p]
+        axes = printable(self.axes_text(st.job.run_id))
+        if width is not None:
+            room = width - len("  ".join(head + tail)) - 4  # the two separators around the axes
+            axes = axes if len(axes) <= room else (axes[:room - 1] + "\u2026" if room > 1 else "")
+        return printable("  ".join(p for p in [*head, axes, *tail] if p))
 
     def changes(self, statuses: Sequence[Any]) -> list[Any]:
         """Statuses whose state changed since the last call (a run first seen queued is not a change)."""
@@ -175,7 +180,8 @@ class LiveLaunchView(_Base):
 
         for st in self.changes(statuses):
             if st.state in ENDED:
-                self.console.print(Text(self.ended_line(st), style=STATE_STYLES.get(st.state, "")), soft_wrap=True)
+                self.console.print(Text(self.ended_line(st, width=self.console.width),
+                                        style=STATE_STYLES.get(st.state, "")), soft_wrap=True)
 
     def __call__(self, statuses: Sequence[Any]) -> None:
         self._statuses = statuses
