@@ -11,11 +11,13 @@ The plan, fixed before any number is seen (it is printed on every claims page):
   selectors set differently. No two configurations are ever pooled into one cell.
 - Estimate. `paired = true` parts (the arms are the same model at initialisation) take
   the per-seed contrast and a paired t interval. Others take the contrast of the arm
-  means with the within-arm variance pooled over every arm of the stratum (all finished
-  arms at that scale and size, df = the sum of seeds - 1), falling back to Welch when
-  nothing can be pooled. Learning-rate optima are bootstrapped over seeds (an optimum at
-  the edge of the sweep is censored: the interval is open on that side). Several sizes:
-  the mean of the per-size effects.
+  means with the within-arm variance pooled over the stratum: the finished arms of the
+  experiment that declares the part, at that scale and size (df = the sum of seeds - 1;
+  other experiments' arms, e.g. a sweep's extreme rates, are not assumed to share its
+  variance), falling back to Welch when nothing can be pooled. Learning-rate optima are
+  bootstrapped over seeds, once every rate of both sweeps has at least two finished seeds
+  (an optimum at the edge of the sweep is censored: the interval is open on that side).
+  Several sizes: the mean of the per-size effects.
 - Decision. A part's 95% interval is placed against 0 and its margin (a % of the
   reference arm's loss, or stated units): `lower` / `higher` (the interval excludes 0),
   `close` (within +-margin), `not close` (wholly beyond it), else inconclusive. The
@@ -53,10 +55,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 VALUE = "test_loss"
+EXPERIMENT = "experiment"  # the runs frame's experiments linking a run, joined by ', '
 LR = "train.lr"
 SEED = "train.seed"
 SETTING = "model.size"
 ALPHA = 0.05
+MIN_SWEEP_SEEDS = 2  # finished seeds every rate of a sweep needs before its optimum is bootstrapped
 BOOTSTRAP = 2000  # resamples of each learning-rate sweep (the smallest p a bootstrap part can have: 1/2001)
 
 
@@ -83,6 +87,7 @@ class Arm:
     config: dict[str, Any]
     values: dict[int, float]  # seed -> loss
     run_ids: list[str]
+    experiments: frozenset[str] = frozenset()  # the experiments (grids) whose plans link its runs
 
     @property
     def losses(self) -> list[float]:
@@ -96,8 +101,20 @@ def _arms(rows: "pd.DataFrame") -> list[Arm]:
     for aid, g in rows.groupby("arm", sort=False):
         cfg = {k: v for k, v in config_of(g.iloc[0].to_dict()).items() if k != SEED}
         values = {int(s): float(v) for s, v in zip(g[SEED], g[VALUE])}
-        out.append(Arm(aid, str(g["arm_label"].iloc[0]), cfg, values, list(g["run_id"])))
+        names = frozenset(n.strip() for v in (g[EXPERIMENT] if EXPERIMENT in g.columns else ())
+                          for n in str(v).split(",") if n.strip() and str(v) != "nan")
+        out.append(Arm(aid, str(g["arm_label"].iloc[0]), cfg, values, list(g["run_id"]), names))
     return out
+
+
+def _stratum(part: PartSpec, arms: list[Arm]) -> list[Arm]:
+    """The arms whose within-arm variance a part pools: those of the experiment that declares the part, at the
+    part's scale and size (every arm there when the runs name no experiment, e.g. one grid's report). Arms of other
+    experiments are left out: a sweep's extreme learning rates or another grid's unstable variant would otherwise
+    set every part's variance."""
+    if part.source and any(part.source in a.experiments for a in arms):
+        return [a for a in arms if part.source in a.experiments]
+    return arms
 
 
 ATTENTION_KEYS = ("model.attn_steps", "model.attn_step_size", "model.attn_precond", "model.attn_precond_rank",
@@ -202,8 +219,8 @@ def _sweep_estimate(part: PartSpec, chosen: list[list[Arm]], rng: Any, info: dic
     sweeps = []
     for group in chosen:
         lrs = [float(a.config[LR]) for a in group]
-        if len(set(lrs)) < 3:
-            return None, math.nan
+        if len(set(lrs)) < 3 or min(len(a.values) for a in group) < MIN_SWEEP_SEEDS:
+            return None, math.nan  # no sweep yet, or a rate whose one seed a bootstrap could not resample
         sweeps.append((lrs, [np.asarray(a.losses, dtype=float) for a in group]))
     point = []
     for lrs, vals in sweeps:
@@ -301,7 +318,7 @@ def evaluate_claims(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales
                     chosen = _select(part, arms_by[s], f"{scale or '-'}/{s}")
                     if chosen is None:
                         continue
-                    est, ids, ref, info = _estimate_setting(part, chosen, arms_by[s], rng)
+                    est, ids, ref, info = _estimate_setting(part, chosen, _stratum(part, arms_by[s]), rng)
                     if est is not None:
                         ests.append(est)
                         used += ids
