@@ -59,6 +59,9 @@ def test_foreground_launch_on_a_terminal(tmp_path: Path, size: tuple[int, int]) 
     screen = on_pty(["launch", str(grid), "--workers", "2"], tmp_path, cols=size[0], rows=size[1], cwd=tmp_path)
     screen.assert_clean(0)
     assert "launched 2 of 2 runs" in screen.text
+    summary = screen.text[screen.text.index("launched 2 of 2 runs"):]
+    assert re.search(r"code snapshot\s+[0-9a-f]{16}\b", summary), summary  # wrapped between words, not inside one
+    assert max(len(line) for line in screen.lines) <= size[0]
 
 
 @pytest.mark.parametrize("size", SIZES)

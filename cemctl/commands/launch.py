@@ -151,8 +151,8 @@ def _run(req, db, runs, as_json: bool, progress_every_s: float) -> None:  # type
     def say(line: str) -> None:
         if as_json:
             stderr_console().print(printable(line), markup=False, highlight=False, soft_wrap=True)
-        else:
-            out.print(printable(line), markup=False, highlight=False, soft_wrap=True)
+        else:  # a terminal wraps it between words (a hash or path is never cut); a pipe gets one line
+            out.print(printable(line), markup=False, highlight=False, soft_wrap=not out.is_terminal)
 
     def show_selection(report) -> None:  # type: ignore[no-untyped-def]
         if view is not None:
