@@ -113,3 +113,20 @@ def test_archive_never_replaces_a_file_it_did_not_write(project, tmp_path):
     mine.write_bytes(b"my backup")
     assert_clean_error(cli(project, "archive", "arch", "-o", str(mine), subprocess=True), contains="--force")
     assert mine.read_bytes() == b"my backup"
+
+
+def test_an_imported_run_shows_the_time_it_trained_not_the_time_since(project, tmp_path):
+    """Regression: finished_at was result.json's mtime, which an import (or a copy) makes 'now': runs trained the
+    day before showed ~21 h of elapsed time in `cemctl status`."""
+    for events in (project / "runs").glob("*/events.jsonl"):  # trained a day ago, for 1 s
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        events.write_text("".join(json.dumps({**e, "time": e["time"] - 86400}) + "\n" for e in lines))
+    out = tmp_path / "arch.tar.gz"
+    assert cli(project, "archive", "arch", "-o", str(out)).returncode == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert cli(fresh, "import", str(out)).returncode == 0
+    runs = json.loads(cli(fresh, "status", "arch", "--json").stdout)["experiments"][0]["runs"]
+    assert len(runs) == 6 and all(r["state"] == "done" for r in runs)
+    assert all(r["elapsed_s"] == pytest.approx(1.0, abs=0.01) for r in runs), [r["elapsed_s"] for r in runs]
+

@@ -269,6 +269,18 @@ def _ingest_heartbeat(run: Run, run_dir: Path, metrics_rewritten: bool) -> float
     return hb_mtime
 
 
+def _result_event_time(session: Session, run: Run, state: str) -> float | None:
+    """When the run's own event log says it reached `state`: an imported or copied result.json has a new mtime, and
+    a run trained yesterday would otherwise show a day of elapsed time."""
+    when = session.scalars(
+        select(RunEvent.time).where(RunEvent.run_id == run.id, RunEvent.source == "file", RunEvent.state == state)
+        .order_by(RunEvent.line.desc()).limit(1)
+    ).first()
+    if when is None or (run.started_at is not None and when < run.started_at):
+        return None
+    return float(when)
+
+
 def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> tuple[dict | None, float | None, str]:
     """result.json -> the `results` row; returns (result or None, its mtime, damage reason or "")."""
     res_mtime = _mtime(run_dir / RESULT_FILE)
@@ -303,7 +315,7 @@ def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _
         _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
         out.result = True
         run.result_mtime = res_mtime
-        run.finished_at = res_mtime
+        run.finished_at = _result_event_time(session, run, res["state"]) or res_mtime
         run.error = values["error"]
         for key in ("params_total", "params_non_embedding", "flops_per_token", "tokens"):
             if values[key] is not None:
