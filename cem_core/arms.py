@@ -62,6 +62,20 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+NOT_CONFIG_PREFIXES = ("result.", "tag.")
+TOP_LEVEL_KEYS = ("task", "plugins")
+
+
+def is_config_key(key: str) -> bool:
+    """A flattened config key (`model.attn_steps`, `task`, `plugins`), not a record's other fields."""
+    return key in TOP_LEVEL_KEYS or ("." in key and not key.startswith(NOT_CONFIG_PREFIXES))
+
+
+def config_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The flattened config in a run record or a runs-frame row (its config keys), NaN as None."""
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items() if is_config_key(k)}
+
+
 def short_names(keys: Sequence[str]) -> dict[str, str]:
     """Dotted keys -> their last part where unique among `keys` (model.attn_steps -> attn_steps)."""
     tails = [k.split(".")[-1] for k in keys]

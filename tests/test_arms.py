@@ -94,21 +94,72 @@ def _frames(kind):
     return synthetic_frames(kind, sizes=("nano",), seeds=(0, 1), steps=6, failures=False)
 
 
+def _legend_labels(part) -> set[str]:
+    """What names the series of a figure: its legend entries, and the arm names of a dot plot's y axis."""
+    return {t.get_text() for leg in part.figure.legends for t in leg.get_texts()} | \
+        {t.get_text() for ax in part.figure.axes if ax.get_legend() for t in ax.get_legend().get_texts()} | \
+        {t.get_text() for ax in part.figure.axes if ax.get_ylabel() in ("arm", "arm (what differs from the defaults)")
+         for t in ax.get_yticklabels()}
+
+
+TWIN_KEYS = ["model.init_std", "model.attn_precond_rank", "model.attn_start", "model.attn_step_size"]
+
+
+@pytest.mark.parametrize("key", TWIN_KEYS)
 @pytest.mark.parametrize("kind", list(FIGURE_KINDS))
-def test_no_figure_kind_merges_two_arms(kind):
+def test_no_figure_kind_merges_two_arms(kind, key):
+    """Every arm once more, differing only in a key the figure does not plot: drawn and tabled as two series."""
     from cemctl.report.build import ExperimentInfo, render_parts
 
     runs, curves = _frames(kind)
     plain = render_parts(ExperimentInfo("x", kind), runs, curves)
-    twin_runs, twin_curves = _twin(runs, curves)
+    twin_runs, twin_curves = _twin(runs, curves, key)
     twin = render_parts(ExperimentInfo("x", kind), twin_runs, twin_curves)
     _assert_distinct(twin)
     for name, rows in _row_sets(plain).items():  # every table has a row for each twin arm too
         assert len(_row_sets(twin)[name]) == 2 * len(rows), (kind, name)
     arms = next(t.frame for t in twin.tables if t.name == "arms")
-    assert arms["arm"].is_unique and any("init_std=" in a for a in arms["arm"])
+    short = key.split(".")[-1]
+    assert arms["arm"].is_unique and any(f"{short}=" in a for a in arms["arm"])
+    by_name = {p.name: p for p in plain.figures}
+    for part in twin.figures:  # each figure's legend names more series than before (the twins apart)
+        before = _legend_labels(by_name[part.name]) if part.name in by_name else set()
+        after = _legend_labels(part)
+        plotted = any(ax.get_xlabel() == short for ax in part.figure.axes)  # the key became the figure's x
+        if before and part.name not in ("gp_rmse",) and not plotted:
+            assert len(after) > len(before), (kind, key, part.name, sorted(after))
     for part in plain.figures + twin.figures:
         part.figure.clear()
+
+
+@pytest.mark.parametrize("key,values", [("model.attn_precond_rank", (4, 16)), ("model.attn_start", ("h", "norm")),
+                                        ("model.attn_step_size", (0.5, 1.0))])
+def test_the_test_time_recursion_figure_draws_two_arms_differing_in_one_key_apart(key, values):
+    """The regression of issue 32: two arms differing only in the precond rank were drawn as one zig-zag line."""
+    import pandas as pd
+
+    from cemctl.report.figures import test_time
+    from cemctl.report.frame import runs_frame
+
+    base = {"model": {"attention": "cem", "attn_steps": 2, "attn_precond": "diag_lowrank", "size": "nano"}}
+    records, evals = [], []
+    for i, v in enumerate(values):
+        for seed in (0, 1):
+            rid = f"r{i}{seed}"
+            cfg = {**base, "model": {**base["model"], key.split(".")[1]: v}, "train": {"seed": seed}}
+            records.append({"run_id": rid, "state": "done", "config": cfg, "test_ppl": 10.0 + i, "test_loss": 2.3})
+            for t in (1, 2, 4):
+                evals.append({"run_id": rid, "attn_steps": t, "mlp_steps": 1, "eval_steps": t, "sublayer": "attention",
+                              "test_loss": 2.3 + i + t / 10, "test_ppl": 10.0 + i + t, "test_tokens": 100,
+                              "flops_per_token": 1000 * t, "trained_attn_steps": 2, "trained_mlp_steps": 1})
+    parts = test_time.render(runs_frame(records), pd.DataFrame(evals))
+    table = parts.tables[0].frame
+    assert table["series"].nunique() == 2 and len(table) == 6  # 2 arms x 3 depths, never 3 rows of a merge
+    labels = [lab for lab in _legend_labels(parts.figures[0]) if "n=" in lab]
+    assert len(labels) == 2 and all(key.split(".")[-1].split("_")[-1] in lab or "diag" in lab or "=" in lab
+                                    for lab in labels), labels
+    assert table.groupby("series")["test ppl (mean)"].apply(list).map(len).tolist() == [3, 3]
+    parts.figures[0].figure.clear()
 
 
 def test_the_check_catches_a_figure_kind_that_would_merge():
@@ -121,10 +172,17 @@ def test_the_check_catches_a_figure_kind_that_would_merge():
     naive = agg[["variant", "model.size", "n"]]  # the old tables: the paper's name, the size, the seeds
     with pytest.raises(AssertionError, match="two arms as identical rows"):
         _assert_distinct(ReportParts(tables=[TablePart("naive", naive, "")]))
-    # the one mechanism figure kinds use refuses to draw two arms at one point
+    # the one labelling path names the twins apart (by the key that differs), and refuses two series it cannot
+    names = series_labels(agg, ["model.size"])
+    assert names.nunique() == agg.drop(columns=["run_ids", "seeds"]).astype(str).drop_duplicates(
+        [c for c in agg.columns if "." in c and c != "model.size"]).shape[0]
+    assert any("init_std=" in n for n in names)
+    clash = agg.iloc[:2].copy()
+    clash["model.init_std"] = [1, "1"]  # two values that print alike
+    for col in [c for c in clash.columns if "." in c and c != "model.init_std"]:
+        clash[col] = [clash[col].iloc[0]] * 2
     with pytest.raises(ArmLabelCollision):
-        series_labels(agg.assign(**{"model.init_std": 0.02}), ["model.size", "model.attention", "model.mlp"],
-                      agg["variant"])
+        series_labels(clash, ["model.size"])
 
 
 OWN_GRID = """seeds = [0, 1]

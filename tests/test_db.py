@@ -216,9 +216,10 @@ def test_relative_sqlite_path_is_pinned_to_the_directory_it_was_opened_in(tmp_pa
     assert (tmp_path / "rel.db").exists() and (tmp_path / "elsewhere" / "rel.db").exists()
 
 
-def test_experiment_frame_joins_configs_axes_and_results(tmp_path, engine, runs_root):
+def test_the_run_record_joins_configs_axes_and_results(tmp_path, engine, runs_root):
     from cemctl.db import sync_runs
-    from cemctl.db.frames import experiment_frame, metrics_frame
+    from cemctl.db.frames import metrics_frame
+    from cemctl.records import load_records
     from tests.helpers import write_json as atomic_write_json
 
     plan = make_plan(tmp_path)
@@ -230,13 +231,16 @@ def test_experiment_frame_joins_configs_axes_and_results(tmp_path, engine, runs_
         "".join(json.dumps({"kind": "val", "step": s, "tokens": s * 64, "val_loss": 4.0 - s / 10}) + "\n" for s in (1, 5))
     )
     sync_runs(engine, runs_root)
-    df = experiment_frame(engine, "g")
+    recs = load_records(engine, "g")
+    df = recs.frame()
     assert list(df["run_id"]) == [r.run_id for r in plan.runs]
-    assert {"axis:model.attention", "axis:train.lr", "model.d_model", "result.test_ppl", "state"} <= set(df.columns)
+    assert {"model.attention", "train.lr", "model.d_model", "test_ppl", "state"} <= set(df.columns)
+    assert recs.experiments["g"].axes == list(plan.runs[0].axes)
+    assert [r["_axes"] for r in recs] == [r.axes for r in plan.runs]
     row = df.set_index("run_id").loc[done]
-    assert row["state"] == "done" and row["result.test_ppl"] == 20.1 and row["axis:model.attention"] == plan.runs[1].axes["model.attention"]
-    assert df["result.test_ppl"].isna().sum() == 3
+    assert row["state"] == "done" and row["test_ppl"] == 20.1
+    assert df["test_ppl"].isna().sum() == 3
     curves = metrics_frame(engine, [done], kind="val")
     assert list(curves["step"]) == [1, 5] and list(curves["val_loss"]) == [3.9, 3.5]
     with pytest.raises(Exception, match="unknown experiment 'nope'.*known: g"):
-        experiment_frame(engine, "nope")
+        load_records(engine, "nope")

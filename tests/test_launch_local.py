@@ -177,7 +177,7 @@ def test_kill_9_is_detected_by_heartbeat_and_relaunch_resumes(tmp_path):
     time.sleep(3.5)
     st = run_states(status_json(tmp_path, env), "killme")[run_dir.name]
     assert st["state"] == "stale", st
-    assert "heartbeat" in st["error"]
+    assert "heartbeat" in st["reason"]
     # Relaunch: resumes from the checkpoint (attempt 2 starts after it) and finishes.
     env.pop("CEMCTL_TEST_SLEEP_PER_STEP_S")
     dry = cemctl(tmp_path, "launch", "killme", "--dry-run", env=env)
@@ -205,7 +205,7 @@ def test_ctrl_c_stops_children_and_restart_resumes(tmp_path):
     assert orch.wait(timeout=60) == 130
     assert not os.path.exists(f"/proc/{trainer_pid}") or "Z" in open(f"/proc/{trainer_pid}/stat").read().split()[2]
     st = run_states(status_json(tmp_path, env), "ctrlc")[run_dir.name]
-    assert st["state"] == "stale" and "interrupted" in st["error"]
+    assert st["state"] == "stale" and "interrupted" in st["reason"]
     env.pop("CEMCTL_TEST_SLEEP_PER_STEP_S")
     out = cemctl(tmp_path, "launch", str(grid), env=env)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -75,7 +75,7 @@ def test_the_report_counts_and_marks_them(project):
     assert res.returncode == 0, res.output
     assert "1 finished run was trained by older model code" in (out / "index.md").read_text()
     with open(out / "runs.csv") as f:
-        marked = {r["run_id"]: r["code_outdated"] for r in csv.DictReader(f)}
+        marked = {r["run_id"]: r["outdated"] for r in csv.DictReader(f)}
     assert marked == {ids[0]: "False", ids[1]: "True", ids[2]: "False", ids[3]: "False"}
 
 

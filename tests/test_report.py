@@ -183,10 +183,13 @@ def test_akima_edge_and_too_few_points():
 
 
 def test_lr_sweep_table_uses_the_akima_optimum():
+    from cemctl.report.aggregate import series_labels
+
     runs, curves = synthetic_frames("lr_sweep", sizes=("nano",), seeds=(0, 1, 2), failures=False,
                                     single_seed_variant=False)
     table = get_figure_kind("lr_sweep")(runs, curves).tables[0].frame
     agg = aggregate_seeds(runs)
+    agg = agg.assign(variant=series_labels(agg, ["train.lr", "model.size"]))  # the figure's one labelling path
     for row in table.to_dict("records"):
         sub = agg[agg["variant"].eq(row["variant"])].sort_values("train.lr")
         expect = akima_optimum(sub["train.lr"].tolist(), sub["mean"].tolist())
@@ -194,7 +197,7 @@ def test_lr_sweep_table_uses_the_akima_optimum():
     # the synthetic optima: 0.002 for Llama, 0.004 for full CEM
     by_variant = dict(zip(table["variant"], table["optimal lr"]))
     assert by_variant["Llama"] == pytest.approx(0.002, rel=0.15)
-    assert by_variant["full CEM (T=2, diag+low-rank)"] == pytest.approx(0.004, rel=0.15)
+    assert by_variant["full CEM"] == pytest.approx(0.004, rel=0.15)  # the fewest keys that tell the two apart
 
 
 # -- seed statistics ---------------------------------------------------------------------------------------
@@ -304,10 +307,13 @@ def test_report_command_import_is_light():
 def test_numbers_in_figures_come_from_the_data():
     # the components table's difference to Llama is the difference of the seed means
     runs, curves = synthetic_frames("components", sizes=("nano",), seeds=(0, 1, 2), failures=False)
+    from cemctl.report.aggregate import series_labels
+
     table = get_figure_kind("components")(runs, curves).tables[0].frame.set_index("variant")
-    agg = aggregate_seeds(runs).set_index("variant")
-    diff = agg.loc["CEM MLP (T=1)", "mean"] - agg.loc["Llama", "mean"]
-    assert table.loc["CEM MLP (T=1)", "ppl - Llama"] == pytest.approx(diff)
+    agg = aggregate_seeds(runs)
+    agg = agg.assign(variant=series_labels(agg, ["model.size"])).set_index("variant")
+    diff = agg.loc["CEM MLP", "mean"] - agg.loc["Llama", "mean"]
+    assert table.loc["CEM MLP", "ppl - Llama"] == pytest.approx(diff)
     assert np.isclose(table.loc["Llama", "ppl - Llama"], 0.0)
 
 
@@ -360,7 +366,7 @@ def test_every_experiment_file_has_its_figures(scale):
 
 
 def test_select_runs_by_config_values():
-    from cemctl.grid.where import filter_frame, parse_where
+    from cemctl.records.where import filter_frame, parse_where
 
     def select_runs(frame, where):
         return filter_frame(frame, parse_where(where))
@@ -373,7 +379,7 @@ def test_select_runs_by_config_values():
     assert select_runs(runs, ["train.lr=0.003"]).empty
     with pytest.raises(ConfigError) as info:
         select_runs(runs, ["model.sise=nano"])
-    assert info.value.key == "--where" and "unknown key 'model.sise'" in str(info.value)
+    assert info.value.key == "--where" and "unknown field 'model.sise'" in str(info.value)
     with pytest.raises(ConfigError):
         select_runs(runs, ["model.size"])
 
@@ -384,10 +390,10 @@ def test_ablation_table_names_each_arm_and_pairs_t2_with_t1_by_seed():
     runs, _ = synthetic_frames("ablation", sizes=("nano",), seeds=(0, 1, 2), failures=False, single_seed_variant=False)
     parts = render(runs)
     table = parts.tables[0].frame.set_index("arm")
-    assert set(table.index) == {"defaults", "eta=0.5", "no precond."}
+    assert set(table.index) == {"defaults", "attn_step_size=0.5", "no preconditioner"}
     cem = runs[runs["model.attention"].eq("cem")]
     for arm, sel in (("defaults", {"model.attn_step_size": 1.0, "model.attn_precond": "diag_lowrank"}),
-                     ("eta=0.5", {"model.attn_step_size": 0.5})):
+                     ("attn_step_size=0.5", {"model.attn_step_size": 0.5})):
         mask = cem["model.attn_step_size"].eq(sel["model.attn_step_size"])
         if "model.attn_precond" in sel:
             mask &= cem["model.attn_precond"].eq(sel["model.attn_precond"])
@@ -409,10 +415,11 @@ def test_fig2a_report_draws_the_papers_arm_and_the_shared_diagonal_arm_labelled(
     runs, _ = synthetic_from_grid(str(grid), "cpu", failures=False)
     parts = render(runs)
     table = parts.tables[0].frame
-    assert set(table["variant"]) == {"Llama", "CEM attention (T=1)", "CEM attention (T=1, shared diagonal)"}
+    # named by the one key that tells the two CEM arms apart, each value by its own name
+    assert set(table["variant"]) == {"Llama", "CEM attention (no diagonal)", "CEM attention (shared diagonal)"}
     fig = parts.figures[0]
     labels = [t.get_text() for t in fig.figure.legends[0].get_texts()]
-    assert any(lab.startswith("CEM attention (T=1),") for lab in labels)
-    assert any(lab.startswith("CEM attention (T=1, shared diagonal)") for lab in labels)
+    assert any(lab.startswith("CEM attention (no diagonal),") for lab in labels)
+    assert any(lab.startswith("CEM attention (shared diagonal)") for lab in labels)
     assert "paper's Sec. 4.1 arm" in fig.caption
     fig.figure.clear()

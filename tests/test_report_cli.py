@@ -13,7 +13,8 @@ from cemctl.cli import app
 from cemctl.db.engine import open_db
 from cemctl.db.runs import record_plan
 from cemctl.grid.expand import load_grid
-from cemctl.report.frame import load_curves, load_runs
+from cemctl.records import load_records
+from cemctl.report.frame import load_curves
 
 GRID = """
 seeds = [0, 1, 2]
@@ -88,11 +89,11 @@ def test_report_from_database_lists_missing_and_failed(planned):
     assert (out / "figures" / "training_curves.png").exists()
     assert "mini_components.toml" in md
 
-    runs = load_runs(planned["engine"], "mini_components")
+    runs = load_records(planned["engine"], "mini_components").frame()
     assert list(runs["run_id"]) == ids  # grid order
     assert runs["state"].tolist()[:5] == ["done"] * 4 + ["failed"]
     assert runs["test_ppl"].tolist()[:4] == [30.0, 31.0, 32.0, 33.0]
-    assert {"model.attention", "train.seed", "train.lr", "params_total", "tokens", "flops"} <= set(runs.columns)
+    assert {"model.attention", "train.seed", "train.lr", "params_total", "tokens", "train_flops"} <= set(runs.columns)
     curves = load_curves(planned["engine"], ids)
     assert set(curves["run_id"]) == set(ids[:5])
     one = curves[curves["run_id"].eq(ids[0])]

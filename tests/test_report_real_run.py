@@ -40,7 +40,7 @@ def test_report_on_real_tiny_runs(tmp_path):
     from cem_core.train import run_training
     from cemctl.db import open_db
     from cemctl.services.plan import plan_experiment
-    from cemctl.report.frame import load_runs
+    from cemctl.records import load_records
 
     grid = tmp_path / "real_tiny.toml"
     grid.write_text(GRID.format(cache=tmp_path / "cache"))
@@ -56,7 +56,7 @@ def test_report_on_real_tiny_runs(tmp_path):
     res = CliRunner().invoke(app, ["report", "real_tiny", "--db", db_url, "--runs-dir", str(runs_root),
                                    "--out", str(out), "--format", "png,pdf"])
     assert res.exit_code == 0, res.output
-    runs = load_runs(open_db(db_url), "real_tiny")
+    runs = load_records(open_db(db_url), "real_tiny").frame()
     done = runs[runs["state"].eq("done")]
     assert len(done) == 3 and all(math.isfinite(p) and p > 1 for p in done["test_ppl"])
     assert (done["params_total"] > 0).all() and (done["tokens"] > 0).all()

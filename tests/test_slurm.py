@@ -164,7 +164,7 @@ def test_cancel_and_vanished_pending_jobs(tmp_path):
     wait_queue_empty([ja, jb], 60)
     st = run_states(status_json(tmp_path, env), "pending")
     assert st[a]["state"] == "cancelled"
-    assert st[b]["state"] == "stale" and "no longer queued and never reported" in st[b]["error"]
+    assert st[b]["state"] == "stale" and "no longer queued and never reported" in st[b]["reason"]
     # Both are relaunched by the next launch.
     dry = cemctl(tmp_path, "launch", "pending", "--executor", "slurm", "--dry-run", env=env)
     assert "would launch 2 of 2" in dry.stdout, dry.stdout + dry.stderr

@@ -52,14 +52,14 @@ def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
     refresh(engine, runs_root, heartbeat_timeout_s=3)
     (exp,) = collect_status(engine)
     assert exp.name == "st" and exp.counts == {"running": 1, "failed": 1, "stale": 1}
-    rows = {r.run_id: r for r in exp.runs}
+    rows = {r["run_id"]: r for r in exp.runs}
     r = rows[running.name]
-    assert (r.step, r.total_steps, r.train_loss, r.val_loss, r.tokens_per_s) == (40, 100, 3.25, 3.5, 1000.0)
-    assert r.progress == 0.4 and r.executor == "slurm" and r.job_id == "77_1" and r.attempts == 1
-    assert abs(r.eta_s() - 60 * 64 / 1000) < 1e-6  # 60 steps x 64 tokens at 1000 tokens/s
-    assert r.axes == {"model.attention": "llama"}
-    assert rows[failed.name].error_line == "RuntimeError: boom at step 7"
-    assert rows[stale.name].state == "stale" and "heartbeat" in rows[stale.name].error_line
+    assert (r["step"], r["total_steps"], r["train_loss"], r["val_loss"], r["tokens_per_s"]) == (40, 100, 3.25, 3.5, 1000.0)
+    assert r["progress"] == 0.4 and r["executor"] == "slurm" and r["job_id"] == "77_1" and r["attempts"] == 1
+    assert abs(r["eta_s"] - 60 * 64 / 1000) < 1e-6  # 60 steps x 64 tokens at 1000 tokens/s
+    assert r["_axes"] == {"model.attention": "llama"}
+    assert rows[failed.name]["reason"] == "RuntimeError: boom at step 7"
+    assert rows[stale.name]["state"] == "stale" and "heartbeat" in rows[stale.name]["reason"]
     # JSON and table carry the same.
     data = status_json([exp])
     assert data["experiments"][0]["counts"]["failed"] == 1
@@ -69,9 +69,9 @@ def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
     assert "2 more runs not shown" in "\n".join(status_views([exp], width=None, now=now, limit=1)[0].plain_lines())
     # The same selection read with SQL LIMIT: counts still cover every run.
     (lim,) = collect_status(engine, limit=2)
-    assert [r.state for r in lim.runs] == ["running", "stale"] and lim.total == 3 and lim.counts == exp.counts
+    assert [r["state"] for r in lim.runs] == ["running", "stale"] and lim.total == 3 and lim.counts == exp.counts
     text = "\n".join(status_views([lim], width=None, now=now, limit=2)[0].plain_lines())
-    assert "3 runs:" in text and "1 more runs not shown" in text
+    assert "3 runs:" in text and "1 more run not shown" in text
 
 
 def test_queued_run_whose_orchestrator_is_gone_becomes_stale(tmp_path, db_url, engine, runs_root):
@@ -79,8 +79,8 @@ def test_queued_run_whose_orchestrator_is_gone_becomes_stale(tmp_path, db_url, e
     runfiles.write_job(a, runfiles.JobRecord(executor="local", state="queued", host=runfiles.hostname(), orchestrator_pid=2**22 + 12345, job_id="x", attempt=0))
     runfiles.append_event(a, "queued", "local executor", executor="local", job_id="x", attempt=0)
     refresh(engine, runs_root)
-    rows = {r.run_id: r for r in collect_status(engine, "st")[0].runs}
-    assert rows[a.name].state == "stale" and "orchestrator" in rows[a.name].error_line
+    rows = {r["run_id"]: r for r in collect_status(engine, "st")[0].runs}
+    assert rows[a.name]["state"] == "stale" and "orchestrator" in rows[a.name]["reason"]
 
 
 def test_status_cli_unknown_experiment_and_empty_db(tmp_path):

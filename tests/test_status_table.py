@@ -122,8 +122,8 @@ def test_columns_wide_state_and_sort(project):
 
 
 @pytest.mark.parametrize("args,what", [
-    (["--columns", "run,nonsense"], "unknown column 'nonsense'"),
-    (["--sort", "bogus"], "unknown column 'bogus'"),
+    (["--columns", "run,nonsense"], "unknown field 'nonsense'"),
+    (["--sort", "bogus"], "unknown field 'bogus'"),
     (["--state", "finished"], "unknown state 'finished'"),
 ])
 def test_bad_table_options_are_one_line(project, args, what):

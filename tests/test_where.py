@@ -1,4 +1,4 @@
-"""The `--where` grammar (`cemctl.grid.where`): several conditions, every operator, keys by short name, bad
+"""The `--where` grammar (`cemctl.records.where`): several conditions, every operator, keys by short name, bad
 expressions one line naming what is allowed."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cem_core.errors import ConfigError
-from cemctl.grid.where import describe, matches, parse_where
+from cemctl.records.where import describe, matches, parse_where
 
 ROWS = [
     {"run_id": "a1", "state": "done", "model.attn_steps": 1, "model.attention": "cem", "train.lr": 0.001,
@@ -43,8 +43,8 @@ def test_conditions_select_runs(items, expected):
 
 
 @pytest.mark.parametrize("text,what", [
-    ("model.attn_stepz>=2", "unknown key 'model.attn_stepz' (did you mean model.attn_steps"),
-    ("stepz=1", "unknown key 'stepz'"),
+    ("model.attn_stepz>=2", "unknown field 'model.attn_stepz' (did you mean model.attn_steps"),
+    ("stepz=1", "unknown field 'stepz'"),
     ("model.attn_steps", "cannot read"),
     ("model.attn_steps>=", "cannot read"),
     ("lr in ", "cannot read"),

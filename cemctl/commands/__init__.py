@@ -8,7 +8,7 @@ import typer
 
 # Order is the order of `cemctl --help`.
 COMMAND_MODULES = ("demo", "plan", "data", "launch", "status", "report", "claims", "compare", "export", "tag", "archive",
-                   "sync", "logs", "cancel", "eval")
+                   "sync", "logs", "cancel", "eval", "keys")
 
 
 def register_all(app: typer.Typer) -> None:

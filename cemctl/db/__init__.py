@@ -16,7 +16,7 @@ Ingest the run directories (the ground truth):
 Read:
     list_runs(engine, experiment=None, states=None, run_ids=None) -> [Run]
     get_run, get_experiment, list_experiments, run_axes, run_events, run_config(run) -> RunConfig
-    cemctl.db.frames (pandas): experiment_frame(engine, name), metrics_frame(engine, run_ids)
+    cemctl.db.frames (pandas): metrics_frame(engine, run_ids), evals_frame, energy_frame (runs: cemctl.records)
 
 Tables and columns: `cemctl.db.models` (and docs/design.md, "Results database").
 """

@@ -1,16 +1,11 @@
-"""pandas views of the results database (`cemctl report`, notebooks).
+"""Per-step and per-evaluation rows of the results database as pandas frames (`cemctl report`, the API).
 
-    experiment_frame(engine, "fig2a")   # one row per run of the experiment, grid order
+Runs themselves are read only through the run record (`cemctl.records.load_records`, or
+`cemctl.api.runs` from a notebook); these are the rows keyed by a run below it.
+
     metrics_frame(engine, run_ids, kind="val")
     evals_frame(engine, run_ids)        # test-time recursion evaluations (`cemctl eval`)
     energy_frame(engine, run_ids)       # energy lines (`train.energy_layers`), one row per (run, step, layer, sublayer, t)
-
-`experiment_frame` columns: run_id, position, state, state_reason, the run
-summary columns, every resolved config key flattened with dots
-("model.attention", "train.lr", ...), `axes` (dict of the varied axes) and one
-column per varied axis prefixed "axis:" ("axis:model.size"), and the result
-columns prefixed "result." ("result.test_loss", "result.test_ppl", ...; NaN
-while a run has no result). pandas is imported lazily by the callers.
 """
 
 from __future__ import annotations
@@ -21,47 +16,8 @@ from typing import Any, Iterable
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from cem_core.config import flatten
 from cemctl.db.engine import read_session
-from cemctl.db.models import Eval, Experiment, ExperimentRun, Metric, Result, Run
-
-_RUN_COLUMNS = (
-    "state", "state_reason", "attempts", "executor", "job_id", "host", "run_dir", "created_at", "started_at",
-    "finished_at", "heartbeat_at", "error", "total_steps", "last_step", "tokens", "last_train_loss",
-    "last_val_loss", "tokens_per_s", "params_total", "params_non_embedding", "flops_per_token",
-)
-_RESULT_COLUMNS = (
-    "state", "test_loss", "test_ppl", "val_loss", "val_ppl", "params_total", "params_non_embedding",
-    "flops_per_token", "train_flops", "tokens", "steps", "wall_time_s", "error", "diverged_step", "code_fingerprint",
-)
-
-
-def experiment_frame(engine: Engine, name: str) -> Any:
-    """One row per run of experiment `name` (raises CemError if unknown)."""
-    import pandas as pd
-
-    from cemctl.db.runs import list_runs
-
-    list_runs(engine, experiment=name, run_ids=[])  # raises a clean error for an unknown name
-    with read_session(engine) as s:
-        rows = s.execute(
-            select(ExperimentRun, Run, Result)
-            .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
-            .join(Run, Run.id == ExperimentRun.run_id)
-            .outerjoin(Result, Result.run_id == Run.id)
-            .where(Experiment.name == name)
-            .order_by(ExperimentRun.position)
-        ).all()
-    records = []
-    for link, run, result in rows:
-        axes = json.loads(link.axes_json or "{}")
-        rec: dict[str, Any] = {"run_id": run.id, "position": link.position, "axes": axes}
-        rec.update({c: getattr(run, c) for c in _RUN_COLUMNS})
-        rec.update(flatten(json.loads(run.config_json)))
-        rec.update({f"axis:{k}": v for k, v in axes.items()})
-        rec.update({f"result.{c}": (getattr(result, c) if result is not None else None) for c in _RESULT_COLUMNS})
-        records.append(rec)
-    return pd.DataFrame.from_records(records)
+from cemctl.db.models import Eval, Metric
 
 
 def metrics_frame(engine: Engine, run_ids: Iterable[str], kind: str | None = None) -> Any:

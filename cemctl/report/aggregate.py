@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from cemctl.report.style import COMPONENT_COLUMNS, DIM_COLUMNS, role, variant_label
+from cemctl.report.arms import has_arms
+from cemctl.report.style import DIM_COLUMNS, role, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -22,7 +23,7 @@ SEED_COLUMN = "train.seed"
 STAT_COLUMNS = ("mean", "std", "min", "max", "n")
 # Carried along (first value of the group): identical for every seed of a variant.
 CARRY_FIRST = ("params_total", "params_non_embedding", "flops_per_token", "marks")
-CARRY_MEAN = ("tokens", "flops")
+CARRY_MEAN = ("tokens", "train_flops")
 
 
 def config_columns(frame: "pd.DataFrame") -> list[str]:
@@ -54,7 +55,7 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
     import pandas as pd
 
     data = finished(runs, value) if only_finished else runs
-    by_arm = by is None and "arm" in runs.columns  # arms (cemctl.report.arms): the nuisance keys do not split
+    by_arm = by is None and has_arms(runs)  # arms (cemctl.report.arms): the nuisance keys do not split
     keys = list(by) if by is not None else (["arm"] if by_arm else
                                             [c for c in config_columns(runs) if c != SEED_COLUMN])
     carried = [c for c in config_columns(runs) if c != SEED_COLUMN] + ["arm_label"] if by_arm else []
@@ -96,65 +97,46 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
     return agg
 
 
-NAME_COLUMNS = ("model.attention", "model.mlp", "model.attn_steps", "model.mlp_steps", "model.attn_precond",
-                "model.mlp_precond", "model.kq_diagonal")  # what `style.variant_label` names
+def _configs(agg: "pd.DataFrame") -> list[dict]:
+    from cem_core.arms import config_of
 
-
-def _pretty(key: str, value: object) -> str:
-    from cem_core.arms import format_value, short_names
-
-    if key in ("model.attn_precond", "model.mlp_precond"):
-        return ("MLP " if key == "model.mlp_precond" else "") + style_precond(value)
-    if key == "model.kq_diagonal":
-        from cemctl.report.style import KQ_LABELS
-
-        return KQ_LABELS.get(str(value), str(value))
-    if key == "model.mlp" and value in ("cem", "cem_param_matched"):
-        return "param-matched" if value == "cem_param_matched" else "dim-matched"
-    return f"{short_names([key])[key]}={format_value(value)}"
-
-
-def style_precond(value: object) -> str:
-    from cemctl.report.style import precond_label
-
-    return precond_label(value)
+    return [config_of(r) for r in agg.to_dict("records")]
 
 
 def extra_settings(agg: "pd.DataFrame", shown: Sequence[str]) -> "pd.Series":
-    """Per row, 'k=v, ...' for every config column that varies among the rows and that the figure neither
-    shows (`shown`: its axes, panels, series) nor is the seed: what tells two arms apart beyond the figure."""
+    """Per row, what tells its series apart beyond the keys the figure shows (`shown`), by the one labelling path
+    (`cemctl.records.labels.series_names`); "" when nothing else varies."""
     import pandas as pd
 
-    skip = set(shown) | {SEED_COLUMN}
-    varying = [c for c in config_columns(agg) if c not in skip and agg[c].astype(str).nunique(dropna=False) > 1]
-    texts = [", ".join(_pretty(c, r[c]) for c in varying) for r in agg.to_dict("records")]
-    return pd.Series(texts, index=agg.index, dtype=object)
+    from cemctl.records.labels import series_names
+
+    if agg.empty:
+        return pd.Series([], index=agg.index, dtype=object)
+    names = series_names(_configs(agg), shown=[*shown, SEED_COLUMN])
+    return pd.Series(["" if n == "all runs" else n for n in names], index=agg.index, dtype=object)
 
 
 def series_labels(agg: "pd.DataFrame", shown: Sequence[str], base: "pd.Series | Sequence[str] | None" = None
                   ) -> "pd.Series":
-    """The name of each row's series in a figure: `base` (the figure's own name for it) and its
-    `extra_settings`. Two rows with the same name and the same values of `shown` would be drawn as one
-    point: that raises `ArmLabelCollision` instead (two arms are never merged)."""
+    """The name of each row's series in a figure (`cemctl.records.labels.series_names`): rows equal in every key
+    but the seed and those the figure shows (`shown`: its axes and panels) are one series, named by the fewest
+    varying keys that tell the series apart, by the specs' names. Two series never share a name:
+    `ArmLabelCollision` instead. `base` is ignored (names come from the configs, never from a variant's label
+    alone); kept for callers that pass one."""
     import pandas as pd
 
-    from cem_core.arms import ArmLabelCollision
+    from cemctl.records.labels import series_names
 
-    extra = extra_settings(agg, shown)
-    base_list = list(base) if base is not None else [""] * len(agg)
-    labels = pd.Series([", ".join(p for p in (str(b), e) if p) or "all runs" for b, e in zip(base_list, extra)],
-                       index=agg.index, dtype=object)
-    cols = [c for c in shown if c in agg.columns]
-    key = agg[cols].astype(str).assign(_label=labels) if cols else labels.to_frame("_label")
-    dup = key.duplicated(keep=False)
-    if dup.any():
-        raise ArmLabelCollision(f"two arms drawn as one ({labels[dup].iloc[0]!r} at the same "
-                                f"{', '.join(cols) or 'place'}): a figure must show every key that varies")
-    return labels
+    if agg.empty:
+        return pd.Series([], index=agg.index, dtype=object)
+    return pd.Series(series_names(_configs(agg), shown=list(shown)), index=agg.index, dtype=object)
 
 
 def _baseline_key(frame: "pd.DataFrame", exclude: Sequence[str]) -> list[str]:
-    return [c for c in config_columns(frame) if c not in COMPONENT_COLUMNS and c not in exclude and c != SEED_COLUMN]
+    """The keys a variant shares with its Llama baseline: all but the architecture's (from the variant specs)."""
+    from cemctl.records.labels import pairing_keys
+
+    return [c for c in pairing_keys(config_columns(frame)) if c not in exclude]
 
 
 def match_baselines(agg: "pd.DataFrame", *, ignore: Sequence[str] = ()) -> "pd.Series":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
-from cem_core.arms import DEFAULT_NUISANCE, ArmLabels, arm_id
+from cem_core.arms import DEFAULT_NUISANCE, ArmLabels, arm_id, config_of  # noqa: F401 - config_of: re-exported
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -24,13 +24,9 @@ ARM = "arm"
 ARM_LABEL = "arm_label"
 
 
-def config_of(row: dict[str, Any]) -> dict[str, Any]:
-    """The flattened config of a runs-frame row (its dotted columns and `task`), NaN as None."""
-    out = {}
-    for k, v in row.items():
-        if "." in k and not k.startswith(("result.", "tag.")) or k == "task":
-            out[k] = None if isinstance(v, float) and v != v else v
-    return out
+def has_arms(runs: "pd.DataFrame") -> bool:
+    """Whether every row of a runs frame names its arm (the run record's frames do; synthetic ones may not)."""
+    return ARM in runs.columns and ARM_LABEL in runs.columns and not runs[ARM].isna().any()
 
 
 def with_arms(runs: "pd.DataFrame", *, nuisance: Sequence[str] = DEFAULT_NUISANCE,
@@ -83,7 +79,7 @@ def arms_table(runs: "pd.DataFrame", *, metric: str = "test_loss") -> "pd.DataFr
             ppl = metric.replace("_loss", "_ppl")
             pm, psd, plo, phi = t_interval(finite(done, ppl))
             row.update({f"{ppl} mean": pm, f"{ppl} s.d.": psd, f"{ppl} 95% low": plo, f"{ppl} 95% high": phi})
-        for col, name in (("params_total", "params"), ("tokens", "tokens"), ("flops", "train FLOPs"),
+        for col, name in (("params_total", "params"), ("tokens", "tokens"), ("train_flops", "train FLOPs"),
                           ("wall_time_s", "wall time (s)")):
             vals = finite(done, col)
             row[name] = sum(vals) / len(vals) if vals else math.nan

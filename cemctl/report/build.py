@@ -177,14 +177,14 @@ def code_notes(runs: "pd.DataFrame", experiment: str) -> list[str]:
     """A note counting the runs trained by older model code (they stay in the report; runs.csv marks them)."""
     from cemctl.db.outdated import outdated_note
 
-    if "code_outdated" not in runs.columns:
+    if "outdated" not in runs.columns:
         return []
-    old = runs[runs["code_outdated"].astype(bool)]
+    old = runs[runs["outdated"].astype(bool)]
     note = outdated_note(len(old), experiment)
     if not note:
         return []
     ids = ", ".join(old["run_id"].astype(str).head(5)) + (", ..." if len(old) > 5 else "")
-    return [f"{note}: {ids}; the report includes them (runs.csv column code_outdated)"]
+    return [f"{note}: {ids}; the report includes them (runs.csv column outdated)"]
 
 
 def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
@@ -211,12 +211,16 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
         "/ planned, mean \u00b1 sample s.d. and 95% t interval over the seeds, parameters, tokens, training FLOPs, "
         "tokens/s and wall time (means over the seeds); arms.csv has every number at full precision.",
         csv=table, lead=True))
-    fig = metric_figure(runs, x=opts.x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
-                        nuisance=opts.nuisance)
+    from cemctl.report.generic import Palette, default_x, varying
+
+    x = opts.x or default_x(runs, varying(runs, opts.nuisance), info.axes)
+    palette = Palette(runs, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance) if not runs.empty else None
+    fig = metric_figure(runs, x=x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
+                        nuisance=opts.nuisance, palette=palette)
     if fig is not None:
         parts.figures.append(fig)
     if include_curves:
-        curve_fig = arm_curves(runs, curves)
+        curve_fig = arm_curves(runs, curves, palette=palette)
         if curve_fig is not None:
             parts.figures.append(curve_fig)
     return parts
@@ -229,9 +233,9 @@ def _metric(info: ExperimentInfo) -> str:
 def render_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", *,
                  include_curves: bool = True) -> ReportParts:
     """The parts any grid gets (`generic_parts`), then the figure kind's own."""
-    if "arm" not in runs.columns:
-        from cemctl.report.arms import with_arms
+    from cemctl.report.arms import has_arms, with_arms
 
+    if not has_arms(runs):
         runs = with_arms(runs, nuisance=info.options.nuisance, order=info.axes)
     parts = generic_parts(info, runs, curves, include_curves=include_curves)
     render = get_figure_kind(info.figure)
@@ -249,9 +253,10 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
     get_figure_kind(info.figure)  # unknown kinds fail before any work
     out_dir = check_output_dir(out_dir)  # never replace anything an earlier report did not write
     from cemctl.report.aggregate import finished
-    from cemctl.report.arms import with_arms
+    from cemctl.report.arms import has_arms, with_arms
 
-    runs = with_arms(runs, nuisance=info.options.nuisance, order=info.axes)
+    if not has_arms(runs):  # a frame built without the run record's arms (synthetic data)
+        runs = with_arms(runs, nuisance=info.options.nuisance, order=info.axes)
     value = _metric(info)
     states = runs["state"].value_counts().to_dict() if "state" in runs.columns else {}
     if finished(runs, value).empty:
@@ -296,7 +301,7 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
         files = {}
         for fmt in formats:
             path = out / "figures" / f"{fp.name}.{fmt}"
-            fp.figure.savefig(path, dpi=dpi, format=fmt)
+            fp.figure.savefig(path, dpi=dpi, format=fmt, bbox_inches="tight")  # nothing (a legend) cut at the edge
             files[fmt] = f"figures/{fp.name}.{fmt}"
             result.figures.append(path)
         figures.append(IndexFigure(fp.name, fp.caption, files))
@@ -355,7 +360,7 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     formats = parse_formats(formats)
     from cemctl.db.engine import is_readonly, open_existing_db
     from cemctl.db.runs import get_experiment, list_experiments, list_runs, pick_scale, scale_summaries
-    from cemctl.report.frame import curves_from_run_dirs, load_curves, load_runs
+    from cemctl.report.frame import curves_from_run_dirs, load_curves
 
     from cemctl.db.runs import resolve_runs_root
 
@@ -374,22 +379,19 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
 
         sync_runs(engine, runs_root, run_ids=[r.id for r in list_runs(engine, experiment=experiment)])
     chosen = pick_scale(engine, experiment, scale)
-    from cemctl.grid.where import describe, filter_frame, parse_where
+    from cemctl.records import load_records
+    from cemctl.records.where import describe, parse_where
 
     conds = parse_where(where)
-    runs = filter_frame(load_runs(engine, experiment, scale=chosen), conds)
-    from cemctl.db.outdated import outdated_runs
-
-    stale_code = outdated_runs(engine, runs["run_id"])
-    runs["code_outdated"] = runs["run_id"].isin(list(stale_code))  # trained by older model code (runs.csv)
+    records = load_records(engine, experiment, scale=chosen)
+    runs = records.where(conds).frame()  # `outdated`: trained by older model code (runs.csv)
     curves = load_curves(engine, runs["run_id"]) if include_curves else None
     if include_curves and (curves is None or curves.empty) and runs_root is not None:
         curves = curves_from_run_dirs(runs_root, runs["run_id"])
     others = [x for x in scale_summaries(engine, experiment) if x.scale != chosen]
-    from cemctl.db.runs import run_axes
     from cemctl.grid.spec import claims_from_text, options_from_text
 
-    axes = list(dict.fromkeys(k for a in run_axes(engine, experiment).values() for k in a))
+    axes = records.experiments[experiment].axes if experiment in records.experiments else []
     info = ExperimentInfo(exp.name, exp.figure, grid_path=exp.grid_path, grid_sha256=exp.grid_sha256,
                           description=exp.description, scale=chosen or "",
                           other_scales=[f"{x.scale} ({x.done}/{x.runs} done; --scale {x.scale})" for x in others],

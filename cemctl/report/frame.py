@@ -1,13 +1,12 @@
 """Results as tidy pandas DataFrames: the one loader of `cemctl report`.
 
-- `runs_frame(records)`: one row per run: `run_id`, `state`, `reason`, the flattened
-  resolved config (`task`, `model.attention`, ..., `train.lr`, `train.seed`), then
-  `RESULT_COLUMNS` (params, tokens, FLOPs, perplexities, losses, error, diverged step).
+- `runs_frame(records)`: the run record's frame (`cemctl.records`: every field of the
+  catalogue, the flattened resolved config, tags) from plain records: synthetic data.
+  From the database the runs come from `cemctl.records.load_records(...).frame()`.
 - `curves_frame(records)`: `CURVE_COLUMNS` (run_id, step, tokens, train_loss, val_loss).
 
-The database loaders (`load_runs`, `load_curves`) read through `pd.read_sql` on
-the SQLAlchemy engine and build the same frames; figure functions only ever see
-these frames, so they are tested on synthetic frames.
+`load_curves` reads the curves through `pd.read_sql` on the SQLAlchemy engine;
+figure functions only ever see these frames, so they are tested on synthetic frames.
 """
 
 from __future__ import annotations
@@ -20,11 +19,6 @@ from cem_core.config import flatten
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-RESULT_COLUMNS = (
-    "params_total", "params_non_embedding", "flops_per_token", "tokens", "flops", "steps",
-    "test_ppl", "val_ppl", "test_loss", "val_loss", "wall_time_s", "error", "diverged_step",
-)
-INT_RESULT_COLUMNS = ("params_total", "params_non_embedding", "flops_per_token", "tokens", "steps", "diverged_step")
 CURVE_COLUMNS = ("run_id", "step", "tokens", "train_loss", "val_loss")
 
 
@@ -37,37 +31,29 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 
 def runs_frame(records: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
-    """Tidy runs frame from records {run_id, state, config (dict or JSON), [reason], result fields...,
-    [extra: {key: scalar}]} (extra keys become columns when they name no other column).
+    """A runs frame (the run record's frame, `cemctl.records.records_frame`) from plain records {run_id, state,
+    config (dict or JSON), [reason], result fields..., [extra: {key: scalar}]}: synthetic data and tests. Missing
+    fields are NaN/None; integer fields use pandas' nullable Int64."""
+    from cemctl.records import records_frame
+    from cemctl.records.fields import RUN_FIELDS
 
-    Missing result fields are NaN/None; integer columns use pandas' nullable Int64.
-    """
-    import pandas as pd
-
-    rows, config_keys, extra_keys = [], {}, {}
+    out = []
     for rec in records:
-        cfg = _config_dict(rec.get("config", rec.get("config_json")))
-        config_keys.update(dict.fromkeys(cfg))
-        row: dict[str, Any] = {"run_id": str(rec["run_id"]), "state": str(rec.get("state") or "planned"),
-                               "reason": rec.get("reason")}
-        row.update(cfg)
-        for col in RESULT_COLUMNS:
-            row[col] = rec.get(col)
+        row: dict[str, Any] = {f.name: None for f in RUN_FIELDS}
+        row.update({"run_id": str(rec["run_id"]), "state": str(rec.get("state") or "planned"),
+                    "reason": rec.get("reason"), "in_grid": True, "outdated": False})
+        row.update(_config_dict(rec.get("config", rec.get("config_json"))))
+        for key, value in rec.items():
+            if key in ("run_id", "state", "reason", "config", "config_json", "extra"):
+                continue
+            row["train_flops" if key == "flops" else key] = value
         for key, value in (rec.get("extra") or {}).items():  # e.g. test_rmse of a GP run
-            if key not in row:
+            if row.get(key) is None:
                 row[key] = value
-                extra_keys[key] = None
-        rows.append(row)
-    cfg_cols = sorted(config_keys, key=lambda k: (k != "task", k))
-    columns = ["run_id", "state", "reason"] + cfg_cols + list(RESULT_COLUMNS) + list(extra_keys)
-    frame = pd.DataFrame(rows, columns=columns)
-    for col in RESULT_COLUMNS:
-        if col in ("error",):
-            frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
-        elif col in INT_RESULT_COLUMNS:
-            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
-        else:
-            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+        out.append(row)
+    frame = records_frame(out)
+    if not any(r.get("arm") for r in out):  # arms are the record's (or `report.arms.with_arms`'s) to name
+        frame = frame.drop(columns=["arm", "arm_label"])
     return frame
 
 
@@ -84,99 +70,7 @@ def curves_frame(records: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
 
 
 # ---------------------------------------------------------------------------
-# From the results database (cemctl.db)
-
-
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str))
-
-
-def load_runs(engine: Any, experiment: str | None, *, scale: str | None = None,
-              unlinked: bool = False) -> "pd.DataFrame":
-    """The runs frame of one experiment (grid order; each run once), read with `pd.read_sql` from the
-    `experiment_runs`, `runs` and `results` tables; only the runs planned at `scale` when given.
-    With `experiment=None`: the runs of every experiment, each (run, scale) once (`cemctl claims`).
-    Result values come from `results` (the run's result.json) with the run row's summary as
-    fallback; scalar keys of result.json the table has no column for (e.g. `test_rmse`) become
-    columns too. `scale`, `experiment` (the experiments linking it) and `marks` (the grid's [[mark]]
-    labels, "; "-joined) are columns, and `in_grid`: False for a run an edited grid no longer holds
-    (kept when it has an outcome: a finished result never vanishes from a report; one that never ran
-    is left out, it will not run). `unlinked` (with `experiment=None`): also the runs no experiment
-    links (a database rebuilt by `cemctl sync` from run folders alone), with an empty experiment and scale.
-    """
-    import pandas as pd
-    from sqlalchemy import func, literal, null, select
-
-    from cemctl.db.models import Experiment, ExperimentRun, Result, Run
-    from cemctl.db.runs import in_grid_case, join_latest, latest_plans
-
-    results = (
-        func.coalesce(Result.params_total, Run.params_total).label("params_total"),
-        func.coalesce(Result.params_non_embedding, Run.params_non_embedding).label("params_non_embedding"),
-        func.coalesce(Result.flops_per_token, Run.flops_per_token).label("flops_per_token"),
-        func.coalesce(Result.tokens, Run.tokens).label("tokens"),
-        Result.train_flops.label("flops"), Result.steps, Result.test_ppl, Result.val_ppl, Result.test_loss,
-        Result.val_loss, Result.wall_time_s, Result.error, Result.diverged_step, Result.result_json,
-    )
-    latest = latest_plans()
-    stmt = (
-        select(
-            Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
-            Run.error.label("run_error"), ExperimentRun.position, ExperimentRun.scale.label("scale"),
-            Experiment.name.label("experiment"), ExperimentRun.marks_json, ExperimentRun.planned_at, *results,
-            in_grid_case(latest).label("in_grid"),
-        )
-        .select_from(ExperimentRun)
-        .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
-        .join(Run, Run.id == ExperimentRun.run_id)
-        .outerjoin(Result, Result.run_id == Run.id)
-        .order_by(ExperimentRun.planned_at.desc(), ExperimentRun.position)
-    )
-    stmt = join_latest(stmt, latest)
-    if experiment is not None:
-        stmt = stmt.where(Experiment.name == experiment)
-    if scale is not None:
-        stmt = stmt.where(ExperimentRun.scale == scale)
-    with engine.connect() as conn:
-        raw = pd.read_sql(stmt, conn)
-        if unlinked and experiment is None and scale is None:
-            lone = (select(Run.id.label("run_id"), Run.state, Run.state_reason.label("reason"), Run.config_json,
-                           Run.error.label("run_error"), literal(0).label("position"), literal("").label("scale"),
-                           literal("").label("experiment"), literal("[]").label("marks_json"),
-                           null().label("planned_at"), *results, literal(1).label("in_grid"))
-                    .select_from(Run).outerjoin(Result, Result.run_id == Run.id)
-                    .where(Run.id.not_in(select(ExperimentRun.run_id))).order_by(Run.created_at))
-            extra = pd.read_sql(lone, conn)
-            if not extra.empty:
-                raw = pd.concat([raw, extra], ignore_index=True) if not raw.empty else extra
-    raw = raw.sort_values("in_grid", ascending=False, kind="stable")  # a run in some grid is taken from that link
-    records, seen = [], set()
-    names: dict[Any, list[str]] = {}
-    for rec in raw.to_dict("records"):
-        key = rec["run_id"] if experiment is not None else (rec["run_id"], rec["scale"])
-        names.setdefault(key, [])
-        if rec["experiment"] and rec["experiment"] not in names[key]:
-            names[key].append(rec["experiment"])
-        if key in seen:  # linked by several plan keys (or experiments): once, from its latest plan
-            continue
-        seen.add(key)
-        in_grid = bool(rec.pop("in_grid"))
-        if not in_grid and rec["state"] not in ("done", "diverged", "failed", "damaged"):
-            continue  # left the grid before it ran: it never will
-        rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
-        rec["error"] = rec.get("error") or rec.pop("run_error", None)
-        extra = json.loads(rec.pop("result_json", None) or "{}")
-        rec["extra"] = {k: v for k, v in extra.items() if _scalar(v) and k not in rec and k != "state"}
-        marks = json.loads(rec.pop("marks_json", None) or "[]")
-        rec["extra"]["marks"] = "; ".join(str(m) for m in marks)
-        rec["extra"]["scale"] = rec.pop("scale", None) or ""
-        rec["extra"]["in_grid"] = in_grid
-        rec["extra"]["experiment"] = names[key]  # joined below, once every link was seen
-        rec.pop("experiment", None)
-        records.append(rec)
-    for rec in records:
-        rec["extra"]["experiment"] = ", ".join(rec["extra"]["experiment"])
-    return runs_frame(records)
+# From the results database (runs: `cemctl.records.load_records`, the one run record)
 
 
 def load_curves(engine: Any, run_ids: Iterable[str]) -> "pd.DataFrame":

@@ -35,14 +35,8 @@ KQ_COLORS = {"none": "#7f7f7f", "shared": "#2a6fdb", "per_head": "#d62728"}
 CYCLE = ("#2a6fdb", "#f28e2b", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 SIZE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "<", ">")
 
-# Config columns that describe the component swap (everything else is "the same
-# training setup": a variant's Llama baseline shares all other columns).
-COMPONENT_COLUMNS = (
-    "model.attention", "model.mlp", "model.attn_steps", "model.mlp_steps",
-    "model.attn_step_size", "model.mlp_step_size", "model.attn_precond", "model.mlp_precond",
-    "model.attn_precond_rank", "model.mlp_precond_rank", "model.kq_diagonal", "model.cem_position",
-    "model.param_match_factor",
-)
+# The component swap's keys (what a variant's Llama baseline may differ in) come from the variant specs:
+# `cemctl.records.labels.arch_keys` / `pairing_keys`.
 DIM_COLUMNS = ("model.size", "model.d_model", "model.n_layers", "model.n_heads", "model.d_mlp",
                "model.context_len", "model.vocab_size")
 
@@ -257,11 +251,20 @@ def figure_legend(fig: "Figure", axes: Sequence["Axes"], ns: Iterable[Any], *, m
             handles.append(h)
             labels.append(h.get_label())
     if handles:
+        import textwrap
+
         width_in = fig.get_size_inches()[0]
         longest = max(len(lab) for lab in labels)
-        fit = max(1, int(width_in / max(1.6, 0.075 * longest + 0.5)))
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(max_cols, len(handles), fit),
-                   fontsize=8.5, frameon=False)
+        ncols = min(max_cols, len(handles), max(1, int(width_in / max(1.6, 0.075 * longest + 0.5))))
+        # a legend never leaves the figure: labels wider than a column wrap onto more lines
+        chars = max(18, int(width_in * 72 / (8.5 * 0.55) / ncols) - 6)
+        labels = ["\n".join(textwrap.wrap(lab, chars)) or lab for lab in labels]
+        lines = [lab.count("\n") + 1 for lab in labels]
+        rows = [max(lines[i:i + ncols]) for i in range(0, len(lines), ncols)]
+        if sum(rows) > 3:  # a long legend: the figure grows by its height, the axes keep theirs
+            w, h = fig.get_size_inches()
+            fig.set_size_inches(w, h + 0.19 * (sum(rows) - 3))
+        fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8.5, frameon=False)
 
 
 def human_count(value: Any) -> str:

@@ -216,7 +216,7 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                   formats: tuple[str, ...] = ("png", "pdf")) -> ClaimsResult:
     from cemctl.db.engine import is_readonly, open_existing_db
     from cemctl.report.claims import claim_verdicts, evaluate_claims
-    from cemctl.report.frame import load_runs
+    from cemctl.records import load_records
     from cemctl.report.index import git_commit
 
     from cemctl.db.runs import resolve_runs_root
@@ -236,7 +236,7 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
     if not claims:
         raise CemError("claims: no recorded grid declares a [[claim]] (plan the figure grids first, e.g. "
                        "`cemctl plan fig2a --scale cpu`)")
-    runs = load_runs(engine, None, scale=scale)
+    runs = load_records(engine, None, scale=scale, per_scale=True).frame()
     if runs.empty:
         raise CemError("claims: the results database holds no runs yet (plan and launch the figure grids first)")
     parts = evaluate_claims(runs, claims, scales=[scale] if scale is not None else None, power=power)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 METRICS = (("state", "state"), ("test_loss", "test loss"), ("test_ppl", "test ppl"), ("val_loss", "val loss"),
-           ("params_total", "params"), ("tokens", "tokens"), ("flops", "train FLOPs"), ("wall_time_s", "wall time (s)"))
+           ("params_total", "params"), ("tokens", "tokens"), ("train_flops", "train FLOPs"), ("wall_time_s", "wall time (s)"))
 
 
 @dataclass

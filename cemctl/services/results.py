@@ -5,18 +5,16 @@
     arms = arms_table_of(runs)                                      # one row per arm
     long = curves_long(engine, runs)                                # per-step metrics in long form
 
-`runs_table`: run_id, experiment, scale, state, reason, arm (id), arm_label, every
-config key (dotted), the results (test_loss, test_ppl, val_loss, tokens, FLOPs,
-wall_time_s, ...), and the run's tags (`tag.NAME`) and notes (`note`). Arms follow
-`cem_core.arms` (the experiment's nuisance keys when one experiment is asked for),
-labelled by the keys that vary among the runs selected. Read-only, torch-free.
+`runs_table`: the run records (`cemctl.records`: every field of the catalogue that
+`cemctl keys` lists, every config key (dotted), `tag.NAME` per tag and `note`). Arms
+follow `cem_core.arms` (the experiment's nuisance keys when one experiment is asked
+for), labelled by the keys that vary among the experiment's arms. Read-only, torch-free.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from cem_core.errors import CemError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -25,55 +23,13 @@ if TYPE_CHECKING:  # pragma: no cover
 CURVE_METRICS = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
 
 
-def _experiment(engine: "Engine", name: str) -> Any:
-    from cemctl.db.runs import get_experiment, list_experiments
-
-    exp = get_experiment(engine, name)
-    if exp is None:
-        known = ", ".join(e.name for e in list_experiments(engine)) or "none yet; run cemctl plan FILE"
-        raise CemError(f"experiment: unknown experiment {name!r} (known: {known})")
-    return exp
-
-
 def runs_table(engine: "Engine", experiment: str | None = None, *, where: Sequence[str] | None = None,
                scale: str | None = None) -> "pd.DataFrame":
-    """One row per run (of `experiment`, else of every experiment), with arms, tags and notes; `where` filters."""
-    from cemctl.grid.spec import ReportOptions, options_from_text
-    from cemctl.grid.where import filter_frame, parse_where
-    from cemctl.report.arms import with_arms
-    from cemctl.report.frame import load_runs
+    """One row per run (of `experiment`, else of every experiment, each run once) meeting `where`: the run
+    record of `cemctl.records` as a frame (every catalogue field, config key and tag)."""
+    from cemctl.records import select_records
 
-    conds = parse_where(where)
-    options, order = ReportOptions(), []
-    if experiment is not None:
-        exp = _experiment(engine, experiment)
-        options = options_from_text(exp.grid_text, exp.grid_path)
-        from cemctl.db.runs import run_axes
-
-        order = list(dict.fromkeys(k for a in run_axes(engine, experiment).values() for k in a))
-    frame = load_runs(engine, experiment, scale=scale, unlinked=experiment is None)
-    if experiment is None and not frame.empty:  # each run once (a run planned at two scales keeps its first)
-        frame = frame.drop_duplicates("run_id").reset_index(drop=True)
-    frame = _with_tags(engine, frame)
-    frame = with_arms(frame, nuisance=options.nuisance, order=order)
-    first = [c for c in ("run_id", "experiment", "scale", "state", "reason", "arm", "arm_label") if c in frame.columns]
-    frame = frame[first + [c for c in frame.columns if c not in first]]
-    return filter_frame(frame, conds).reset_index(drop=True)
-
-
-def _with_tags(engine: "Engine", frame: "pd.DataFrame") -> "pd.DataFrame":
-    """`tag.NAME` columns and a `note` column from the runs' tags and notes (`cemctl tag`, `cemctl note`)."""
-    from cemctl.db.tags import tags_of
-
-    if frame.empty:
-        return frame.assign(note=[])
-    tags = tags_of(engine, list(frame["run_id"]))
-    names = sorted({k for t in tags.values() for k in t.tags})
-    out = frame.copy()
-    for name in names:
-        out[f"tag.{name}"] = [tags.get(rid).tags.get(name) if rid in tags else None for rid in out["run_id"]]
-    out["note"] = [" | ".join(n["text"] for n in tags[rid].notes) if rid in tags else "" for rid in out["run_id"]]
-    return out
+    return select_records(engine, experiment, where=where, scale=scale).frame()
 
 
 def arms_table_of(runs: "pd.DataFrame", *, metric: str = "test_loss") -> "pd.DataFrame":

@@ -51,7 +51,7 @@ def edited(tmp_path):
 def test_status_keeps_a_finished_run_whose_axis_value_was_edited_away(tmp_path, edited):
     left, _, _ = edited
     row = _exp_rows(tmp_path)[left]
-    assert row["state"] == "done" and row["in_grid"] is False and "no longer in the grid" in row["error"]
+    assert row["state"] == "done" and row["in_grid"] is False and "no longer in the grid" in row["reason"]
 
 
 def test_the_status_table_says_no_longer_in_the_grid(tmp_path, edited):

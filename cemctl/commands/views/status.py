@@ -1,104 +1,55 @@
 """The status table (`cemctl status`): one table per experiment that fits the terminal.
 
-    views = status_view(statuses, width=80, now=time.time())   # -> [ExperimentView]
-    for v in views: print(*v.plain_lines(), sep="\\n")           # or v.rich() on a terminal
+    views = status_views(statuses, width=80, now=time.time())   # -> [ExperimentView]
+    for v in views: print(*v.plain_lines(), sep="\\n")            # or v.rich() on a terminal
 
-What a row shows, by importance: the run id (short), the axes that vary within the
-runs shown (the constant ones go in a header line), the state, the progress, the
-test loss, elapsed time / ETA, the reason when there is one, then the training and
-validation losses, tokens/s (a finished run: its average, tokens over wall time),
+Rows are run records (`cemctl.records`) and every column is a field of the catalogue
+(`cemctl.records.fields`: its header, its format), so `--columns`, `--sort` and `--where`
+name the same fields as every other command. What a row shows, by importance: the run
+id (short), the axes that vary within the runs shown (the constant ones go in a header
+line), the state, the progress, the test loss, elapsed time / ETA, the reason when there
+is one, then the training and validation losses, the speed (`tokens_per_s` while
+running, `avg_tokens_per_s` once finished: only the columns some row has a value for),
 the job and the attempts. At any width state, progress and test loss are shown in
-full; from 120 columns on the losses and tokens/s too; the rest as room allows (the
+full; from 120 columns on the losses and speeds too; the rest as room allows (the
 columns left out are named under the table). `columns=[...]` shows exactly those;
 `wide=True` every column; `width=None` a plain aligned table with every default column.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from cem_core.errors import ConfigError
+from cem_core.arms import short_names  # noqa: F401 - the table's short key names (views/plan.py too)
 from cem_core.names import printable
-from cemctl.commands.views import formats as F
 from cemctl.commands.views.table import Cell, Column, Layout, fit, hidden_note, render_plain, render_rich
+from cemctl.records import formats as F
+from cemctl.records.fields import field as field_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import RenderableType
 
-    from cemctl.services.status import ExperimentStatus, RunRow
+    from cemctl.services.status import ExperimentStatus
 
 STATE_STYLES = {
     "planned": "dim", "queued": "cyan", "running": "bold blue", "done": "green", "diverged": "magenta",
     "failed": "bold red", "stale": "yellow", "cancelled": "dim", "damaged": "bold red", "interrupted": "yellow",
 }
-WIDE_AT = 120  # from this width on, the losses and tokens/s are always shown
+WIDE_AT = 120  # from this width on, the losses and speeds are always shown
 ID_WIDTH = 8  # run ids are shown by their first 8 characters (longer only when that is ambiguous)
 
-
-def _avg_rate(r: "RunRow") -> float | None:
-    """A finished run's average tokens/s (tokens over wall time); a running one's current rate."""
-    if r.state == "done" and r.result_tokens and r.wall_time_s:
-        return r.result_tokens / r.wall_time_s
-    return r.tokens_per_s
-
-
-# key -> (header, align, priority, raw value, formatted text)
-_FIELDS: dict[str, tuple[str, str, int, Callable[["RunRow", float], Any], Callable[[Any], str]]] = {
-    "scale": ("scale", "left", 1, lambda r, now: r.scale, F.value),
-    "state": ("state", "left", 0, lambda r, now: r.state, F.value),
-    "progress": ("progress", "right", 0, lambda r, now: (r.step, r.total_steps, r.state == "done"), lambda v: F.progress(*v)),
-    "train": ("train", "right", 6, lambda r, now: r.train_loss, F.loss),
-    "val": ("val", "right", 6, lambda r, now: r.val_loss, F.loss),
-    "test": ("test", "right", 0, lambda r, now: r.test_loss, F.loss),
-    "ppl": ("test ppl", "right", 7, lambda r, now: r.test_ppl, F.ppl),
-    "tok/s": ("tok/s", "right", 6, lambda r, now: _avg_rate(r), F.rate),
-    "elapsed": ("elapsed", "right", 3, lambda r, now: r.elapsed_s(now), F.duration),
-    "eta": ("ETA", "right", 3, lambda r, now: r.eta_s(), F.duration),
-    "job": ("job", "left", 8, lambda r, now: f"{r.executor}:{r.job_id}" if r.executor and r.job_id else r.executor, F.value),
-    "attempts": ("att", "right", 8, lambda r, now: r.attempts or None, F.value),
-    "reason": ("reason", "left", 4, lambda r, now: r.error_line or None, F.value),
-}
-# Default display order (axes go after "run"/"scale"); "ppl" only on request.
-DEFAULT_ORDER = ("scale", "state", "progress", "train", "val", "test", "tok/s", "elapsed", "eta", "job", "attempts",
-                 "reason")
-REQUIRED = ("state", "progress", "test")
-REQUIRED_WIDE = ("train", "val", "tok/s")
-ALIASES = {"tokens_per_s": "tok/s", "tok_s": "tok/s", "att": "attempts", "error": "reason", "id": "run",
-           "run_id": "run", "test_loss": "test", "train_loss": "train", "val_loss": "val", "test_ppl": "ppl"}
-
-
-def column_names() -> list[str]:
-    return ["run", *DEFAULT_ORDER[:5], "test", "ppl", *DEFAULT_ORDER[6:]]
-
-
-def short_names(keys: Sequence[str]) -> dict[str, str]:
-    """Dotted config keys -> their last part where that is unique among `keys` (model.attn_steps -> attn_steps)."""
-    tails = [k.split(".")[-1] for k in keys]
-    return {k: (t if tails.count(t) == 1 else k) for k, t in zip(keys, tails)}
-
-
-def resolve_column(name: str, axes: Sequence[str], *, config_keys: Sequence[str] = ()) -> str:
-    """The key of a --columns / --sort name: a status column, an axis (dotted or its unique short name) or
-    any config key; anything else is a ConfigError listing the allowed names."""
-    name = ALIASES.get(name, name)
-    if name in _FIELDS or name == "run":
-        return name
-    if name.startswith("tag."):
-        from cem_core.runfiles.tags import TAG_NAME
-
-        if TAG_NAME.match(name[4:]):
-            return name
-    candidates = list(dict.fromkeys([*axes, *config_keys]))
-    if name in candidates:
-        return name
-    matches = [k for k in candidates if k.split(".")[-1] == name]
-    if len(matches) == 1:
-        return matches[0]
-    allowed = column_names() + [short_names(list(axes)).get(a, a) for a in axes] + ["tag.NAME",
-                                                                                   "any config key (model.*, train.*, ...)"]
-    raise ConfigError("--columns", f"unknown column {name!r}" + (f" (ambiguous: {', '.join(matches)})" if matches else ""),
-                      allowed=allowed)
+# Default columns (after the run id, the scale and the varying axes), in display order, with their priority
+# (lower is shown first when the width is short).
+DEFAULT_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("scale", 1), ("state", 0), ("progress", 0), ("train_loss", 6), ("val_loss", 6), ("test_loss", 0),
+    ("tokens_per_s", 6), ("avg_tokens_per_s", 6), ("elapsed_s", 3), ("eta_s", 3), ("job", 8), ("attempts", 8),
+    ("reason", 4),
+)
+REQUIRED = ("state", "progress", "test_loss")
+REQUIRED_WIDE = ("train_loss", "val_loss", "tokens_per_s", "avg_tokens_per_s")
+PRIORITY = dict(DEFAULT_COLUMNS)
 
 
 def short_ids(run_ids: Sequence[str]) -> dict[str, str]:
@@ -109,34 +60,19 @@ def short_ids(run_ids: Sequence[str]) -> dict[str, str]:
     return {rid: rid[:n] for rid in run_ids}
 
 
-def raw_value(r: "RunRow", key: str, now: float) -> Any:
-    if key == "run":
-        return r.run_id
-    if key in _FIELDS:
-        return _FIELDS[key][3](r, now)
-    if key.startswith("tag."):
-        return (r.tags or {}).get(key[4:])
-    if key in r.axes:
-        return r.axes[key]
-    return (r.config or {}).get(key)
+def raw_value(r: dict[str, Any], key: str) -> Any:
+    """A record's value of a field (an axis the record was loaded without its config for: from its axes)."""
+    if key in r:
+        return r[key]
+    return r.get("_axes", {}).get(key)
 
 
-def sort_rows(rows: list["RunRow"], key: str, now: float, *, descending: bool = False) -> list["RunRow"]:
-    """Rows ordered by a column's value (numbers as numbers, then text); missing values last either way;
-    ties keep grid order."""
-    def value(r: "RunRow") -> Any:
-        v = raw_value(r, key, now)
-        if key == "progress":
-            step, total, done = v
-            v = 1.0 if done else (step / total if step is not None and total else None)
-        return v
-
-    pairs = [(value(r), r) for r in rows]
-    numbers = [(v, r) for v, r in pairs if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    texts = [(str(v), r) for v, r in pairs if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool))]
-    numbers.sort(key=lambda p: p[0], reverse=descending)
-    texts.sort(key=lambda p: p[0], reverse=descending)
-    return [r for _, r in numbers] + [r for _, r in texts] + [r for v, r in pairs if v is None]
+def cell_text(r: dict[str, Any], key: str) -> str:
+    """A field's value as text, by the field's kind (`cemctl.records.formats`)."""
+    if key == "progress":
+        return F.progress(r.get("step"), r.get("total_steps"), r.get("state") == "done")
+    value = raw_value(r, key)
+    return printable(F.by_kind(field_of(key).kind)(value))
 
 
 @dataclass
@@ -185,41 +121,55 @@ class ExperimentView:
         return Group(*parts)
 
 
+def _axes(rows: Sequence[dict[str, Any]], meta: Any) -> list[str]:
+    """The grid's varied keys of the runs shown, in the grid file's order."""
+    order = list(getattr(meta, "axes", []) or [])
+    for r in rows:
+        order += [k for k in r.get("_axes", {}) if k not in order]
+    return order
+
+
+def _short_names(keys: Sequence[str]) -> dict[str, str]:
+    return short_names(list(keys))
+
+
 def experiment_view(exp: "ExperimentStatus", *, width: int | None, now: float, columns: Sequence[str] | None = None,
                     wide: bool = False, limit: int = 0) -> ExperimentView:
     from cemctl.services.status.collect import STATE_PRIORITY
 
     rows = exp.runs
     if limit and len(rows) > limit:
-        order = sorted(range(len(rows)), key=lambda i: (STATE_PRIORITY.get(rows[i].state, 9), i))[:limit]
+        order = sorted(range(len(rows)), key=lambda i: (STATE_PRIORITY.get(rows[i]["state"], 9), i))[:limit]
         rows = [rows[i] for i in sorted(order)]
-    axes: list[str] = []
-    for r in rows:
-        axes += [k for k in r.axes if k not in axes]
-    values = {a: [r.axes.get(a) for r in rows] for a in axes}
+    axes = [a for a in _axes(rows, exp.meta) if any(a in r.get("_axes", {}) for r in rows)]
+    values = {a: [raw_value(r, a) for r in rows] for a in axes}
     varying = [a for a in axes if len({F.value(v) for v in values[a]}) > 1]
-    constants = [(short_names(axes)[a], F.value(values[a][0])) for a in axes if a not in varying and rows]
-    scales = {r.scale for r in rows}
-    ids = short_ids([r.run_id for r in rows])
+    names = _short_names(axes)
+    constants = [(names[a], F.value(values[a][0])) for a in axes if a not in varying and rows]
+    scales = {r["scale"] for r in rows}
+    ids = short_ids([r["run_id"] for r in rows])
     if columns:
         keys = list(dict.fromkeys(columns))
     else:
-        keys = ["run", *(["scale"] if len(scales) > 1 else []), *varying,
-                *[k for k in DEFAULT_ORDER if k != "scale"]]
-    names = short_names([k for k in keys if "." in k])
+        keys = ["run_id", *(["scale"] if len(scales) > 1 else []), *varying,
+                *[k for k, _ in DEFAULT_COLUMNS if k != "scale"
+                  and (k not in REQUIRED_WIDE or any(r.get(k) is not None for r in rows))]]  # a speed no run has: out
+    names = _short_names([k for k in keys if "." in k])
     required = set(REQUIRED) | (set(REQUIRED_WIDE) if width is None or width >= WIDE_AT else set())
     cols: list[Column] = []
-    for i, key in enumerate(keys):
-        if key == "run":
-            cols.append(Column("run", "run", required=True))
-        elif key in _FIELDS:
-            header, align, prio, _, _ = _FIELDS[key]
-            cols.append(Column(key, header, priority=prio, align=align,
-                               required=bool(columns) or wide or key in required, shrink_to=12 if key == "reason" else 0))
+    for key in keys:
+        f = field_of(key)
+        if key == "run_id":
+            cols.append(Column("run_id", "run", required=True))
+        elif f.source != "config":
+            cols.append(Column(key, f.header, priority=PRIORITY.get(key, 5), align="right" if f.numeric else "left",
+                               required=bool(columns) or wide or key in required,
+                               shrink_to=12 if key in ("reason", "error", "note") else 0))
         else:  # an axis or any config key
-            cols.append(Column(key, names.get(key, key), priority=2, required=bool(columns) or wide,
-                               shrink_to=6, align="right" if _numeric(values.get(key, [])) else "left"))
-    cells = [_cells(r, keys, ids, now) for r in rows]
+            vals = [raw_value(r, key) for r in rows]
+            cols.append(Column(key, names.get(key, key), priority=2, required=bool(columns) or wide, shrink_to=6,
+                               align="right" if _numeric(vals) else "left"))
+    cells = [_cells(r, keys, ids) for r in rows]
     layout = fit(cols, cells, None if wide else width, keep_empty=bool(columns))
     notes = []
     if (note := hidden_note(layout)):
@@ -229,9 +179,9 @@ def experiment_view(exp: "ExperimentStatus", *, width: int | None, now: float, c
         notes.append(f"{exp.matching} of {exp.total} runs meet {exp.selection}")
     hidden = selected - len(rows)
     if hidden > 0:
-        notes.append(f"... {hidden} more runs not shown (use --limit 0 to show all)")
+        notes.append(f"... {hidden} more run{'s' if hidden != 1 else ''} not shown (use --limit 0 to show all)")
     from cemctl.db.outdated import outdated_note
-    from cemctl.services.status.collect import NO_EXPERIMENT
+    from cemctl.records import NO_EXPERIMENT
 
     if (note := outdated_note(len(exp.outdated), exp.name if exp.name != NO_EXPERIMENT else None)):
         notes.append(note)
@@ -243,16 +193,13 @@ def _numeric(values: Sequence[Any]) -> bool:
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
 
 
-def _cells(r: "RunRow", keys: Sequence[str], ids: dict[str, str], now: float) -> dict[str, Cell]:
+def _cells(r: dict[str, Any], keys: Sequence[str], ids: dict[str, str]) -> dict[str, Cell]:
     out: dict[str, Cell] = {}
     for key in keys:
-        if key == "run":
-            out[key] = Cell(ids[r.run_id], "dim")
-        elif key in _FIELDS:
-            text = _FIELDS[key][4](_FIELDS[key][3](r, now))
-            out[key] = Cell(printable(text), STATE_STYLES.get(r.state, "") if key == "state" else "")
+        if key == "run_id":
+            out[key] = Cell(ids[r["run_id"]], "dim")
         else:
-            out[key] = Cell(F.value(raw_value(r, key, now)))
+            out[key] = Cell(cell_text(r, key), STATE_STYLES.get(r["state"], "") if key == "state" else "")
     return out
 
 
@@ -264,51 +211,54 @@ def status_views(statuses: Sequence["ExperimentStatus"], *, width: int | None, n
     return [experiment_view(e, width=width, now=now, columns=columns, wide=wide, limit=limit) for e in statuses]
 
 
-def run_record(r: "RunRow") -> dict[str, Any]:
-    """What `--where` sees of a status row: its config (or its axes), state, id, scale, results, tags."""
-    rec: dict[str, Any] = dict(r.config or r.axes)
-    rec.update({"run_id": r.run_id, "state": r.state, "scale": r.scale, "test_loss": r.test_loss,
-                "test_ppl": r.test_ppl, "val_loss": r.val_loss, "tokens": r.tokens, "tokens_per_s": _avg_rate(r)})
-    rec.update({f"tag.{k}": v for k, v in (getattr(r, "tags", None) or {}).items()})
-    return rec
+def arm_rows(runs: Sequence[dict[str, Any]], metric: str = "test_loss") -> list[dict[str, Any]]:
+    """One dict per arm of the records (first-seen order): arm id and label, runs, finished values of `metric`,
+    their mean and s.d., the states."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault(r["arm"], []).append(r)
+    out = []
+    for aid, rs in groups.items():
+        vals = [float(r[metric]) for r in rs if r["state"] == "done" and isinstance(r.get(metric), (int, float))
+                and math.isfinite(r[metric])]
+        mean = sum(vals) / len(vals) if vals else None
+        sd = math.sqrt(sum((x - mean) ** 2 for x in vals) / (len(vals) - 1)) if len(vals) > 1 else None
+        states: dict[str, int] = {}
+        for r in rs:
+            states[r["state"]] = states.get(r["state"], 0) + 1
+        out.append({"arm": aid, "label": rs[0]["arm_label"], "runs": rs, "values": vals, "mean": mean, "sd": sd,
+                    "states": states})
+    return out
 
 
 def arms_view(exp: "ExperimentStatus", *, width: int | None) -> ExperimentView:
-    """One row per arm (`cem_core.arms`): its label, seeds done / runs, the states, the test loss over the seeds."""
-    import math
+    """One row per arm (`cem_core.arms`, with the grid's nuisance keys): the keys that tell the arms apart, seeds
+    done / runs, the states, the test loss over the seeds."""
+    from cem_core.arms import config_of, varying_keys
 
-    from cem_core.arms import ArmLabels, arm_id, short_names as arm_short_names
-
-    configs = {r.run_id: (r.config or {}) for r in exp.runs}
-    axes: list[str] = []
-    for r in exp.runs:
-        axes += [k for k in r.axes if k not in axes]
-    labels = ArmLabels.of(list(configs.values()), order=axes)
-    groups: dict[str, list["RunRow"]] = {}
-    for r in exp.runs:
-        groups.setdefault(arm_id(configs[r.run_id]), []).append(r)
-    names = arm_short_names(list(labels.keys))
-    key_cols = [Column(k, names[k], priority=2, shrink_to=6) for k in labels.keys]
+    nuisance = exp.meta.nuisance if exp.meta is not None else ("train.seed",)
+    order = exp.meta.axes if exp.meta is not None else []
+    keys = varying_keys([config_of(r) for r in exp.runs], nuisance, order)
+    names = _short_names(keys)
+    key_cols = [Column(k, names[k], priority=2, shrink_to=6) for k in keys]
     cols = [*key_cols, Column("seeds", "seeds", align="right", required=True),
             Column("states", "states", required=True, shrink_to=12),
             Column("test", "test (mean \u00b1 s.d.)", align="right", required=True),
             Column("arm", "arm id", priority=8)]
     rows = []
-    for aid, runs in groups.items():
-        losses = [r.test_loss for r in runs if r.state == "done" and r.test_loss is not None]
-        mean = sum(losses) / len(losses) if losses else None
-        sd = math.sqrt(sum((x - mean) ** 2 for x in losses) / (len(losses) - 1)) if len(losses) > 1 else None
-        states: dict[str, int] = {}
-        for r in runs:
-            states[r.state] = states.get(r.state, 0) + 1
-        first = configs[runs[0].run_id]
-        rows.append({**{k: Cell(F.value(first.get(k))) for k in labels.keys},
-                     "seeds": Cell(f"{len(losses)}/{len(runs)}"),
-                     "states": Cell(", ".join(f"{n} {st}" for st, n in states.items()),
-                                    STATE_STYLES.get(next(iter(states)), "") if len(states) == 1 else ""),
-                     "test": Cell(F.loss(mean) + (f" \u00b1 {F.loss(sd)}" if sd is not None else "")),
-                     "arm": Cell(aid, "dim")})
-    layout = fit(cols or [Column("seeds", "seeds", required=True)], rows, width)
+    groups = arm_rows(exp.runs)
+    for g in groups:
+        first = g["runs"][0]
+        rows.append({**{k: Cell(F.value(first.get(k))) for k in keys},
+                     "seeds": Cell(f"{len(g['values'])}/{len(g['runs'])}"),
+                     "states": Cell(", ".join(f"{n} {st}" for st, n in g["states"].items()),
+                                    STATE_STYLES.get(next(iter(g["states"])), "") if len(g["states"]) == 1 else ""),
+                     "test": Cell(F.loss(g["mean"]) + (f" \u00b1 {F.loss(g['sd'])}" if g["sd"] is not None else "")),
+                     "arm": Cell(g["arm"], "dim")})
+    layout = fit(cols, rows, width)
     notes = [n for n in [hidden_note(layout)] if n]
+    extra = [k for k in nuisance if k != "train.seed"]
+    what = "every config value equal but the seed" + (f" and {', '.join(extra)} (the grid's nuisance keys)"
+                                                         if extra else "")
     return ExperimentView(printable(exp.name), exp.total, list(exp.counts.items()), [], layout, rows,
-                          notes + [f"{len(groups)} arms: every config value equal but the seed"])
+                          notes + [f"{len(groups)} arm{'s' if len(groups) != 1 else ''}: {what}"])

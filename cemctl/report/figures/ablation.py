@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cemctl.report import style
-from cemctl.report.aggregate import SEED_COLUMN, config_columns, finished
+from cemctl.report.aggregate import SEED_COLUMN, finished
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,32 +23,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STEP_COLUMNS = ("model.attn_steps", "model.mlp_steps")
 VALUE = "test_loss"
-SHORT = {"model.attn_step_size": "eta", "model.mlp_step_size": "eta (MLP)", "train.lr": "lr",
-         "model.attn_precond": "precond.", "model.mlp_precond": "MLP precond.", "model.kq_diagonal": "KQ diagonal"}
-
-
-def _fmt(key: str, value: Any) -> str:
-    if key in ("model.attn_precond", "model.mlp_precond"):
-        return style.precond_label(value)
-    if key == "model.kq_diagonal":
-        return style.KQ_LABELS.get(str(value), str(value))
-    if isinstance(value, float):
-        return f"{SHORT.get(key, key.split('.')[-1])}={value:g}"
-    return f"{SHORT.get(key, key.split('.')[-1])}={value}"
 
 
 def arm_labels(runs: "pd.DataFrame", step_col: str) -> "pd.Series":
-    """'defaults' or the settings in which each run's arm differs from the modal value of each varied column."""
-    cols = [c for c in config_columns(runs) if c not in (SEED_COLUMN, step_col)]
-    varied = [c for c in cols if runs[c].astype(str).nunique() > 1]
-    modes = {c: runs[c].astype(str).mode().iloc[0] for c in varied}
-    labels = []
-    for r in runs.to_dict("records"):
-        diff = [_fmt(c, r[c]) for c in varied if str(r[c]) != modes[c]]
-        labels.append(", ".join(diff) or "defaults")
+    """'defaults' or the settings in which each run's arm differs from the most common value of each varied key (the
+    one labelling path, `cemctl.records.labels.series_names(modal=True)`; T is the figure's own axis)."""
     import pandas as pd
 
-    return pd.Series(labels, index=runs.index)
+    from cem_core.arms import config_of
+    from cemctl.records.labels import series_names
+
+    names = series_names([config_of(r) for r in runs.to_dict("records")], shown=[step_col], modal=True)
+    return pd.Series(names, index=runs.index)
 
 
 def paired_difference(a: "pd.DataFrame", b: "pd.DataFrame") -> dict[str, Any]:

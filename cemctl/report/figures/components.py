@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import NAME_COLUMNS, aggregate_seeds, match_baselines, series_labels
+from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,7 +66,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         return parts
     base_idx = match_baselines(agg)
     # the paper's name of each arm, and whatever else varies (two arms never share a name)
-    agg = agg.assign(variant=series_labels(agg, ["model.size", *NAME_COLUMNS], agg["variant"]))
+    agg = agg.assign(variant=series_labels(agg, ["model.size"]))
     present = [(r, t) for r, t in PANELS if agg["role"].eq(r).any()]
     if not present:
         parts.notes.append("components: no CEM attention or CEM MLP runs (model.attention='cem' with a Llama MLP, "

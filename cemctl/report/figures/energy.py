@@ -51,14 +51,19 @@ def last_evaluation(energy: "pd.DataFrame") -> "pd.DataFrame":
     return out.reset_index(drop=True)
 
 
+def run_names(runs: "pd.DataFrame") -> dict[str, str]:
+    """Each run's series name (the one labelling path; the seed named too, since each run is drawn alone)."""
+    from cem_core.arms import config_of
+    from cemctl.records.labels import series_names
+
+    records = runs.to_dict("records")
+    names = series_names([config_of(r) for r in records], nuisance=())
+    return {r["run_id"]: n for r, n in zip(records, names)}
+
+
 def _run_titles(runs: "pd.DataFrame", run_ids: list[str]) -> dict[str, str]:
-    by_id = {r["run_id"]: r for r in runs.to_dict("records")}
-    titles = {}
-    for rid in run_ids:
-        r = by_id.get(rid, {})
-        size = r.get("model.size")
-        titles[rid] = f"{style.variant_label(r)}" + (f" [{size}]" if size else "") + f"\n{rid}"
-    return titles
+    names = run_names(runs)
+    return {rid: f"{names.get(rid, '')}\n{rid}" for rid in run_ids}
 
 
 def _series_styles(frame: "pd.DataFrame") -> dict[tuple[int, str], dict[str, Any]]:
@@ -177,9 +182,9 @@ def render(runs: "pd.DataFrame", energy: "pd.DataFrame | None") -> ReportParts:
     evolution = training_figure(runs, energy[energy["run_id"].isin(shown)], shown)
     if evolution is not None:
         parts.figures.append(evolution)
-    labels = {r["run_id"]: style.variant_label(r) for r in runs.to_dict("records")}
-    table = last.assign(variant=last["run_id"].map(labels))[
-        ["run_id", "variant", "step", "layer", "sublayer", "t", "energy", "step_change", "descent_frac"]
+    labels = run_names(runs)
+    table = last.assign(series=last["run_id"].map(labels))[
+        ["run_id", "series", "step", "layer", "sublayer", "t", "energy", "step_change", "descent_frac"]
     ].rename(columns={"step": "train step", "step_change": "E_t - E_(t-1)", "descent_frac": "descent fraction"})
     parts.tables.append(TablePart("energy_descent", table, "Mean energy after t recursive steps at each run's last "
                                   "evaluation, its change in step t and the share of tokens whose energy fell."))

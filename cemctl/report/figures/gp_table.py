@@ -25,7 +25,7 @@ _SOURCES = {
     "seed": ("seed", "train.seed"),
     "test_rmse": ("test_rmse",),
     "params": ("params", "params_total"),
-    "flops": ("flops",),
+    "flops": ("flops", "train_flops"),
 }
 REFERENCE = "bayes_rmse"  # test RMSE of the exact GP posterior mean (cem_core.gp), when known
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import NAME_COLUMNS, aggregate_seeds, series_labels
+from cemctl.report.aggregate import aggregate_seeds, series_labels
 from cemctl.report.optimum import akima_curve, akima_optimum
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
@@ -52,7 +52,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         parts.notes.append("lr_sweep: no finished runs")
         return parts
     # a sweep per arm-without-lr: anything else that varies is named in the variant (never two arms in one curve)
-    agg = agg.assign(variant=series_labels(agg, [LR_COLUMN, "model.size", *NAME_COLUMNS], agg["variant"]))
+    agg = agg.assign(variant=series_labels(agg, [LR_COLUMN, "model.size"]))
     table = optima_table(agg)
     sizes = style.size_order(agg["model.size"])
     variants = list(dict.fromkeys(table["variant"]))

@@ -33,8 +33,7 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
     if sub.empty:
         return parts
     # a series per preconditioner, and per value of anything else that varies (never two arms in one line)
-    sub = sub.assign(series=series_labels(sub, [steps_col, "model.size", precond_col],
-                                          [style.precond_label(p) for p in sub[precond_col]]))
+    sub = sub.assign(series=series_labels(sub, [steps_col, "model.size"]))
     extra = sub["series"].nunique() > sub[precond_col].nunique()
     sizes = style.size_order(sub["model.size"])
     ncols, nrows = style.grid_shape(len(sizes))

@@ -88,10 +88,10 @@ def render(runs: "pd.DataFrame", evals: "pd.DataFrame | None") -> ReportParts:
     if agg.empty:
         parts.notes.append("test-time recursion: evaluations exist but none of a finished run with a finite perplexity")
         return parts
-    sizes = agg["model.size"].nunique() if "model.size" in agg.columns else 1
-    agg["series"] = [f"{v} [{s}]" for v, s in zip(agg["variant"], agg["model.size"])] if sizes > 1 else agg["variant"]
-    if "train.lr" in agg.columns and agg["train.lr"].nunique() > 1:
-        agg["series"] = [f"{lab}, lr={lr:g}" for lab, lr in zip(agg["series"], agg["train.lr"])]
+    from cemctl.report.aggregate import series_labels
+
+    # one series per trained arm (every config key, size and rank included), named by the one labelling path
+    agg["series"] = series_labels(agg, [])
     panels = [s for s in SUBLAYER_ORDER if s in set(agg["sublayer"])]
     ncols, nrows = style.grid_shape(len(panels))
     fig, axes = style.new_figure(ncols, nrows, panel_w=5.0, panel_h=3.7)
@@ -139,12 +139,12 @@ def render(runs: "pd.DataFrame", evals: "pd.DataFrame | None") -> ReportParts:
     trained_mlp = agg["model.mlp_steps"] if "model.mlp_steps" in agg.columns else [1] * len(agg)
     table = agg.assign(size=agg["model.size"] if "model.size" in agg.columns else "",
                        trained_T=[f"{int(a)}/{int(m)}" for a, m in zip(trained_attn, trained_mlp)])
-    table = table[["size", "variant", "trained_T", "sublayer", "eval_steps", "attn_steps", "mlp_steps", "mean", "std",
+    table = table[["size", "series", "trained_T", "sublayer", "eval_steps", "attn_steps", "mlp_steps", "mean", "std",
                    "n", "flops_per_token"]].rename(columns={
         "trained_T": "trained T (attn/MLP)", "eval_steps": "eval T", "attn_steps": "attn T", "mlp_steps": "MLP T",
         "mean": "test ppl (mean)", "std": "test ppl (s.d.)", "n": "n seeds", "flops_per_token": "FLOPs/token"})
     table["FLOPs/token"] = table["FLOPs/token"].round().astype("Int64")
-    table = table.sort_values(["size", "variant", "sublayer", "eval T"], kind="stable").reset_index(drop=True)
+    table = table.sort_values(["size", "series", "sublayer", "eval T"], kind="stable").reset_index(drop=True)
     parts.tables.append(TablePart(NAME, table, "Test perplexity at each evaluation-time recursion depth T "
                                                "(mean and s.d. (ddof=1) over seeds) and forward FLOPs per token."))
     return parts

@@ -4,16 +4,15 @@
 library, incremental and cheap), then reconciles runs the database still
 calls `queued` with their executor: a SLURM job that left `squeue` without
 ever starting, or a local orchestrator that is gone, makes the run `stale`
-with the reason. `collect_status` reads everything with two column queries
-(no ORM objects, no torch), so it stays fast on 10,000 runs.
+with the reason. `collect_status` reads the run records (`cemctl.records`: one
+query, only the sources the fields shown need; no torch, no pandas), then selects,
+sorts and limits them, so the command only renders.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,116 +22,37 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from cem_core import runfiles
-from cem_core.runfiles import FINAL_STATES, RESULT_STATES, RUN_STATES
+from cem_core.runfiles import FINAL_STATES, RUN_STATES
 from cemctl.db import read_session, set_state, sync_runs
-from cemctl.db.models import Experiment, ExperimentRun, Result, Run
+from cemctl.db.models import Experiment, ExperimentRun, Run
 from cemctl.executors import jobs_alive
+from cemctl.records import NO_EXPERIMENT, ExperimentMeta
 
-NO_EXPERIMENT = "(no experiment)"
-NOT_IN_GRID = "no longer in the grid (planned by an earlier version of the grid file)"
 MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below SQLite's limit)
 
 
-@dataclass
-class RunRow:
-    run_id: str
-    axes_raw: dict[str, Any] | str  # the varied axes, or their JSON (parsed on first use: cheap on 10,000 runs)
-    state: str
-    reason: str = ""
-    step: int | None = None
-    total_steps: int | None = None
-    tokens: int | None = None
-    train_loss: float | None = None
-    val_loss: float | None = None
-    test_loss: float | None = None
-    tokens_per_s: float | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    heartbeat_at: float | None = None
-    executor: str | None = None
-    job_id: str | None = None
-    attempts: int = 0
-    error: str | None = None
-    run_dir: str | None = None
-    scale: str = ""  # the scale it was planned at (the first, if several)
-    in_grid: bool = True  # False: an edited grid no longer holds it (kept, with its result, and said so)
-    test_ppl: float | None = None
-    result_tokens: int | None = None  # result.json's tokens and wall time: a finished run's average speed
-    wall_time_s: float | None = None
-    config: dict[str, Any] | None = None  # the flattened resolved config (only when asked for: `with_config`)
-    tags: dict[str, str] | None = None  # `cemctl tag` tags (only when asked for)
-    outdated: bool = False  # finished, trained by older model code (cemctl.db.outdated)
-
-    @property
-    def axes(self) -> dict[str, Any]:
-        if isinstance(self.axes_raw, str):
-            self.axes_raw = json.loads(self.axes_raw or "{}")
-        return self.axes_raw
-
-    @property
-    def progress(self) -> float | None:
-        """Fraction of the steps done (0..1)."""
-        if self.state == "done":
-            return 1.0
-        if self.step is None or not self.total_steps:
-            return None
-        return min(1.0, self.step / self.total_steps)
-
-    def elapsed_s(self, now: float) -> float | None:
-        if self.started_at is None:
-            return None
-        end = self.finished_at if self.state in RESULT_STATES and self.finished_at else None
-        if end is None:
-            end = now if self.state == "running" else (self.heartbeat_at or now)
-        return max(0.0, end - self.started_at)
-
-    def eta_s(self) -> float | None:
-        """Seconds left at the current speed (running runs only)."""
-        if self.state != "running" or not self.tokens_per_s or not self.step or not self.total_steps or not self.tokens:
-            return None
-        tokens_per_step = self.tokens / self.step
-        return max(0.0, (self.total_steps - self.step) * tokens_per_step / self.tokens_per_s)
-
-    @property
-    def error_line(self) -> str:
-        """Last line of the error for failed runs, else the state's reason for stale/failed ones; runs an edited
-        grid left behind say so first."""
-        text = self.error or (self.reason if self.state in ("failed", "stale", "diverged", "cancelled", "damaged") else "")
-        lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-        line = lines[-1] if lines else ""
-        if not self.in_grid:
-            return NOT_IN_GRID + (f"; {line}" if line else "")
-        return line
-
-    def to_dict(self, now: float) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id, "axes": self.axes, "state": self.state, "reason": self.reason,
-            "step": self.step, "total_steps": self.total_steps, "progress": self.progress, "tokens": self.tokens,
-            "train_loss": self.train_loss, "val_loss": self.val_loss, "test_loss": self.test_loss,
-            "tokens_per_s": self.tokens_per_s, "elapsed_s": self.elapsed_s(now), "eta_s": self.eta_s(),
-            "executor": self.executor, "job_id": self.job_id, "attempts": self.attempts,
-            "error": self.error_line or None, "run_dir": self.run_dir, "scale": self.scale, "in_grid": self.in_grid,
-            "test_ppl": self.test_ppl, "wall_time_s": self.wall_time_s, "outdated": self.outdated,
-            "avg_tokens_per_s": (self.result_tokens / self.wall_time_s
-                                 if self.state == "done" and self.result_tokens and self.wall_time_s else None),
-        }
+STATE_PRIORITY = {"running": 0, "stale": 1, "damaged": 2, "failed": 3, "diverged": 4, "queued": 5, "planned": 6,
+                  "cancelled": 7, "done": 8}  # with a limit, these states are shown first (then grid order)
 
 
 @dataclass
 class ExperimentStatus:
+    """One experiment's runs as `cemctl status` shows them: run records (`cemctl.records`) in grid order."""
+
     name: str
-    runs: list[RunRow] = field(default_factory=list)
-    state_counts: dict[str, int] | None = None  # set when `runs` is a limited selection
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    state_counts: dict[str, int] | None = None  # every run's state (`runs` may be a selection)
     total_runs: int | None = None
     matching: int | None = None  # runs meeting a --state/--where selection (None: no selection)
     selection: str = ""  # that selection, as the user wrote it
     outdated: list[str] = field(default_factory=list)  # every run of it trained by older model code
+    meta: ExperimentMeta | None = None  # nuisance keys, axes order (`cemctl.records.ExperimentMeta`)
 
     @property
     def counts(self) -> dict[str, int]:
         if self.state_counts is not None:
             return {s: self.state_counts[s] for s in RUN_STATES if self.state_counts.get(s)}
-        c = Counter(r.state for r in self.runs)
+        c = Counter(r["state"] for r in self.runs)
         return {s: c[s] for s in RUN_STATES if c[s]}
 
     @property
@@ -140,144 +60,73 @@ class ExperimentStatus:
         return self.total_runs if self.total_runs is not None else len(self.runs)
 
 
-_RUN_COLUMNS = (
-    Run.id, Run.state, Run.state_reason, Run.last_step, Run.total_steps, Run.tokens, Run.last_train_loss,
-    Run.last_val_loss, Run.tokens_per_s, Run.started_at, Run.finished_at, Run.heartbeat_at, Run.executor,
-    Run.job_id, Run.attempts, Run.error, Run.run_dir, Result.test_loss, Result.test_ppl, Result.tokens,
-    Result.wall_time_s,
-)
-# With a limit, these states are shown first (then grid order).
-STATE_PRIORITY = {"running": 0, "stale": 1, "damaged": 2, "failed": 3, "diverged": 4, "queued": 5, "planned": 6,
-                  "cancelled": 7, "done": 8}
-
-
-def _row(r: Any, axes: dict[str, Any] | str, scale: str = "", in_grid: Any = 1) -> RunRow:
-    config = None
-    if len(r) > len(_RUN_COLUMNS):
-        from cem_core.config import flatten
-
-        config = flatten(json.loads(r[len(_RUN_COLUMNS)] or "{}"))
-    return RunRow(
-        in_grid=bool(in_grid),
-        run_id=r[0], axes_raw=axes, state=r[1], reason=r[2] or "", step=r[3], total_steps=r[4], tokens=r[5],
-        train_loss=r[6], val_loss=r[7], tokens_per_s=r[8], started_at=r[9], finished_at=r[10], heartbeat_at=r[11],
-        executor=r[12], job_id=r[13], attempts=r[14] or 0, error=r[15], run_dir=r[16], test_loss=r[17], scale=scale or "",
-        test_ppl=r[18], result_tokens=r[19], wall_time_s=r[20], config=config,
-    )
-
-
 def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0,
-                   scale: str | None = None, runs_root: Path | str | None = None, with_config: bool = False,
-                   states: Sequence[str] | None = None) -> list[ExperimentStatus]:
+                   scale: str | None = None, runs_root: Path | str | None = None, states: Sequence[str] | None = None,
+                   where: Sequence[Any] = (), sort: tuple[str, bool] | None = None, fields: Sequence[str] = (),
+                   arms: bool = False, now: float | None = None) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
-    An experiment's runs are those of every scale and override set it was planned
-    with (each run once, with the scale it was first planned at), or of `scale` only.
-    With `limit` > 0 each experiment holds at most `limit` runs (running, stale,
-    failed, ... first; `counts` and `total` still cover every run), read with
-    SQL LIMIT so a 10,000-run experiment costs no more than a small one.
-    Runs linked to no experiment are listed under "(no experiment)" when no experiment is named.
-    A row's `run_dir` is `<runs_root>/<run id>` (default: the runs root the database recorded).
-    `states`: only runs in these states (counts and totals still cover every run).
-    `with_config` also reads each run's resolved config (RunRow.config, flattened): for columns and
-    sorting by config keys that are not axes.
-    Raises CemError for an unknown experiment name (listing the known ones).
+    The runs are the run records of `cemctl.records.load_records` (one per experiment and run; the runs no
+    experiment links under "(no experiment)" when no experiment is named), of `scale` only when given, read
+    with what `fields` (canonical field names: `cemctl.records.fields.resolve`), `where` (parsed conditions) and
+    `arms` need. `states` and `where` select runs; `counts` and `total` still cover every run. `sort`: (field,
+    descending), missing values last. `limit` > 0: at most `limit` runs each (without a sort: running, stale,
+    failed, ... first, then grid order). Raises CemError for an unknown experiment (listing the known ones).
     """
-    from cemctl.db.runs import recorded_runs_root
+    from cemctl.records import load_records
+    from cemctl.records.fields import sources
+    from cemctl.records.where import describe
 
-    root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
-    out = _collect(engine, experiment, limit=limit, scale=scale, with_config=with_config, states=states)
+    wanted = set(sources([*fields, *(c.key for c in where), *([sort[0]] if sort else [])]))
+    recs = load_records(engine, experiment, scale=scale, per_experiment=True, runs_root=runs_root,
+                        config=bool(wanted & {"config"}) or arms, arms=arms or bool(wanted & {"arm"}),
+                        tags=bool(wanted & {"tags", "notes"}), outdated=True, now=now)
+    by_name: dict[str, ExperimentStatus] = {}
+    for name, meta in recs.experiments.items():
+        by_name[name] = ExperimentStatus(name, meta=meta)
+    for r in recs.records:
+        exp = by_name.setdefault(r["_experiment"], ExperimentStatus(r["_experiment"]))
+        exp.runs.append(r)
+    if experiment is None and NO_EXPERIMENT in by_name:  # runs no experiment links: listed last
+        by_name[NO_EXPERIMENT] = by_name.pop(NO_EXPERIMENT)
+    out = [e for e in by_name.values() if e.runs or e.name != NO_EXPERIMENT]
     for exp in out:
-        for r in exp.runs:
-            r.run_dir = str(Path(os.path.abspath(root)) / r.run_id) if root is not None else None
-    return out
-
-
-def _collect(engine: Engine, experiment: str | None, *, limit: int, scale: str | None, with_config: bool,
-             states: Sequence[str] | None) -> list[ExperimentStatus]:
-    from sqlalchemy import case
-
-    from cem_core.errors import CemError
-
-    priority = case(STATE_PRIORITY, value=Run.state, else_=9)
-    columns = (*_RUN_COLUMNS, Run.config_json) if with_config else _RUN_COLUMNS
-    with read_session(engine) as s:
-        exps = list(s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
-        if experiment is not None:
-            exps = [e for e in exps if e[1] == experiment]
-            if not exps:
-                known = ", ".join(n for _, n in s.execute(select(Experiment.id, Experiment.name).order_by(Experiment.name)))
-                raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known or 'none yet; run cemctl plan'})")
-        by_id = {eid: ExperimentStatus(name) for eid, name in exps}
-        from cemctl.db.runs import in_grid_case, join_latest, latest_plans
-
-        latest = latest_plans()
-        links = join_latest(select(
-            ExperimentRun.experiment_id.label("experiment_id"), ExperimentRun.run_id.label("run_id"),
-            func.min(ExperimentRun.scale).label("scale"), func.min(ExperimentRun.position).label("position"),
-            func.min(ExperimentRun.axes_json).label("axes_json"), func.max(in_grid_case(latest)).label("in_grid")),
-            latest)
-        if scale is not None:
-            links = links.where(ExperimentRun.scale == scale)
-        link = links.group_by(ExperimentRun.experiment_id, ExperimentRun.run_id).subquery()
-        base = (
-            select(link.c.experiment_id, link.c.axes_json, link.c.position, link.c.scale, link.c.in_grid, *columns)
-            .join(Run, Run.id == link.c.run_id)
-            .outerjoin(Result, Result.run_id == Run.id)
-        )
+        exp.outdated = sorted(r["run_id"] for r in exp.runs if r.get("outdated"))
+        exp.state_counts = dict(Counter(r["state"] for r in exp.runs))
+        exp.total_runs = len(exp.runs)
+        selection = []
         if states is not None:
-            base = base.where(Run.state.in_(list(states)))
-        if limit > 0 or states is not None:  # the rows are a selection: count every run apart
-            counts = (
-                select(link.c.experiment_id, Run.state, func.count())
-                .join(Run, Run.id == link.c.run_id)
-                .group_by(link.c.experiment_id, Run.state)
-            )
-            for exp in by_id.values():
-                exp.state_counts, exp.total_runs = {}, 0
-            for eid, state, n in s.execute(counts):
-                if eid in by_id:
-                    exp = by_id[eid]
-                    exp.state_counts[state] = n  # type: ignore[index]
-                    exp.total_runs = (exp.total_runs or 0) + n
-        if states is not None:
-            for exp in by_id.values():
-                exp.matching = sum((exp.state_counts or {}).get(st, 0) for st in states)
-                exp.selection = "--state " + ",".join(states)
-        if limit > 0:
-            for eid, exp in by_id.items():
-                picked = list(s.execute(base.where(link.c.experiment_id == eid).order_by(priority, link.c.position).limit(limit)))
-                picked.sort(key=lambda rec: (-rec[4], rec[2]))  # back to grid order (runs left behind last)
-                exp.runs = [_row(rec[5:], rec[1] or "{}", rec[3], rec[4]) for rec in picked]
-        else:
-            q = base.order_by(link.c.experiment_id, link.c.in_grid.desc(), link.c.position)
-            if experiment is not None:
-                q = q.where(link.c.experiment_id.in_(list(by_id)))
-            for rec in s.execute(q):
-                by_id[rec[0]].runs.append(_row(rec[5:], rec[1] or "{}", rec[3], rec[4]))
-        out = list(by_id.values())
-        if experiment is None and scale is None:
-            linked = select(ExperimentRun.run_id)
-            oq = select(*columns).outerjoin(Result, Result.run_id == Run.id).where(Run.id.not_in(linked))
-            if limit > 0:
-                n_orphans = s.execute(select(func.count()).select_from(Run).where(Run.id.not_in(linked))).scalar_one()
-                if n_orphans:
-                    o_counts = dict(s.execute(select(Run.state, func.count()).where(Run.id.not_in(linked)).group_by(Run.state)).all())
-                    oq_sel = oq.where(Run.state.in_(list(states))) if states is not None else oq
-                    rows = [_row(rec, {}) for rec in s.execute(oq_sel.order_by(priority, Run.created_at).limit(limit))]
-                    out.append(ExperimentStatus(NO_EXPERIMENT, rows, state_counts=o_counts, total_runs=n_orphans,
-                                                matching=sum(o_counts.get(st, 0) for st in states)
-                                                if states is not None else None))
+            exp.runs = [r for r in exp.runs if r["state"] in states]
+            selection.append("--state " + ",".join(states))
+        if where:
+            from cemctl.records.where import matches
+
+            exp.runs = [r for r in exp.runs if matches(where, r)]
+            selection.append(f"--where {describe(where)}")
+        if selection:
+            exp.matching, exp.selection = len(exp.runs), " ".join(selection)
+        if sort:
+            exp.runs = sort_records(exp.runs, sort[0], descending=sort[1])
+        if limit and len(exp.runs) > limit:
+            if sort:
+                exp.runs = exp.runs[:limit]
             else:
-                orphans = [_row(rec, {}) for rec in s.execute(oq.order_by(Run.created_at))]
-                if orphans:
-                    everything = Counter(r.state for r in orphans)
-                    if states is not None:
-                        orphans = [r for r in orphans if r.state in states]
-                    out.append(ExperimentStatus(NO_EXPERIMENT, orphans, state_counts=dict(everything),
-                                                total_runs=sum(everything.values()),
-                                                matching=len(orphans) if states is not None else None))
+                order = sorted(range(len(exp.runs)), key=lambda i: (STATE_PRIORITY.get(exp.runs[i]["state"], 9), i))
+                exp.runs = [exp.runs[i] for i in sorted(order[:limit])]
     return out
+
+
+def sort_records(rows: list[dict[str, Any]], key: str, *, descending: bool = False) -> list[dict[str, Any]]:
+    """Records ordered by a field's value (numbers as numbers, then text); missing values last either way; ties
+    keep their order."""
+    pairs = [(r.get(key) if key in r else r.get("_axes", {}).get(key), r) for r in rows]
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # noqa: E731
+    numbers = [(v, r) for v, r in pairs if number(v)]
+    texts = [(str(v), r) for v, r in pairs if v is not None and not number(v) and not (isinstance(v, float))]
+    numbers.sort(key=lambda p: p[0], reverse=descending)
+    texts.sort(key=lambda p: p[0], reverse=descending)
+    kept = {id(r) for _, r in numbers} | {id(r) for _, r in texts}
+    return [r for _, r in numbers] + [r for _, r in texts] + [r for _, r in pairs if id(r) not in kept]
 
 
 def refresh(
@@ -379,6 +228,3 @@ def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
         gone.append(rid)
     return gone
 
-
-def now_s() -> float:
-    return time.time()

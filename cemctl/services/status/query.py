@@ -1,7 +1,8 @@
 """What `cemctl status` asks for, as data: sync the run dirs, then read the rows (`status_snapshot`).
 
     engine, can_write = open_status_db(url)           # never creates a database; read-only where it must
-    statuses = status_snapshot(engine, runs_root, "fig2a", sync=can_write, limit=50, states=["failed"])
+    statuses = status_snapshot(engine, runs_root, "fig2a", sync=can_write, limit=50, states=["failed"],
+                               where=["attn_steps>=2"], sort="-test_loss", fields=["test", "tag.phase"])
     status_json(statuses)                             # the same rows, complete, as one JSON document
 
 The command (`cemctl/commands/status.py`) loops for `--watch` and renders the rows
@@ -18,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from cem_core.errors import ConfigError
 from cem_core.runfiles import RUN_STATES
-from cemctl.services.status.collect import NO_EXPERIMENT, ExperimentStatus, collect_status, refresh
+from cemctl.services.status.collect import ExperimentStatus, collect_status, refresh
 
 
 def open_status_db(url: str) -> tuple[Engine, bool]:
@@ -53,44 +54,58 @@ def table_limit(engine: Engine, experiment: str | None, limit: int) -> int:
 
 def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = None, *, sync: bool = True,
                     heartbeat_timeout_s: float | None = None, limit: int = 0, scale: str | None = None,
-                    states: Sequence[str] | None = None, with_config: bool = False,
-                    with_tags: bool = False) -> list[ExperimentStatus]:
-    """Sync (unless `sync` is false), then one ExperimentStatus per experiment with at most `limit` runs each
-    (0: all), only runs in `states` when given (the counts still cover every run); `with_tags` attaches each
-    run's tags (`cemctl tag`)."""
+                    states: Sequence[str] | None = None, where: Sequence[str] = (), sort: str | None = None,
+                    fields: Sequence[str] = (), arms: bool = False, now: float | None = None) -> list[ExperimentStatus]:
+    """Sync (unless `sync` is false), then one ExperimentStatus per experiment: its run records (`cemctl.records`)
+    meeting `states` and `where` (`--where` text), ordered by `sort` (`--sort` text: FIELD, -FIELD or FIELD:desc),
+    at most `limit` each (0: all); `counts` and totals cover every run. `fields`: the fields a view will show
+    (any name `cemctl.records.fields.resolve` takes), so only what they need is read."""
     from cemctl.db.runs import resolve_runs_root
+    from cemctl.records.fields import resolve_all
+    from cemctl.records.where import parse_where
 
+    conds = parse_where(where)
+    order = parse_sort(sort)
+    names = resolve_all(fields, what="--columns") if fields else []
     root = resolve_runs_root(engine, runs_root)  # a copied project reads its own runs
     if sync:
         refresh(engine, root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
-    statuses = collect_status(engine, experiment, limit=table_limit(engine, experiment, limit), scale=scale,
-                              states=states, with_config=with_config, runs_root=root)
-    from cemctl.db.outdated import outdated_by_experiment, outdated_runs
+    return collect_status(engine, experiment, limit=table_limit(engine, experiment, limit), scale=scale,
+                          states=states, where=conds, sort=order, fields=names, arms=arms, runs_root=root, now=now)
 
-    stale_code = outdated_runs(engine)
-    by_exp = outdated_by_experiment(engine, stale_code, scale=scale)
-    for e in statuses:
-        e.outdated = by_exp.get(e.name, []) if e.name != NO_EXPERIMENT else \
-            sorted(r.run_id for r in e.runs if r.run_id in stale_code)
-        for r in e.runs:
-            r.outdated = r.run_id in stale_code
-    if with_tags:
-        from cemctl.db.tags import tags_of
 
-        tags = tags_of(engine, [r.run_id for e in statuses for r in e.runs])
-        for e in statuses:
-            for r in e.runs:
-                r.tags = tags[r.run_id].tags if r.run_id in tags else {}
-    return statuses
+def parse_sort(text: str | None) -> tuple[str, bool] | None:
+    """`test`, `-test` or `test:desc` -> (canonical field, descending); an unknown field is one line."""
+    if not text:
+        return None
+    from cemctl.records.fields import resolve
+
+    name, descending = text.strip(), False
+    if name.startswith("-"):
+        name, descending = name[1:], True
+    elif name.endswith(":desc") or name.endswith(":asc"):
+        name, _, direction = name.rpartition(":")
+        descending = direction == "desc"
+    return resolve(name, what="--sort"), descending
+
+
+JSON_SKIP = ("_experiment",)
 
 
 def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> dict[str, Any]:
+    """Every field of every run shown (the run records; `axes`: the grid's varied keys of the run)."""
     now = time.time() if now is None else now
     return {
         "time": now,
         "experiments": [
             {"name": e.name, "counts": e.counts, "total_runs": e.total, "outdated": e.outdated,
-             "runs": [r.to_dict(now) for r in e.runs]}
+             "matching": e.matching, "runs": [_json_record(r) for r in e.runs]}
             for e in statuses
         ],
     }
+
+
+def _json_record(r: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in r.items() if not k.startswith("_")}
+    out["axes"] = r.get("_axes", {})
+    return out

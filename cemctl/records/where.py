@@ -1,17 +1,19 @@
-"""`--where` conditions on runs (`cemctl status`, `report`, `compare`, `export`, `cemctl.api`).
+"""`--where` conditions on run records (`cemctl status`, `report`, `compare`, `export`, `cemctl.api`, the dashboard).
 
     conds = parse_where(["model.attn_steps>=2", "model.attention!=llama", "train.lr in 1e-3,2e-3", "tag.note~warmup"])
     keep = [row for row in rows if matches(conds, row)]     # row: {"model.attn_steps": 2, "state": "done", ...}
     frame = filter_frame(frame, conds)                       # the same on a pandas runs frame
 
 Grammar: `KEY OP VALUE`, several conditions are all required (AND).
-- KEY: a config key, dotted (`model.attn_steps`) or by its unique last part (`attn_steps`);
-  `state`, `run_id`, `scale`, `arm`; a result (`test_loss`, `test_ppl`, `val_loss`, `tokens`, ...);
-  a tag (`tag.NAME`) or `note` (the run's notes, joined).
+- KEY: any field of the catalogue (`cemctl.records.fields`, listed by `cemctl keys`): a run field
+  (`state`, `run_id`, `arm_label`, `test_loss`, `val_ppl`, `wall_time_s`, `note`, ...), a tag
+  (`tag.NAME`), or a config key, dotted (`model.attn_steps`) or by its unique last part (`attn_steps`).
 - OP: `=` (or `==`), `!=`, `<`, `<=`, `>`, `>=` (numbers), `in` (a comma-separated list: `in 1e-3,2e-3`),
   `~` (contains; case-insensitive), `!~` (does not contain).
 - VALUE: read as a grid file reads values (`2`, `0.002`, `true`, `cem`; strings need no quotes).
-A row without the key never matches a comparison (and matches `!=`, `!~`). Numbers compare as
+Every command filters the same records (`cemctl.records.load`), so a condition selects the same runs
+everywhere. A run without a value (None: no result yet, no such tag) never matches a comparison
+(and matches `!=`, `!~`). Numbers compare as
 numbers (`1.0` equals `1`). A bad expression is a `ConfigError` naming what is allowed.
 """
 
@@ -28,11 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 OPERATORS = ("!~", "<=", ">=", "!=", "==", "=", "<", ">", "~")  # longest first
-SPECIAL_KEYS = ("state", "run_id", "scale", "arm", "note")
-RESULT_KEYS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "tokens", "steps", "params_total",
-               "params_non_embedding", "flops_per_token", "flops", "wall_time_s", "tokens_per_s")
 HELP = ("KEY OP VALUE with OP one of =, !=, <, <=, >, >=, in, ~, !~ "
-        "(e.g. model.attn_steps>=2, attention!=llama, train.lr in 1e-3,2e-3, tag.note~warmup)")
+        "(e.g. model.attn_steps>=2, attention!=llama, train.lr in 1e-3,2e-3, tag.phase~warmup, note~lr)")
 _IN = re.compile(r"^\s*(?P<key>[^\s=!<>~]+)\s+in\s+(?P<value>.+)$")
 
 
@@ -88,28 +87,11 @@ def _value(text: str) -> Any:
 
 
 def resolve_key(key: str, known: Sequence[str] = ()) -> str:
-    """A config key by its dotted name or unique last part; special, result and tag keys as they are."""
-    from cem_core.config import field_names
+    """The field a key names (`cemctl.records.fields.resolve`): a run field by its name, short name or alias, a
+    tag (`tag.NAME`), or a config key by its dotted name or unique last part."""
+    from cemctl.records.fields import resolve
 
-    if key in SPECIAL_KEYS or key in RESULT_KEYS or key.startswith("tag."):
-        if key.startswith("tag.") and not re.fullmatch(r"tag\.[A-Za-z0-9_.-]+", key):
-            raise ConfigError("--where", f"bad tag name in {key!r}", allowed=["tag.NAME (letters, digits, _ . -)"])
-        return key
-    names = list(dict.fromkeys([*field_names(), *known]))
-    if key in names:
-        return key
-    matches = [k for k in names if k.split(".")[-1] == key]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        raise ConfigError("--where", f"ambiguous key {key!r}", allowed=matches)
-    import difflib
-
-    tails = sorted({k.split(".")[-1] for k in names})
-    close = difflib.get_close_matches(key, [*names, *tails, *SPECIAL_KEYS, *RESULT_KEYS], n=3, cutoff=0.75)
-    raise ConfigError("--where", f"unknown key {key!r}" + (f" (did you mean {' or '.join(close)}?)" if close else ""),
-                      allowed=[*SPECIAL_KEYS, *RESULT_KEYS, "tag.NAME",
-                               "a config key (model.*, train.*, data.*, gp.*, task) or its last part"])
+    return resolve(key, known, what="--where")
 
 
 def parse_condition(text: str, known: Sequence[str] = ()) -> Condition:
@@ -119,12 +101,11 @@ def parse_condition(text: str, known: Sequence[str] = ()) -> Condition:
         if not items:
             raise ConfigError("--where", f"{text!r}: 'in' needs a comma-separated list of values", allowed=[HELP])
         return Condition(resolve_key(m.group("key"), known), "in", items, text)
-    for op in OPERATORS:
-        i = text.find(op)
-        if i > 0:
-            key, value = text[:i].strip(), text[i + len(op):]
-            if not key or not value.strip() or any(c in key for c in "=!<>~ "):
-                break
+    found = [(text.find(op), -len(op), op) for op in OPERATORS if text.find(op) > 0]
+    if found:  # the first operator in the text (the longest at that place): `arm_label~rank=8` is a `~`
+        i, _, op = min(found)
+        key, value = text[:i].strip(), text[i + len(op):]
+        if key and value.strip() and not any(c in key for c in "=!<>~ "):
             return Condition(resolve_key(key, known), "=" if op == "==" else op, _value(value), text)
     raise ConfigError("--where", f"cannot read {text!r}", allowed=[HELP])
 

@@ -1,0 +1,119 @@
+"""One format per kind of value, for every table a command, report or page shows (`status`, `plan`, `launch`,
+`compare`, `report`, the dashboard). `by_kind(field kind)` is the formatter of a catalogue field.
+
+    loss(1.23456) -> "1.2346"       ppl(61.234) -> "61.23"       count(86_372_352) -> "86.4M"
+    rate(7712.3) -> "7.71k"         duration(3725) -> "1h02m"      hours(0.0514) -> "0.051"
+    value(1.0) -> "1"  value(0.002) -> "0.002"  value(True) -> "true"  (config values, as grid files write them;
+    two different values never print alike: value(0.0012345678) != value(0.0012345679))
+
+Every function returns "" for a missing value, so a table cell is empty rather than "None".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cem_core.names import printable
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def loss(x: float | None) -> str:
+    """Losses (nats per token), always 4 decimals."""
+    if _missing(x):
+        return ""
+    return f"{x:.4f}" if math.isfinite(x) else str(x)
+
+
+def ppl(x: float | None) -> str:
+    """Perplexities, 2 decimals."""
+    if _missing(x):
+        return ""
+    return f"{x:.2f}" if math.isfinite(x) else str(x)
+
+
+def count(n: float | None) -> str:
+    """Parameters, tokens, FLOPs: 3 significant digits and a unit (k, M, G, T, P, E)."""
+    if _missing(n):
+        return ""
+    n = float(n)
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale * 0.9995:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def rate(x: float | None) -> str:
+    """Tokens per second."""
+    return count(x)
+
+
+def duration(seconds: float | None) -> str:
+    if _missing(seconds):
+        return ""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def hours(h: float | None) -> str:
+    """GPU- or CPU-hours: 2 significant digits, '<0.01' below a hundredth."""
+    if _missing(h):
+        return ""
+    if h < 0.01:
+        return "<0.01"
+    return f"{h:.2g}" if h < 100 else f"{h:,.0f}"
+
+
+def value(v: Any) -> str:
+    """A config value as a grid file writes it: 1.0 -> '1', 0.002 -> '0.002', True -> 'true'."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        from cem_core.arms import format_value
+
+        return format_value(v)  # '%g' unless that would make two values look equal
+    return printable(v)
+
+
+def timestamp(t: float | None) -> str:
+    """A unix time as 'YYYY-MM-DD HH:MM' (local time)."""
+    if _missing(t):
+        return ""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def fraction(x: float | None) -> str:
+    """0.5 -> '50%'."""
+    if _missing(x):
+        return ""
+    return f"{x * 100:.0f}%"
+
+
+def by_kind(kind: str):  # noqa: ANN201 - a formatter: value -> str
+    """The formatter of a catalogue field's kind (`cemctl.records.fields.Field.kind`)."""
+    return {"loss": loss, "ppl": ppl, "count": count, "rate": rate, "duration": duration, "time": timestamp,
+            "progress": fraction}.get(kind, value)
+
+
+def progress(step: int | None, total: int | None, done: bool = False) -> str:
+    """'450/900 50%' (the step count of a finished run is its total)."""
+    if step is None and not done:
+        return ""
+    shown = step if step is not None else total
+    if not total:
+        return f"{shown}/?"
+    pct = min(1.0, (shown or 0) / total) if not done else 1.0
+    return f"{shown}/{total} {pct * 100:.0f}%"

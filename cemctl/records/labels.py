@@ -1,0 +1,222 @@
+"""Naming arms: the one labelling path of every table, figure and page (`cemctl.records`, `cemctl report`, `status
+--arms`, `compare`, `claims`, the dashboard).
+
+    ids, labels = arm_labels(records, nuisance=("train.seed",), order=axes)   # 'attn_steps=2, lr=0.002'
+
+An arm is a run's whole configuration minus its nuisance keys (`cem_core.arms`); its
+label names it by the keys that vary among the arms shown together. Two arms never
+share a label: `ArmLabelCollision` is raised instead (a bug the tests catch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from cem_core.arms import ArmLabels, arm_id, config_of
+
+
+def arm_labels(records: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
+               order: Sequence[str] = ()) -> tuple[list[str | None], list[str | None]]:
+    """(arm id, arm label) of each record; (None, None) for records loaded without their config."""
+    configs = [config_of(r) for r in records]
+    have = [c for c in configs if c]
+    labels = ArmLabels.of(have, nuisance, order)
+    ids = [arm_id(c, nuisance) if c else None for c in configs]
+    names = [labels.label(c) if c else None for c in configs]
+    return ids, names
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Series names of figures and tables: the fewest varying keys that tell the arms apart, by the specs' names.
+
+_ARCH_ORDER = ("model.attention", "model.mlp", "model.attn_steps", "model.mlp_steps", "model.attn_precond",
+               "model.mlp_precond", "model.kq_diagonal")
+KQ_TEXT = {"none": "no diagonal", "shared": "shared diagonal", "per_head": "per-head diagonal"}
+
+
+def _spec(kind: str, name: Any) -> Any:
+    from cem_core import variants as V
+
+    reg = {"attention": V.ATTENTION, "mlp": V.MLPS, "precond": V.PRECONDITIONERS}[kind]
+    try:
+        return reg.spec(str(name))
+    except Exception:  # noqa: BLE001 - a name no spec here knows (a plugin not loaded): shown by its name
+        return None
+
+
+def _family(kind: str, name: Any) -> str:
+    spec = _spec(kind, name)
+    return getattr(spec, "family", str(name)) if spec is not None else str(name)
+
+
+def _label(kind: str, name: Any) -> str:
+    spec = _spec(kind, name)
+    return getattr(spec, "label", str(name)) if spec is not None else str(name)
+
+
+def arch_keys() -> tuple[str, ...]:
+    """The keys that describe a run's architecture: the sublayer choices and every key a variant spec reads."""
+    from cem_core import variants as V
+
+    keys = list(_ARCH_ORDER)
+    for reg in (V.ATTENTION, V.MLPS):
+        for name in reg.names():
+            try:
+                uses = reg.spec(name).uses or ()
+            except Exception:  # noqa: BLE001
+                continue
+            keys += [u if "." in u else f"model.{u}" for u in uses]
+    return tuple(dict.fromkeys(keys))
+
+
+def pairing_keys(columns: Sequence[str]) -> list[str]:
+    """The config keys a component figure pairs a variant with its Llama baseline on: every key but the
+    architecture's (`arch_keys`, from the specs) and the seed."""
+    arch = set(arch_keys())
+    return [c for c in columns if c not in arch and c != "train.seed"]
+
+
+def value_text(key: str, value: Any, *, prefix: bool = True) -> str:
+    """How a value is shown in a label: a variant by its spec's label, a T as 'T=2', others as `short=value`."""
+    from cem_core.arms import format_value, short_names
+
+    if key == "model.attention":
+        return _label("attention", value)
+    if key == "model.mlp":
+        return _label("mlp", value)
+    if key in ("model.attn_precond", "model.mlp_precond"):
+        text = _label("precond", value)
+        text = text if value != "identity" else "no preconditioner"
+        return ("MLP " if key == "model.mlp_precond" and prefix else "") + text
+    if key == "model.kq_diagonal":
+        return KQ_TEXT.get(str(value), str(value))
+    if key == "model.attn_steps":
+        return f"attention T={format_value(value)}"
+    if key == "model.mlp_steps":
+        return f"MLP T={format_value(value)}"
+    return f"{short_names([key])[key]}={format_value(value)}"
+
+
+def _arch_phrase(config: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """'Llama', 'CEM attention (T=2)', 'full CEM (attention T=2, diag+low-rank)': the run's architecture named by its
+    variants' families and labels, with the chosen architecture keys that apply to it."""
+    attn, mlp = config.get("model.attention", "llama"), config.get("model.mlp", "llama")
+    fa, fm = _family("attention", attn), _family("mlp", mlp)
+    details: list[str] = []
+    for key in keys:
+        if key in ("model.attention", "model.mlp"):
+            continue
+        value = config.get(key)
+        side_attn = key.startswith("model.attn") or key in ("model.kq_diagonal", "model.cem_position")
+        applies = (fa != "baseline") if side_attn else (fm != "baseline") if key.startswith("model.mlp") or \
+            key == "model.param_match_factor" else True
+        if not applies:
+            continue
+        text = value_text(key, value, prefix=not (fa == "baseline" and key.startswith("model.mlp")))
+        if key == "model.attn_steps" and fm == "baseline":
+            text = f"T={value}"
+        if key == "model.mlp_steps" and fa == "baseline":
+            text = f"T={value}"
+        details.append(text)
+    if fa == "baseline" and fm == "baseline":
+        name = "Llama"
+    elif fm == "baseline":
+        name = _label("attention", attn)
+    elif fa == "baseline":
+        name = _label("mlp", mlp)
+    elif fa == fm == "cem":
+        name = "full CEM" + (", param-matched MLP" if "param" in _label("mlp", mlp) else "")
+    else:
+        name = f"{_label('attention', attn)} + {_label('mlp', mlp)}"
+    return name + (f" ({', '.join(details)})" if details else "")
+
+
+def _render(config: Mapping[str, Any], keys: Sequence[str]) -> str:
+    arch = [k for k in keys if k in set(arch_keys())]
+    rest = [k for k in keys if k not in set(arch)]
+    parts = ([_arch_phrase(config, arch)] if arch else []) + [value_text(k, config.get(k)) for k in rest]
+    return ", ".join(parts) or "all runs"
+
+
+def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] = (),
+                 nuisance: Sequence[str] = ("train.seed",), order: Sequence[str] = (), modal: bool = False) -> list[str]:
+    """The name of each config's series in a figure or table. A series is every config equal in all keys but the
+    nuisance ones and those the figure `shown`s (its x, its panels): one line, one legend entry, one colour. Its
+    name is made of the fewest keys that vary among the series and tell them apart, architecture keys first, then
+    the grid's `order`; rendered by the specs' names ("Llama", "CEM attention (T=2)") and `short=value` for the
+    rest; a key constant among them never appears. `modal`: name each series only by the keys whose value differs
+    from the most common one ("defaults" when none: one-factor-at-a-time grids). Two series never share a name:
+    ArmLabelCollision (a bug the tests catch)."""
+    from cem_core.arms import ArmLabelCollision, varying_keys
+
+    configs = [dict(c) for c in configs]
+    hidden = set(nuisance) | set(shown)
+    sids = [json_key({k: v for k, v in c.items() if k not in hidden}) for c in configs]
+    firsts: dict[str, dict[str, Any]] = {}
+    for sid, c in zip(sids, configs):
+        firsts.setdefault(sid, c)
+    series = list(firsts.values())
+    candidates = varying_keys(series, tuple(hidden), order)
+    arch = [k for k in arch_keys() if k in candidates]
+    ordered = arch + [k for k in order if k in candidates and k not in arch] + \
+        [k for k in candidates if k not in arch and k not in order]
+    modes = {k: _mode(series, k) for k in ordered} if modal else {}
+
+    def render(c: Mapping[str, Any], keys: Sequence[str], plain: bool = False) -> str:
+        if modal:
+            keys = [k for k in keys if json_key(c.get(k)) != modes[k]]
+            if not keys:
+                return "defaults"
+            if not {"model.attention", "model.mlp"} & set(keys):  # the variant is the defaults': name the change
+                plain = True
+        if plain:
+            return ", ".join(value_text(k, c.get(k)) for k in keys) or "all runs"
+        return _render(c, keys)
+
+    def distinct(keys: Sequence[str], plain: bool = False) -> bool:
+        names = [render(c, keys, plain) for c in series]
+        return len(set(names)) == len(names)
+
+    chosen: list[str] = []
+    for k in ordered:  # greedy: add keys in priority order until the names tell every series apart
+        if distinct(chosen):
+            break
+        chosen.append(k)
+    for k in list(chosen):  # then drop any key the others do without
+        trial = [c for c in chosen if c != k]
+        if distinct(trial):
+            chosen = trial
+    plain = False
+    if not distinct(chosen):  # the specs' phrasing hides a difference: every varying key, as key=value
+        chosen, plain = ordered, True
+        if not distinct(chosen, plain):
+            raise ArmLabelCollision(f"two series would share a name: the varying keys {', '.join(ordered) or '(none)'} "
+                                    f"do not tell them apart")
+    chosen = [k for k in ordered if k in chosen]
+    if len(series) == 1 and not modal:  # one series: named by its architecture (what differs from the defaults)
+        return [single_name(series[0])] * len(configs)
+    by_sid = {sid: render(c, chosen, plain) for sid, c in firsts.items()}
+    return [by_sid[sid] for sid in sids]
+
+
+def single_name(config: Mapping[str, Any]) -> str:
+    """A run's architecture named on its own: its variants, and the architecture keys away from their default."""
+    from cem_core.identity import V1_DEFAULTS
+
+    keys = [k for k in _ARCH_ORDER[2:] if k in config and config.get(k) != V1_DEFAULTS.get(k)]
+    return _arch_phrase(config, keys)
+
+
+def _mode(configs: Sequence[Mapping[str, Any]], key: str) -> str:
+    from collections import Counter
+
+    counts = Counter(json_key(c.get(key)) for c in configs)
+    return counts.most_common(1)[0][0]
+
+
+def json_key(value: Any) -> str:
+    import json
+
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    return json.dumps(value, sort_keys=True, default=str)

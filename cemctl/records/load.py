@@ -1,0 +1,387 @@
+"""The run record: the one place a run's facts are read from the database and named (`cemctl.records.fields`).
+
+    recs = load_records(engine, "fig2c", scale="cpu")              # one record per run of the experiment
+    recs = load_records(engine, None, per_experiment=True)          # one per (experiment, run): `cemctl status`
+    recs.records[0]["test_loss"], recs.records[0]["model.attn_steps"], recs.records[0]["tag.phase"]
+    recs.frame()                                                    # the same as a pandas DataFrame
+
+Every command, figure, export, the API and the dashboard read runs through `load_records`;
+`cemctl.records.where` filters the same records with the same field names everywhere.
+
+What a record holds: every run field of the catalogue (None where the run has no value
+yet), every config key of the run's resolved config (dotted, when `config` is asked for
+or needed by the arms), `tag.NAME` for each of its tags, and `_axes` (the varied axes of
+its grid, for tables that show them; keys starting with "_" never reach a frame).
+
+Which runs: with an `experiment`, its runs (of `scale` when given), each once, from its
+latest plan (a run an edited grid no longer holds is kept only when it has an outcome:
+`in_grid` false); with `experiment=None`, every run once (`experiment`: the names
+linking it, comma-separated; a run no experiment links has ""), or with
+`per_experiment=True` one record per experiment and run (runs no experiment links
+under NO_EXPERIMENT). Arms (`arm`, `arm_label`) follow `cem_core.arms` with the
+experiment's nuisance keys; labels are made of the keys that vary among the arms of
+the experiment (or of everything loaded, with `experiment=None`), before any `--where`:
+a label names an arm the same way whatever is selected. Read-only, torch-free,
+pandas only for `frame()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from cem_core.errors import CemError
+from cem_core.runfiles import RESULT_STATES
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from sqlalchemy.engine import Engine
+
+NO_EXPERIMENT = "(no experiment)"
+NOT_IN_GRID = "no longer in the grid (planned by an earlier version of the grid file)"
+FAILED_STATES = ("failed", "stale", "diverged", "cancelled", "damaged")
+ENDED_STATES = ("done", "diverged", "failed", "damaged")  # an outcome: kept when the grid no longer holds the run
+
+
+@dataclass
+class ExperimentMeta:
+    name: str
+    nuisance: tuple[str, ...] = ("train.seed",)
+    axes: list[str] = field(default_factory=list)  # the grid's varied keys, in file order
+    figure: str = ""
+    grid_path: str = ""
+    x: str | None = None
+    hue: tuple[str, ...] = ()
+    metric: str = "test_loss"
+
+
+@dataclass
+class RunRecords:
+    records: list[dict[str, Any]]
+    experiments: dict[str, ExperimentMeta] = field(default_factory=dict)
+    config_loaded: bool = False
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.records)
+
+    def run_ids(self) -> list[str]:
+        return [r["run_id"] for r in self.records]
+
+    def frame(self) -> "pd.DataFrame":
+        return records_frame(self.records)
+
+    def where(self, conds: Sequence[Any]) -> "RunRecords":
+        from cemctl.records.where import matches
+
+        if not conds:
+            return self
+        return RunRecords([r for r in self.records if matches(conds, r)], self.experiments, self.config_loaded)
+
+
+def _meta(exp: Any, axes: list[str]) -> ExperimentMeta:
+    from cemctl.grid.spec import options_from_text
+
+    o = options_from_text(exp.grid_text, exp.grid_path)
+    return ExperimentMeta(exp.name, tuple(dict.fromkeys(["train.seed", *o.nuisance])), axes, exp.figure,
+                          exp.grid_path, o.x, o.hue, o.metric)
+
+
+def _unknown(engine: "Engine", name: str) -> CemError:
+    from cemctl.db.runs import list_experiments
+
+    known = ", ".join(e.name for e in list_experiments(engine)) or "none yet; run cemctl plan FILE"
+    return CemError(f"experiment: unknown experiment {name!r} (known: {known})")
+
+
+def load_records(engine: "Engine", experiment: str | None = None, *, scale: str | None = None,
+                 per_experiment: bool = False, per_scale: bool = False, config: bool = True, arms: bool = True, tags: bool = True,
+                 results: bool = True, outdated: bool = True, runs_root: Path | str | None = None,
+                 now: float | None = None) -> RunRecords:
+    """The records of the runs (see the module docstring). `config`/`arms`/`tags`/`results`/`outdated`: what to
+    read beyond the run's state and progress (all by default; `cemctl status` asks only for what it shows).
+    `runs_root`: the folder `run_dir` is made from (default: the one the database recorded). Raises CemError for an
+    unknown experiment (listing the known ones). `per_scale` (with `experiment=None`): one record per run and scale
+    it was planned at (`cemctl claims` across scales)."""
+    from sqlalchemy import literal, null, select
+
+    from cemctl.db.engine import read_session
+    from cemctl.db.models import Experiment, ExperimentRun, Result, Run, RunTags
+    from cemctl.db.runs import in_grid_case, join_latest, latest_plans, recorded_runs_root
+
+    now = time.time() if now is None else now
+    need_config = config or arms
+    run_cols = [Run.id, Run.state, Run.state_reason, Run.last_step, Run.total_steps, Run.tokens, Run.last_train_loss,
+                Run.last_val_loss, Run.tokens_per_s, Run.started_at, Run.finished_at, Run.heartbeat_at, Run.executor,
+                Run.job_id, Run.attempts, Run.error, Run.host, Run.created_at, Run.params_total,
+                Run.params_non_embedding, Run.flops_per_token]
+    res_cols = [Result.state, Result.test_loss, Result.test_ppl, Result.val_loss, Result.val_ppl, Result.params_total,
+                Result.params_non_embedding, Result.flops_per_token, Result.train_flops, Result.tokens, Result.steps,
+                Result.wall_time_s, Result.error, Result.diverged_step, Result.code_fingerprint]
+    cols = [*run_cols, *(res_cols if results else []),
+            *([Result.result_json] if results else []),
+            *([Run.config_json] if need_config else []),
+            *([RunTags.tags_json, RunTags.notes_json] if tags else [])]
+
+    def joined(q: Any) -> Any:
+        if results:
+            q = q.outerjoin(Result, Result.run_id == Run.id)
+        if tags:
+            q = q.outerjoin(RunTags, RunTags.run_id == Run.id)
+        return q
+
+    with read_session(engine) as s:
+        exps = {e.id: e for e in s.scalars(select(Experiment).order_by(Experiment.name))}
+        if experiment is not None and experiment not in {e.name for e in exps.values()}:
+            raise _unknown(engine, experiment)
+        latest = latest_plans()
+        q = join_latest(select(
+            ExperimentRun.experiment_id, ExperimentRun.scale, ExperimentRun.position, ExperimentRun.axes_json,
+            ExperimentRun.marks_json, ExperimentRun.planned_at, in_grid_case(latest).label("in_grid"), *cols)
+            .select_from(ExperimentRun).join(Run, Run.id == ExperimentRun.run_id), latest)
+        q = joined(q)
+        if experiment is not None:
+            q = q.join(Experiment, Experiment.id == ExperimentRun.experiment_id).where(Experiment.name == experiment)
+        if scale is not None:
+            q = q.where(ExperimentRun.scale == scale)
+        linked = list(s.execute(q))
+        lone: list[Any] = []
+        if experiment is None and scale is None:
+            oq = joined(select(literal(None), literal(""), literal(0), literal("{}"), literal("[]"), null(),
+                               literal(1), *cols).select_from(Run)).where(Run.id.not_in(select(ExperimentRun.run_id)))
+            lone = list(s.execute(oq.order_by(Run.created_at)))
+    root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
+    root_text = str(Path(os.path.abspath(root))) if root is not None else None
+
+    # One link per (experiment, run) (per_experiment or one experiment) or per run: the latest plan's, in-grid first.
+    linked.sort(key=lambda r: (-(r[6] or 0), -(r[5] or 0.0), r[1] or "", r[2] or 0))
+    chosen: dict[Any, Any] = {}
+    names: dict[str, list[str]] = {}
+    one_exp = per_experiment or experiment is not None
+    for row in linked:
+        eid, rid = row[0], row[7]
+        exp_name = exps[eid].name if eid in exps else ""
+        shared = (rid, row[1]) if per_scale else rid  # the runs that are one record when experiments are joined
+        names.setdefault(shared, [])
+        if exp_name not in names[shared]:
+            names[shared].append(exp_name)
+        chosen.setdefault((eid, rid) if one_exp else shared, row)
+    picked = sorted(chosen.items(), key=lambda kv: (exps[kv[1][0]].name if kv[1][0] in exps else "", kv[1][2] or 0))
+    n_link = 7
+    out: list[dict[str, Any]] = []
+    for key, row in picked:
+        in_grid = bool(row[6])
+        rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now)
+        if not in_grid and rec["state"] not in ENDED_STATES:
+            continue  # left the grid before it ran: it never will
+        exp_name = exps[row[0]].name if row[0] in exps else ""
+        shared = (rec["run_id"], row[1]) if per_scale else rec["run_id"]
+        rec["experiment"] = exp_name if one_exp else ", ".join(sorted(names.get(shared, [exp_name])))
+        rec["_experiment"] = exp_name
+        _link_fields(rec, row, in_grid, root_text)
+        out.append(rec)
+    for row in lone:
+        rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now)
+        rec["experiment"] = ""
+        rec["_experiment"] = NO_EXPERIMENT if per_experiment else ""
+        _link_fields(rec, row, True, root_text)
+        out.append(rec)
+
+    metas: dict[str, ExperimentMeta] = {}
+    for e in exps.values():
+        if experiment is None or e.name == experiment:
+            axes = list(dict.fromkeys(k for r in out if r["_experiment"] == e.name for k in r["_axes"]))
+            metas[e.name] = _meta(e, axes)
+    if outdated and results:
+        from cemctl.db.outdated import outdated_runs
+
+        stale = outdated_runs(engine, [r["run_id"] for r in out if r["state"] in ("done", "diverged")])
+        for r in out:
+            r["outdated"] = r["run_id"] in stale
+    if arms:
+        _add_arms(out, metas, experiment, per_experiment)
+    return RunRecords(out, metas, need_config)
+
+
+def _axes_of(text: Any) -> dict[str, Any]:
+    try:
+        axes = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return axes if isinstance(axes, dict) else {}
+
+
+def _link_fields(rec: dict[str, Any], row: Any, in_grid: bool, root: str | None) -> None:
+    rec["scale"] = row[1] or ""
+    rec["position"] = row[2] or 0
+    rec["_axes"] = _axes_of(row[3])
+    try:
+        marks = json.loads(row[4] or "[]")
+    except ValueError:
+        marks = []
+    rec["marks"] = "; ".join(str(m) for m in marks) if isinstance(marks, list) else ""
+    rec["in_grid"] = in_grid
+    rec["run_dir"] = f"{root}{os.sep}{rec['run_id']}" if root is not None else None
+    if not in_grid:
+        rec["reason"] = NOT_IN_GRID + (f"; {rec['reason']}" if rec["reason"] else "")
+
+
+def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_config: bool, tags: bool,
+            now: float) -> dict[str, Any]:
+    (rid, state, reason, last_step, total_steps, tokens, train_loss, val_loss, rate, started, finished, heartbeat,
+     executor, job_id, attempts, error, host, _created, params, params_ne, fpt) = row[:21]
+    i = 21
+    res: dict[str, Any] = {}
+    result_json = None
+    if results:
+        names = ("r_state", "test_loss", "test_ppl", "val_loss", "val_ppl", "params_total", "params_non_embedding",
+                 "flops_per_token", "train_flops", "tokens", "steps", "wall_time_s", "error", "diverged_step",
+                 "code_fingerprint")
+        res = dict(zip(names, row[i:i + len(names)]))
+        i += len(names)
+        result_json = row[i]
+        i += 1
+    config_json = None
+    if need_config:
+        config_json = row[i]
+        i += 1
+    tags_json = notes_json = None
+    if tags:
+        tags_json, notes_json = row[i], row[i + 1]
+    has_result = results and res.get("r_state") is not None
+    finished_run = state in RESULT_STATES
+    rec: dict[str, Any] = {
+        "run_id": rid, "experiment": "", "scale": "", "position": 0, "in_grid": True, "marks": "",
+        "arm": None, "arm_label": None, "state": state,
+        "error": res.get("error") if has_result else error,  # a finished run's own (an earlier attempt's: not)
+        "attempts": attempts or 0, "executor": executor, "job_id": job_id,
+        "job": f"{executor}:{job_id}" if executor and job_id else executor, "host": host, "run_dir": None,
+        "total_steps": total_steps,
+        "train_loss": train_loss,
+        "started_at": started, "finished_at": finished, "heartbeat_at": heartbeat,
+    }
+    step = (res.get("steps") if has_result and finished_run else None) or last_step
+    rec["step"] = step
+    rec["progress"] = 1.0 if state == "done" else (min(1.0, step / total_steps) if step is not None and total_steps
+                                                   else None)
+    all_tokens = (res.get("tokens") if has_result else None)
+    rec["tokens"] = all_tokens if all_tokens is not None else tokens
+    rec["val_loss"] = res.get("val_loss") if has_result and res.get("val_loss") is not None else val_loss
+    rec["tokens_per_s"] = rate if state == "running" else None
+    wall = res.get("wall_time_s") if has_result else None
+    rec["avg_tokens_per_s"] = (all_tokens / wall if finished_run and has_result and all_tokens and wall else None)
+    rec["elapsed_s"] = _elapsed(state, started, finished, heartbeat, now)
+    rec["eta_s"] = _eta(state, rate, last_step, total_steps, tokens)
+    text = rec["error"] or (reason if state in FAILED_STATES else "")
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    rec["reason"] = lines[-1] if lines else ""
+    for k in ("test_loss", "test_ppl", "val_ppl", "train_flops", "wall_time_s", "diverged_step", "code_fingerprint"):
+        rec[k] = res.get(k) if has_result else None
+    rec["params_total"] = (res.get("params_total") if has_result else None) or params
+    rec["params_non_embedding"] = (res.get("params_non_embedding") if has_result else None) or params_ne
+    rec["flops_per_token"] = (res.get("flops_per_token") if has_result else None) or fpt
+    extras = {}
+    if has_result and result_json:
+        try:
+            extras = json.loads(result_json)
+        except ValueError:
+            extras = {}
+    for k in ("test_rmse", "val_rmse", "bayes_rmse"):
+        v = extras.get(k) if isinstance(extras, dict) else None
+        rec[k] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    rec["outdated"] = False
+    if need_config:
+        from cem_core.config import flatten
+
+        try:
+            cfg = json.loads(config_json or "{}")
+        except ValueError:
+            cfg = {}
+        rec.update(flatten(cfg) if isinstance(cfg, dict) else {})
+    rec["note"] = ""
+    if tags:
+        try:
+            t = json.loads(tags_json or "{}")
+            n = json.loads(notes_json or "[]")
+        except ValueError:
+            t, n = {}, []
+        if isinstance(t, dict):
+            rec.update({f"tag.{k}": str(v) for k, v in t.items()})
+        if isinstance(n, list):
+            rec["note"] = " | ".join(str(x.get("text", "")) for x in n if isinstance(x, dict))
+    return rec
+
+
+def _elapsed(state: str, started: Any, finished: Any, heartbeat: Any, now: float) -> float | None:
+    if started is None:
+        return None
+    end = finished if state in RESULT_STATES and finished else None
+    if end is None:
+        end = now if state == "running" else (heartbeat or now)
+    return max(0.0, end - started)
+
+
+def _eta(state: str, rate: Any, step: Any, total: Any, tokens: Any) -> float | None:
+    if state != "running" or not rate or not step or not total or not tokens:
+        return None
+    return max(0.0, (total - step) * (tokens / step) / rate)
+
+
+def _add_arms(out: list[dict[str, Any]], metas: dict[str, ExperimentMeta], experiment: str | None,
+              per_experiment: bool) -> None:
+    """`arm` and `arm_label` of each record: per experiment (its nuisance keys, its axes order) when records are per
+    experiment, else over everything loaded with the default nuisance (the seed)."""
+    from cemctl.records.labels import arm_labels
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in out:
+        groups.setdefault(r["_experiment"] if (per_experiment or experiment is not None) else "", []).append(r)
+    for name, recs in groups.items():
+        meta = metas.get(name)
+        nuisance = meta.nuisance if meta is not None else ("train.seed",)
+        order = meta.axes if meta is not None else []
+        ids, labels = arm_labels(recs, nuisance=nuisance, order=order)
+        for r, aid, label in zip(recs, ids, labels):
+            r["arm"], r["arm_label"] = aid, label
+
+
+def public_keys(rec: dict[str, Any]) -> Iterable[str]:
+    return (k for k in rec if not k.startswith("_"))
+
+
+def records_frame(records: Sequence[dict[str, Any]]) -> "pd.DataFrame":
+    """Records as a DataFrame: the run fields in catalogue order, the config keys (task first, then dotted,
+    alphabetical), tag columns; numbers typed (nullable Int64 for integer fields, float for the rest)."""
+    import pandas as pd
+
+    from cemctl.records.fields import RUN_FIELDS
+
+    run_names = [f.name for f in RUN_FIELDS]
+    seen: dict[str, None] = {}
+    for r in records:
+        for k in public_keys(r):
+            seen.setdefault(k, None)
+    config = sorted((k for k in seen if ("." in k and not k.startswith("tag.")) or k == "task"),
+                    key=lambda k: (k != "task", k))
+    tag_cols = sorted(k for k in seen if k.startswith("tag."))
+    columns = [c for c in run_names if c in seen or not records] + config + tag_cols
+    columns += [k for k in seen if k not in set(columns)]
+    frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in records], columns=columns)
+    for f in RUN_FIELDS:
+        if f.name not in frame.columns:
+            continue
+        if f.kind in ("int", "count") and f.name != "train_flops":
+            frame[f.name] = pd.to_numeric(frame[f.name], errors="coerce").astype("Int64")
+        elif f.numeric:
+            frame[f.name] = pd.to_numeric(frame[f.name], errors="coerce").astype(float)
+        elif f.kind == "bool":
+            frame[f.name] = frame[f.name].astype(bool)
+        else:
+            frame[f.name] = frame[f.name].astype(object).where(frame[f.name].notna(), None)
+    return frame
