@@ -101,12 +101,75 @@ def test_a_resumed_run_keeps_the_environment_of_its_earlier_attempt(trained):
     assert earlier["attempt"] == 1 and earlier["ended_at"] <= env["started_at"] and earlier["peak_host_rss_bytes"] > 0
 
 
+def test_system_samples_are_metrics_lines_ingested_into_the_database(trained):
+    from cemctl.db import open_db
+    from cemctl.db.environment import SYSTEM_COLUMNS, system_frame
+
+    rid = trained["ids"][1]
+    lines = [m for m in read_jsonl(trained["where"] / "runs" / rid / "metrics.jsonl") if m["kind"] == "system"]
+    assert len(lines) >= 2  # 0.01 s apart over a run that takes far longer
+    assert [m["sample"] for m in lines] == list(range(len(lines)))
+    assert len({m["series"] for m in lines}) == len(lines)  # several samples at one step are kept apart
+    assert all(m["attempt"] == 1 and 0 <= m["step"] <= 6 for m in lines)
+    assert [m["step"] for m in lines] == sorted(m["step"] for m in lines)
+    assert all(m["cpu_process_pct"] >= 0 and m["rss_bytes"] > 50 << 20 for m in lines)
+    assert not any(k.startswith("gpu_") for m in lines for k in m)  # no GPU here
+    frame = system_frame(open_db(f"sqlite:///{trained['where'] / 'results.db'}"), trained["ids"])
+    assert list(frame.columns) == list(SYSTEM_COLUMNS)
+    mine = frame[frame["run_id"] == rid]
+    assert len(mine) == len(lines)
+    assert list(mine["rss_bytes"]) == [float(m["rss_bytes"]) for m in lines]
+    assert mine["gpu_util_pct"].isna().all()
+
+
 def test_the_resumed_run_keeps_only_the_samples_of_the_steps_it_kept(trained):
     lines = [m for m in read_jsonl(trained["where"] / "runs" / trained["ids"][0] / "metrics.jsonl")
              if m["kind"] == "system"]
     first, second = [m for m in lines if m["attempt"] == 1], [m for m in lines if m["attempt"] == 2]
     assert second and all(m["step"] <= 2 for m in first)  # attempt 1 crashed at step 4; resumed from step 2
     assert len({m["series"] for m in lines}) == len(lines)
+
+
+def test_the_environment_is_in_the_database(trained):
+    from cemctl.db import open_db
+    from cemctl.db.environment import environment_of
+
+    engine = open_db(f"sqlite:///{trained['where'] / 'results.db'}")
+    envs = environment_of(engine, [*trained["ids"], "000000000000"])
+    assert set(envs) == set(trained["ids"])  # an unknown run: absent
+    for rid in trained["ids"]:
+        assert envs[rid] == read_environment(trained["where"] / "runs" / rid)
+    con = sqlite3.connect(trained["where"] / "results.db")
+    row = con.execute("SELECT attempt, hostname, torch_version, device, peak_host_rss_bytes FROM run_environment "
+                      "WHERE run_id = ?", (trained["ids"][0],)).fetchone()
+    assert row[0] == 2 and row[3] == "cpu" and row[4] == envs[trained["ids"][0]]["peak_host_rss_bytes"]
+
+
+def test_a_damaged_environment_file_is_reported_by_sync_and_keeps_the_run(tmp_path):
+    where = tmp_path
+    _, [rid, other] = plan_ids(where, tiny_grid("dmg", seeds="[0, 1]"), "dmg")
+    finish_run(where / "runs" / rid, steps=6)
+    finish_run(where / "runs" / other, steps=6)
+    good = {"attempt": 1, "hostname": "node7", "python_version": "3.11.7", "torch_version": "2.3.0",
+            "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_bytes": 85 << 30, "driver_version": "550.54.15",
+            "cuda_version": "12.4", "peak_gpu_allocated_bytes": 12 << 30, "a_later_field": [1, 2]}
+    write_environment(where / "runs" / rid, good)
+    assert cli(where, "sync").returncode == 0
+    from cemctl.db import open_db
+    from cemctl.db.environment import environment_of
+
+    engine = open_db(f"sqlite:///{where / 'results.db'}")
+    assert environment_of(engine, [rid])[rid]["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    assert environment_of(engine, [rid])[rid]["a_later_field"] == [1, 2]  # a newer trainer's field is kept
+    (where / "runs" / rid / "environment.json").write_text(json.dumps({**good, "gpu_memory_bytes": "80GB"}))
+    res = cli(where, "sync")
+    assert res.returncode == 0 and "2 done" in res.stdout, res.output
+    assert "1 run files left out (first: " in res.stdout and "environment.json: gpu_memory_bytes: must be an integer" \
+        in res.stdout
+    assert environment_of(engine, [rid])[rid]["gpu_model"] == "NVIDIA H100 80GB HBM3"  # the last good record stays
+    (where / "runs" / rid / "environment.json").unlink()
+    assert "left out" not in cli(where, "sync").stdout
+    assert environment_of(engine, [rid]) == {}  # the file is the ground truth
 
 
 @pytest.mark.parametrize("bad, says", [
@@ -236,6 +299,25 @@ def test_the_new_key_changes_no_existing_run_id(tmp_path):
     flat = flatten(before)
     assert config_hash({k: v for k, v in flat.items() if k != "train.system_every_s"}) == run_id(RunConfig.from_dict(before))
     assert run_id(RunConfig.from_dict({**flatten(old_saved), "train.system_every_s": 5})) != run_id(RunConfig.from_dict(before))
+
+
+def test_a_version_8_database_is_migrated_and_old_runs_have_no_environment(tmp_path):
+    from cemctl.db import CURRENT_VERSION, open_db
+    from cemctl.db.environment import environment_of
+    from tests.test_eval_db import V3_SCHEMA, _columns
+
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path)
+    con.executescript(V3_SCHEMA)
+    con.close()
+    engine = open_db(f"sqlite:///{path}")
+    con = sqlite3.connect(path)
+    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == CURRENT_VERSION == 9
+    assert con.execute("SELECT environment_mtime FROM runs").fetchall() == [(None,)]
+    fresh = tmp_path / "fresh.db"
+    open_db(f"sqlite:///{fresh}")
+    assert _columns(con, "run_environment") == _columns(sqlite3.connect(fresh), "run_environment")
+    assert environment_of(engine, ["aaaaaaaaaaaa"]) == {}
 
 
 def test_a_sample_appended_while_a_resume_rewrites_metrics_is_not_lost(tmp_path, monkeypatch):
