@@ -145,6 +145,63 @@ def test_the_environment_is_in_the_database(trained):
     assert row[0] == 2 and row[3] == "cpu" and row[4] == envs[trained["ids"][0]]["peak_host_rss_bytes"]
 
 
+def test_tensorboard_reads_back_every_scalar_and_the_hparams_the_export_counts(trained, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    out = tmp_path / "tb"
+    res = cli(trained["where"], "export", "envx", "--format", "tensorboard", "-o", str(out))
+    assert res.returncode == 0, res.output
+    scalars_said = int(res.stdout.split(" scalars")[0].rsplit(" ", 1)[-1])
+    assert "hparams of 2 runs" in res.stdout
+    folders = sorted(str(p.parent.relative_to(out)) for p in out.rglob("events.out.tfevents.*"))
+    assert folders == [".", "lr=0.001/seed=0", "lr=0.004/seed=0"]  # by arm label and seed; the experiment on top
+    read, hparams = 0, {}
+    for folder in folders[1:]:
+        acc = EventAccumulator(str(out / folder), size_guidance={"scalars": 0, "tensors": 0})
+        acc.Reload()
+        tags = acc.Tags()["scalars"]
+        assert {"train/loss", "val/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "result/test_loss",
+                *(f"system/{m}" for m in ("cpu_process_pct", "cpu_machine_pct", "rss_bytes"))} <= set(tags)
+        for tag in tags:
+            steps = [e.step for e in acc.Scalars(tag)]
+            assert steps == sorted(steps), tag  # steps in order
+            read += len(steps)
+        assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, 7))
+        content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+        start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+        hparams[folder] = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+    assert read == scalars_said
+    assert hparams["lr=0.001/seed=0"]["train.lr"] == 0.001 and hparams["lr=0.004/seed=0"]["train.lr"] == 0.004
+    assert hparams["lr=0.001/seed=0"]["model.size"] == "nano" and hparams["lr=0.001/seed=0"]["train.seed"] == 0
+    top = EventAccumulator(str(out), size_guidance={"tensors": 0})
+    top.Reload()
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(
+        top.PluginTagToContent("hparams")["_hparams_/experiment"]).experiment
+    names = [h.name for h in experiment.hparam_infos]
+    assert names[0] == "train.lr" and "model.size" in names  # what varies first
+    assert {m.name.tag for m in experiment.metric_infos} >= {"train/loss", "result/test_loss", "system/rss_bytes"}
+
+
+def test_an_old_run_without_them_syncs_reports_and_exports(tmp_path):
+    where = tmp_path
+    _, ids = plan_ids(where, tiny_grid("old", seeds="[0, 1]"), "old")
+    for rid in ids:  # what a trainer of an earlier release left: no environment.json, no system lines
+        finish_run(where / "runs" / rid, steps=6)
+    res = cli(where, "sync")
+    assert res.returncode == 0 and "2 done" in res.stdout and "left out" not in res.stdout, res.output
+    from cemctl.db import open_db
+    from cemctl.db.environment import environment_of, system_frame
+
+    engine = open_db(f"sqlite:///{where / 'results.db'}")
+    assert environment_of(engine, ids) == {} and system_frame(engine, ids).empty
+    assert cli(where, "status").returncode == 0
+    assert cli(where, "report", "old", "--out", str(tmp_path / "rep")).returncode == 0
+    res = cli(where, "export", "old", "-f", "tensorboard", "-o", str(tmp_path / "tb"))
+    assert res.returncode == 0 and "hparams of 2 runs" in res.output, res.output
+
+
 def test_a_damaged_environment_file_is_reported_by_sync_and_keeps_the_run(tmp_path):
     where = tmp_path
     _, [rid, other] = plan_ids(where, tiny_grid("dmg", seeds="[0, 1]"), "dmg")
@@ -342,3 +399,26 @@ def test_a_sample_appended_while_a_resume_rewrites_metrics_is_not_lost(tmp_path,
     assert truncate_metrics(rd.metrics, 2) == 2
     write_while_a_sample_comes.thread.join()
     assert [(m["kind"], m["step"]) for m in read_jsonl(rd.metrics)] == [("train", 1), ("train", 2), ("system", 0)]
+
+
+def test_tensorboard_folders_never_put_two_arms_or_two_runs_in_one(tmp_path):
+    import pandas as pd
+
+    from cemctl.services.export import tensorboard_folders
+
+    runs = pd.DataFrame({
+        "run_id": ["r1", "r2", "r3", "r4", "r5", "r6"],
+        "arm": ["a1", "a1", "a2", "a3", "a4", "a4"],
+        "arm_label": ["data.path=a/b", "data.path=a/b", "data.path=a:b", "Lr=1", "lr=1", "lr=1"],
+        "train.seed": [0, 1, 0, 0, 0, 0],
+    })
+    folders = tensorboard_folders(runs)
+    assert folders["r1"] == "data.path=a_b~a1/seed=0" and folders["r2"] == "data.path=a_b~a1/seed=1"
+    assert folders["r3"] == "data.path=a_b~a2/seed=0"  # read alike once made safe: the arm id tells them apart
+    assert folders["r4"] == "Lr=1~a3/seed=0" and folders["r5"] == "lr=1~a4/seed=0"  # alike but for case
+    assert folders["r6"] == "lr=1~a4/seed=0~r6"  # one arm, one seed, two runs
+    assert len({f.casefold() for f in folders.values()}) == len(folders)
+    for f in folders.values():
+        for part in f.split("/"):
+            assert part not in ("", ".", "..") and len(part) <= 120
+            (tmp_path / part).mkdir(exist_ok=True)  # a name the file system takes
