@@ -401,6 +401,20 @@ def test_a_sample_appended_while_a_resume_rewrites_metrics_is_not_lost(tmp_path,
     assert [(m["kind"], m["step"]) for m in read_jsonl(rd.metrics)] == [("train", 1), ("train", 2), ("system", 0)]
 
 
+def test_an_archive_carries_the_environment_to_another_project(trained, tmp_path):
+    from cemctl.db import open_db
+    from cemctl.db.environment import environment_of
+
+    out = tmp_path / "envx.tar.gz"
+    assert cli(trained["where"], "archive", "envx", "-o", str(out)).returncode == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert cli(fresh, "import", str(out)).returncode == 0
+    here = environment_of(open_db(f"sqlite:///{fresh / 'results.db'}"), trained["ids"])
+    assert here == environment_of(open_db(f"sqlite:///{trained['where'] / 'results.db'}"), trained["ids"])
+    assert here[trained["ids"][0]]["attempt"] == 2
+
+
 def test_tensorboard_folders_never_put_two_arms_or_two_runs_in_one(tmp_path):
     import pandas as pd
 
