@@ -436,3 +436,16 @@ def test_tensorboard_folders_never_put_two_arms_or_two_runs_in_one(tmp_path):
         for part in f.split("/"):
             assert part not in ("", ".", "..") and len(part) <= 120
             (tmp_path / part).mkdir(exist_ok=True)  # a name the file system takes
+
+
+def test_a_launched_run_records_the_code_snapshot_it_ran_from(tmp_path):
+    """`cemctl launch` runs jobs from a code snapshot: environment.json names it, as job.json does."""
+    (tmp_path / "g.toml").write_text(tiny_grid("snap", seeds="[0]", steps=2))
+    res = cli(tmp_path, "launch", str(tmp_path / "g.toml"), "--workers", "1", subprocess=True)
+    assert res.returncode == 0, res.output
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
+    job, result = (json.loads((run_dir / f).read_text()) for f in ("job.json", "result.json"))
+    env = read_environment(run_dir)
+    assert job["snapshot"] and env["code_snapshot"] == job["snapshot"] and (tmp_path / "runs" / ".snapshots" /
+                                                                              job["snapshot"]).is_dir()
+    assert env["code_fingerprint"] == result["code_fingerprint"] and env["ended_at"] is not None
