@@ -449,3 +449,29 @@ def test_a_launched_run_records_the_code_snapshot_it_ran_from(tmp_path):
     assert job["snapshot"] and env["code_snapshot"] == job["snapshot"] and (tmp_path / "runs" / ".snapshots" /
                                                                               job["snapshot"]).is_dir()
     assert env["code_fingerprint"] == result["code_fingerprint"] and env["ended_at"] is not None
+
+
+def test_the_nvml_handle_is_looked_up_once_by_uuid_and_a_failure_is_not_retried(caplog):
+    from types import SimpleNamespace
+
+    import torch
+
+    from cem_core.train.environment import _GpuProbe
+
+    calls = []
+    nvml = SimpleNamespace(nvmlInit=lambda: calls.append("init"),
+                           nvmlDeviceGetHandleByUUID=lambda u: calls.append(u) or f"handle of {u}")
+    probe = _GpuProbe(torch.device("cuda", 1), nvml=nvml, uuid="58ad1a8b-0000-1111-2222-333344445555")
+    assert probe._nvml_handle() == probe._nvml_handle() == "handle of GPU-58ad1a8b-0000-1111-2222-333344445555"
+    assert calls == ["init", "GPU-58ad1a8b-0000-1111-2222-333344445555"]
+
+    def no_driver():
+        calls.append("init")
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    broken = _GpuProbe(torch.device("cuda", 0), nvml=SimpleNamespace(nvmlInit=no_driver), uuid="x")
+    calls.clear()
+    with caplog.at_level("INFO"):
+        assert broken._nvml_handle() is None and broken._nvml_handle() is None
+    assert calls == ["init"]  # not every sample
+    assert "no GPU utilisation (NVML: NVML Shared Library Not Found)" in caplog.text

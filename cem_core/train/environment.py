@@ -235,31 +235,34 @@ def with_earlier(record: dict[str, Any], previous: dict[str, Any] | None) -> dic
 
 
 class _GpuProbe:
-    """The run's GPU: memory from torch; utilisation and device memory from NVML when pynvml imports."""
+    """The run's GPU: memory from torch; utilisation and device memory from NVML when pynvml imports. The NVML
+    handle is looked up once, in the sampling thread (nvmlInit can take a while): by the device's UUID, else by
+    its index when no CUDA_VISIBLE_DEVICES renumbers the devices. `nvml` and `uuid` are for tests."""
 
-    def __init__(self, dev: torch.device, nvml: Any | None = None) -> None:
+    def __init__(self, dev: torch.device, nvml: Any | None = None, uuid: str | None = None) -> None:
         self.dev = dev
-        self._nvml = nvml
+        self._nvml, self._uuid = nvml, uuid
         self._handle: Any = None
-        self._tried = nvml is not None
+        self._resolved = False
 
     def _nvml_handle(self) -> Any:
-        if not self._tried:  # lazily, in the sampling thread: nvmlInit can take a while
-            self._tried = True
-            self._nvml = _import_nvml()
-        if self._nvml is None or self._handle is not None:
+        if self._resolved:
             return self._handle
-        nvml = self._nvml
+        self._resolved = True
+        nvml = self._nvml if self._nvml is not None else _import_nvml()
+        if nvml is None:
+            return None
         try:
             nvml.nvmlInit()
-            uuid = getattr(torch.cuda.get_device_properties(self.dev), "uuid", None)
+            uuid = self._uuid or getattr(torch.cuda.get_device_properties(self.dev), "uuid", None)
             if uuid is not None:
                 self._handle = nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
             elif not os.environ.get("CUDA_VISIBLE_DEVICES"):  # torch's index is NVML's
                 self._handle = nvml.nvmlDeviceGetHandleByIndex(self.dev.index or 0)
         except Exception as e:  # noqa: BLE001 - NVML unusable: torch's memory numbers only
             log.info("system samples: no GPU utilisation (NVML: %s)", " ".join(str(e).split())[:200])
-            self._nvml = None
+            self._handle = None
+        self._nvml = nvml
         return self._handle
 
     def read(self) -> dict[str, Any]:
