@@ -101,6 +101,7 @@ class TrainConfig:
     activation_checkpointing: bool = False  # recompute each block's activations in backward (memory for time)
     precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
     energy_layers: str = ""  # energy diagnostics at each evaluation: "" off, "all", or "0,3" (layer indices)
+    system_every_s: float = 30.0  # CPU/GPU utilisation and memory sampled into metrics.jsonl every N s; 0: off
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,8 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
     if t.batch_seqs % t.micro_batch_seqs:
         raise ConfigError("train.batch_seqs", f"must be a multiple of train.micro_batch_seqs={t.micro_batch_seqs}, got {t.batch_seqs}")
+    if not (t.system_every_s == 0 or 0.01 <= t.system_every_s <= 86400):
+        raise ConfigError("train.system_every_s", f"must be 0 (off) or between 0.01 and 86400 seconds, got {t.system_every_s}")
     energy_layers(cfg)  # raises on a malformed train.energy_layers
     # GP study
     g = cfg.gp

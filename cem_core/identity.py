@@ -97,6 +97,7 @@ V1_DEFAULTS: dict[str, Any] = {
 ADDED_FIELDS: dict[str, Any] = {
     "model.attn_start": "h",  # 0.3: CEM attention may start at RMSNorm(h) (the T=2 ablation)
     "plugins": "",  # 0.3: plugin modules that register variants (cem_core.plugins)
+    "train.system_every_s": 30.0,  # 0.3: the interval of the trainer's system samples (metrics kind "system")
 }
 
 

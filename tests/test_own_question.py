@@ -162,15 +162,18 @@ def test_tensorboard_export_is_read_back_by_tensorboard(project, tmp_path):
     out = tmp_path / "tb"
     res = cli(project["where"], "export", "mine", "--format", "tensorboard", "-o", str(out))
     assert res.returncode == 0, res.output
-    run = _id(project, 0.5, 1, 0)
-    acc = EventAccumulator(str(out / run))
+    acc = EventAccumulator(str(out / "attn_step_size=0.5,attn_steps=1" / "seed=0"))  # the run (0.5, 1, seed 0)
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"train/loss", "val/loss", "train/lr", "train/tokens_per_s"} <= tags
+    assert {"train/loss", "val/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "result/test_loss"} <= tags
     train = acc.Scalars("train/loss")
     assert [e.step for e in train] == list(range(1, 9))
     assert train[-1].value == pytest.approx(1.56 + 1.0 / 8, rel=1e-6)  # finish_run's last training loss
-    assert len(list(out.iterdir())) == 8 + 1  # a folder per run (and cemctl's ownership record)
+    assert acc.Scalars("result/test_loss")[0].value == pytest.approx(1.56, rel=1e-6)
+    arms = {p.name for p in out.iterdir() if p.is_dir()}  # a folder per arm, one per seed inside
+    assert arms == {"attn_step_size=0.5,attn_steps=1", "attn_step_size=0.5,attn_steps=2",
+                    "attn_step_size=1,attn_steps=1", "attn_step_size=1,attn_steps=2"}
+    assert all(sorted(p.name for p in (out / a).iterdir()) == ["seed=0", "seed=1"] for a in arms)
     user = tmp_path / "tb-user"
     user.mkdir()
     (user / "notes.txt").write_text("mine")

@@ -36,6 +36,7 @@ HEARTBEAT_FILE = "heartbeat.json"
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
 EVALS_FILE = "evals.json"
+ENVIRONMENT_FILE = "environment.json"  # what the run trained on (cem_core.runfiles.environment)
 LOG_FILE = "train.log"
 JOB_FILE = "job.json"
 CANCEL_FILE = "cancel"

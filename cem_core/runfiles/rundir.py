@@ -5,7 +5,8 @@ Layout (docs/design.md, "The run directory"):
     config.json      resolved RunConfig (written by the planner)
     events.jsonl     append-only state transitions
     heartbeat.json   liveness, rewritten atomically every ~5 s and at each logged step
-    metrics.jsonl    append-only train / val / energy lines
+    metrics.jsonl    append-only train / val / energy / system lines
+    environment.json what the run trained on (cem_core.runfiles.environment)
     checkpoints/     step_XXXXXXXX.pt (cem_core/train/checkpoint.py)
     result.json      terminal result, written once, atomically
     train.log        human-readable log
@@ -30,6 +31,7 @@ from cem_core.errors import ConfigError
 from cem_core.runfiles.files import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
+    ENVIRONMENT_FILE,
     EVENTS_FILE,
     HEARTBEAT_FILE,
     LOCK_FILE,
@@ -47,6 +49,9 @@ from cem_core.runfiles.files import (
 )
 
 
+_METRICS_REWRITE = threading.Lock()  # an append from another thread (system samples) never lands inside a rewrite
+
+
 def truncate_metrics(path: str | os.PathLike[str], max_step: int) -> int:
     """Keep only lines with step <= max_step (and drop a truncated tail); rewrite atomically.
 
@@ -54,10 +59,11 @@ def truncate_metrics(path: str | os.PathLike[str], max_step: int) -> int:
     from the checkpoint with no gaps and no duplicates.
     """
     path = Path(path)
-    if not path.exists():
-        return 0
-    kept = [obj for obj in iter_jsonl(path) if int(obj.get("step", 0)) <= max_step]
-    atomic_write_bytes(path, "".join(json.dumps(o) + "\n" for o in kept).encode())
+    with _METRICS_REWRITE:
+        if not path.exists():
+            return 0
+        kept = [obj for obj in iter_jsonl(path) if int(obj.get("step", 0)) <= max_step]
+        atomic_write_bytes(path, "".join(json.dumps(o) + "\n" for o in kept).encode())
     return len(kept)
 
 
@@ -107,7 +113,7 @@ class RunDir:
 
     def remove_stale_temp_files(self) -> None:
         """Delete the temp files of atomic writes a killed trainer left (`.heartbeat.json.*.tmp`, ...)."""
-        for name in (HEARTBEAT_FILE, RESULT_FILE, METRICS_FILE):
+        for name in (HEARTBEAT_FILE, RESULT_FILE, METRICS_FILE, ENVIRONMENT_FILE):
             for p in self.path.glob(f".{name}.*.tmp"):
                 call_quietly(p.unlink)
 
@@ -118,7 +124,8 @@ class RunDir:
         append_event(self.path, state, reason, attempt=attempt, **fields)
 
     def append_metrics(self, obj: dict[str, Any]) -> None:
-        append_jsonl(self.metrics, obj)
+        with _METRICS_REWRITE:
+            append_jsonl(self.metrics, obj)
 
     def read_result(self) -> dict[str, Any] | None:
         return read_json_object(self.result)  # a JSON list or string is no result

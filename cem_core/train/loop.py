@@ -59,6 +59,7 @@ from cem_core.fingerprint import code_fingerprint
 from cem_core.plugins import used_plugins
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
+from cem_core.train.environment import RunMonitor
 from cem_core.train.hooks import TestHooks
 from cem_core.train.evaluate import perplexity
 from cem_core.train.optim import build_optimizer, build_scheduler
@@ -371,6 +372,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
     total = total_steps(cfg)
     st = RunState()
     heartbeat: Heartbeat | None = None
+    monitor: RunMonitor | None = None  # environment.json and the system samples (rank 0)
     preempt = Preemption().install()
     try:
         world.barrier()  # every rank has read `attempt` before rank 0 appends to events.jsonl
@@ -380,6 +382,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
                     call_quietly(rd.result.unlink)
                 rd.append_event("running", f"attempt {attempt} on {dev}", attempt=attempt, code_fingerprint=code)
                 heartbeat = Heartbeat(rd.heartbeat, total_steps=total, attempt=attempt).start()
+                monitor = RunMonitor.start(rd, cfg, st, dev, world, attempt=attempt, code=code)
             log.info("run %s attempt %d: %d steps on %s (world size %d, %d threads, code %s)", rd.path.name, attempt,
                      total, dev, world.size, torch.get_num_threads(), code)
             try:
@@ -413,11 +416,15 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
                 _final_heartbeat(heartbeat, st)  # the last heartbeat is older than result.json
                 heartbeat = None
                 result["code_fingerprint"] = code
+                if monitor is not None:
+                    monitor.stop()  # the peaks are in environment.json before the result appears
                 rd.write_result(result)
                 reason = (result["error"] or "").strip().splitlines()[-1:] or [""]
                 rd.append_event(result["state"], reason[0][:500], attempt=attempt)
     finally:
         preempt.restore()
+        if monitor is not None:
+            monitor.stop()
         _final_heartbeat(heartbeat, st)
         world.close()
     return result

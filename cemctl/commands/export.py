@@ -2,8 +2,8 @@
 
 One row per run (run id, experiment, scale, state, arm, every config key, the results,
 tags and notes), or with `--curves` the per-step metrics in long form; `tensorboard`
-writes one event folder per run (train/val loss, lr, tokens/s) for TensorBoard or a
-tracker that reads its files. Refuses to replace a file it did not write unless
+writes one event folder per run, `<arm label>/seed=<n>` (every curve, the system samples, the
+final test loss, the config as hparams) for TensorBoard or a tracker that reads its files. Refuses to replace a file it did not write unless
 `--force`. Library: `cemctl.services.export`.
 """
 
@@ -34,7 +34,8 @@ def export_command(
         result = export_runs(db_url(db), experiment, where=where, fmt=fmt, out=out, curves=curves, scale=scale,
                              force=force)
     if result.fmt == "tensorboard":
-        typer.echo(f"exported {result.runs} runs to {result.out} (one event folder per run, {result.rows} scalars)")
+        typer.echo(f"exported {result.runs} runs to {result.out} (one event folder per run, {result.rows} scalars, "
+                   f"hparams of {result.hparams} runs)")
     else:
         typer.echo(f"exported {result.runs} runs ({result.rows} {'rows of curves' if curves else 'rows'}) to {result.out}")
 

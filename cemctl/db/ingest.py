@@ -47,6 +47,7 @@ from cem_core import runfiles
 from cem_core.config import RunConfig, canonical_json, resolve, run_id
 from cem_core.errors import CemError, ConfigError
 from cem_core.names import is_run_id
+from cem_core.runfiles.files import ENVIRONMENT_FILE
 from cem_core.runfiles import (
     CONFIG_FILE,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -59,6 +60,7 @@ from cem_core.runfiles import (
 )
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.ingest_files import (
+    _ingest_environment,
     _ingest_evals,
     _ingest_events,
     _ingest_heartbeat,
@@ -84,6 +86,7 @@ class IngestStats:
     eval_rows: int = 0
     bad_lines: int = 0
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # run files left out of a run that was synced (one line each)
     states: Counter = field(default_factory=Counter)
 
     def summary(self) -> str:
@@ -98,6 +101,8 @@ class IngestStats:
             text += f"; {self.bad_lines} unreadable lines skipped"
         if self.errors:
             text += f"; {len(self.errors)} run dirs skipped (first: {self.errors[0]})"
+        if self.warnings:
+            text += f"; {len(self.warnings)} run files left out (first: {self.warnings[0]})"
         return text
 
 
@@ -119,13 +124,14 @@ class _Snapshot:
     events_fingerprint: str
     evals_mtime: float | None = None
     config_mtime: float | None = None
+    environment_mtime: float | None = None
 
     @classmethod
     def of(cls, run: Run) -> "_Snapshot":
         return cls(
             run.state, run.state_at, run.heartbeat_at, run.result_mtime,
             run.metrics_offset or 0, run.metrics_fingerprint or "", run.events_offset or 0, run.events_fingerprint or "",
-            run.evals_mtime, run.config_mtime,
+            run.evals_mtime, run.config_mtime, run.environment_mtime,
         )
 
 
@@ -143,7 +149,8 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
         if _size(run_dir / name) != offset:  # new bytes (maybe a partial line: cheap to look again) or rewritten
             return True
     for name, seen in ((RESULT_FILE, snap.result_mtime), (EVALS_FILE, snap.evals_mtime),
-                       (HEARTBEAT_FILE, snap.heartbeat_at), (CONFIG_FILE, snap.config_mtime)):
+                       (HEARTBEAT_FILE, snap.heartbeat_at), (CONFIG_FILE, snap.config_mtime),
+                       (ENVIRONMENT_FILE, snap.environment_mtime)):
         if _mtime(run_dir / name) != seen:
             return True
     if snap.state in ("running", "stale"):  # has it just crossed the heartbeat timeout, either way?
@@ -233,6 +240,7 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
     hb_mtime = _ingest_heartbeat(run, run_dir, metrics_rewritten)
     result, res_mtime, result_damage = _ingest_result(session, run, run_dir, now, out)
     _ingest_evals(session, run, run_dir, now, out)
+    _ingest_environment(session, run, run_dir, now, out)
     evidence = Evidence(
         db_state=run.state if run.state != "damaged" else "planned", db_reason=run.state_reason or "",
         db_state_at=run.state_at,
@@ -408,6 +416,7 @@ def sync_runs(
         stats.results += out.result
         stats.eval_rows += out.eval_rows
         stats.bad_lines += out.bad_lines
+        stats.warnings += out.warnings or []
         if out.state:
             stats.states[out.state] += 1
     return stats

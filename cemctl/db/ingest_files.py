@@ -5,6 +5,7 @@
     _ingest_heartbeat heartbeat.json -> progress, host, pid; its mtime (a sign of life)
     _ingest_result    result.json    -> the `results` row, or why it is no result
     _ingest_evals     evals.json     -> `evals` rows (`cemctl eval`)
+    _ingest_environment environment.json -> the `run_environment` row (what the run trained on)
 
 The logs are read incrementally from a stored byte offset, with a fingerprint
 of the bytes before it (a rewritten file is read again from the start); a
@@ -22,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from sqlalchemy import delete, select
+from sqlalchemy import BigInteger, Float, Integer, delete, select
 from sqlalchemy.orm import Session
 
 from cem_core import runfiles
 from cem_core.runfiles import EVALS_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, RESULT_STATES, RUN_STATES, RunFileError
-from cemctl.db.models import Eval, Metric, Result, Run, RunEvent
+from cemctl.db.models import Eval, Metric, Result, Run, RunEnvironment, RunEvent
 
 _FINGERPRINT_BYTES = 256
 _METRIC_COLUMNS = ("tokens", "time_s", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
@@ -157,6 +158,7 @@ class _Outcome:
     eval_rows: int = 0
     bad_lines: int = 0
     state: str = ""
+    warnings: list[str] | None = None  # run files left out (one line each, naming the file)
 
 
 # ---------------------------------------------------------------------------
@@ -359,3 +361,41 @@ def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _O
     run.evals_mtime = mtime
 
 
+
+
+_ENV_COLUMNS = {c.name: c for c in RunEnvironment.__table__.columns
+                if c.name not in ("run_id", "environment_json", "file_mtime", "recorded_at")}
+
+
+def _ingest_environment(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
+    """Mirror RUN_DIR/environment.json into `run_environment` when its mtime changed. A run without one (trained
+    before it was recorded) has no row; a damaged one keeps the row it had and is reported (`out.warnings`)."""
+    from cem_core.errors import ConfigError
+    from cem_core.runfiles.environment import read_environment
+    from cem_core.runfiles.files import ENVIRONMENT_FILE
+
+    mtime = _mtime(run_dir / ENVIRONMENT_FILE)
+    if mtime == run.environment_mtime:
+        return
+    try:
+        env = read_environment(run_dir) if mtime is not None else None
+    except ConfigError as e:
+        out.warnings = [*(out.warnings or []), str(e)]
+        return
+    if env is None:
+        session.execute(delete(RunEnvironment).where(RunEnvironment.run_id == run.id))
+    else:
+        values: dict[str, Any] = {"run_id": run.id, "file_mtime": mtime, "recorded_at": now,
+                                  "environment_json": json.dumps(env, sort_keys=True, default=str)}
+        for name, col in _ENV_COLUMNS.items():
+            value = env.get(name)
+            if isinstance(col.type, (BigInteger, Integer)):
+                values[name] = _num(value, int)
+            elif isinstance(col.type, Float):
+                values[name] = _num(value, float)
+            else:
+                length = getattr(col.type, "length", None) or 255
+                values[name] = str(value)[:length] if value is not None else None
+        _upsert(session, RunEnvironment, [values], ["run_id"], [k for k in values if k != "run_id"])
+    run.environment_mtime = mtime
+    out.changed = True

@@ -25,6 +25,8 @@ Versions:
   6  runs.config_mtime (config.json last checked against the run id; the `damaged` state).
   7  table `run_tags` (a run's tags and notes, mirrored from its tags.json: `cemctl tag`, `cemctl note`).
   8  results.code_fingerprint (the model and training code that produced the result: cem_core.fingerprint).
+  9  table `run_environment` (what a run trained on, mirrored from its environment.json) and
+     runs.environment_mtime (environment.json last ingested). Older runs have no row.
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -42,7 +44,7 @@ from sqlalchemy.engine import Connection, Engine
 from cemctl.db.errors import DatabaseError
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 8
+CURRENT_VERSION = 9
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -170,8 +172,22 @@ def _to_v8(conn: Connection) -> None:
     _add_columns(conn, "results", [("code_fingerprint", "VARCHAR(32)")])
 
 
+def _to_v9(conn: Connection) -> None:
+    """The run_environment table and runs.environment_mtime (older runs: no row, nothing recorded)."""
+    _add_columns(conn, "runs", [("environment_mtime", "FLOAT")])
+    conn.execute(text(
+        "CREATE TABLE IF NOT EXISTS run_environment (run_id VARCHAR(64) NOT NULL PRIMARY KEY REFERENCES runs (id) "
+        "ON DELETE CASCADE, attempt INTEGER, hostname VARCHAR(255), cpu_model VARCHAR(255), cpu_count INTEGER, "
+        "device VARCHAR(32), gpu_model VARCHAR(255), gpu_memory_bytes BIGINT, driver_version VARCHAR(64), "
+        "cuda_version VARCHAR(64), torch_version VARCHAR(64), python_version VARCHAR(64), cemctl_version VARCHAR(64), "
+        "code_fingerprint VARCHAR(64), code_snapshot VARCHAR(64), peak_host_rss_bytes BIGINT, "
+        "peak_gpu_allocated_bytes BIGINT, started_at FLOAT, ended_at FLOAT, environment_json TEXT NOT NULL DEFAULT '{}', "
+        "file_mtime FLOAT, recorded_at FLOAT NOT NULL)"
+    ))
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5, 6: _to_v6,
-                                                       7: _to_v7, 8: _to_v8}
+                                                       7: _to_v7, 8: _to_v8, 9: _to_v9}
 
 
 def schema_version(conn: Connection) -> int:

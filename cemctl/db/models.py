@@ -15,14 +15,17 @@ helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
   resolved config), so a Llama baseline shared by two figures is one run.
   Holds the state and the summary columns `cemctl status` shows.
 - `run_events`: every state transition (time, state, reason, attempt, host).
-- `metrics`: one row per (run_id, kind, step, series) (kind = train | val | energy;
-  series "" except for energy lines: "<layer>/<sublayer>/<t>");
+- `metrics`: one row per (run_id, kind, step, series) (kind = train | val | energy | system;
+  series "" except for energy lines: "<layer>/<sublayer>/<t>", and system samples: "<attempt>.<sample>");
   wide columns for the known keys, anything else in `extra_json`.
 - `results`: the terminal `result.json` of a run, one row per run.
 - `run_tags`: a run's tags and notes (`cemctl tag`, `cemctl note`), mirrored from its tags.json.
 - `evals`: test-time recursion evaluations (`cemctl eval`, the run's evals.json):
   one row per (run_id, attn_steps, mlp_steps) with the test loss/perplexity and
   FLOPs per token at those recursion depths.
+- `run_environment`: what a run trained on (its environment.json, `cem_core.runfiles.environment`): one row per
+  run, the latest attempt's host, CPU, GPU, versions, code and peak memory as columns, the whole record in
+  `environment_json`. Its system samples are `metrics` rows of kind "system".
 - `schema_version`: the version the file was migrated to (`cemctl.db.migrations`).
 """
 
@@ -115,6 +118,7 @@ class Run(Base):
     result_mtime: Mapped[Optional[float]] = mapped_column(Float)  # result.json last ingested
     config_mtime: Mapped[Optional[float]] = mapped_column(Float)  # config.json last checked against the run id
     evals_mtime: Mapped[Optional[float]] = mapped_column(Float)  # evals.json last ingested
+    environment_mtime: Mapped[Optional[float]] = mapped_column(Float)  # environment.json last ingested
     __table_args__ = (Index("ix_runs_state", "state"),)
 
 
@@ -209,4 +213,32 @@ class RunTags(Base):
     tags_json: Mapped[str] = mapped_column(Text, default="{}")
     notes_json: Mapped[str] = mapped_column(Text, default="[]")
     file_mtime: Mapped[Optional[float]] = mapped_column(Float)  # tags.json when it was read
+    recorded_at: Mapped[float] = mapped_column(Float)
+
+
+class RunEnvironment(Base):
+    """What a run trained on, mirrored from its environment.json (schema v9): the latest attempt's fields."""
+
+    __tablename__ = "run_environment"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[Optional[int]] = mapped_column(Integer)
+    hostname: Mapped[Optional[str]] = mapped_column(String(255))
+    cpu_model: Mapped[Optional[str]] = mapped_column(String(255))
+    cpu_count: Mapped[Optional[int]] = mapped_column(Integer)
+    device: Mapped[Optional[str]] = mapped_column(String(32))
+    gpu_model: Mapped[Optional[str]] = mapped_column(String(255))
+    gpu_memory_bytes: Mapped[Optional[int]] = mapped_column(BigInteger)
+    driver_version: Mapped[Optional[str]] = mapped_column(String(64))
+    cuda_version: Mapped[Optional[str]] = mapped_column(String(64))
+    torch_version: Mapped[Optional[str]] = mapped_column(String(64))
+    python_version: Mapped[Optional[str]] = mapped_column(String(64))
+    cemctl_version: Mapped[Optional[str]] = mapped_column(String(64))
+    code_fingerprint: Mapped[Optional[str]] = mapped_column(String(64))
+    code_snapshot: Mapped[Optional[str]] = mapped_column(String(64))
+    peak_host_rss_bytes: Mapped[Optional[int]] = mapped_column(BigInteger)
+    peak_gpu_allocated_bytes: Mapped[Optional[int]] = mapped_column(BigInteger)
+    started_at: Mapped[Optional[float]] = mapped_column(Float)
+    ended_at: Mapped[Optional[float]] = mapped_column(Float)
+    environment_json: Mapped[str] = mapped_column(Text, default="{}")  # the whole checked record
+    file_mtime: Mapped[Optional[float]] = mapped_column(Float)  # environment.json when it was read
     recorded_at: Mapped[float] = mapped_column(Float)

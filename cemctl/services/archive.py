@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from cem_core import runfiles
+from cem_core.runfiles.files import ENVIRONMENT_FILE
 from cem_core.errors import CemError, ConfigError
 
 FORMAT = "cemctl-archive"
 VERSION = 1
 RUN_FILES = (runfiles.CONFIG_FILE, runfiles.RESULT_FILE, runfiles.METRICS_FILE, runfiles.EVENTS_FILE,
-             runfiles.EVALS_FILE, "tags.json")
+             runfiles.EVALS_FILE, "tags.json", ENVIRONMENT_FILE)
 MAX_MEMBER_BYTES = 256 << 20
 MAX_MANIFEST_BYTES = 64 << 20
 
