@@ -79,6 +79,8 @@ _DOCS: dict[str, tuple[str, str, str]] = {
     "train.compile": ("torch.compile: auto (on CUDA, eager fallback), on or off", "", ""),
     "train.activation_checkpointing": ("recompute each block's activations in the backward pass", "", ""),
     "train.precision": ("auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32", "", ""),
+    "train.system_every_s": ("sample CPU/GPU use and memory every N seconds into metrics.jsonl (0: off)",
+                             "", "s"),
     "train.energy_layers": ("energy diagnostics at each evaluation: '' off, 'all', or layer indices '0,3'", "", ""),
     "gp.kernel": ("the GP kernel (task=gp)", "", ""),
     "gp.input_dim": ("input dimension of the GP regression (task=gp)", "1..100000", ""),
