@@ -65,7 +65,7 @@ def test_compare_arms_by_label_means_over_seeds_and_overlays_curves(project, tmp
     res = cli(project["where"], "compare", "attn_step_size=0.5, attn_steps=1", "attn_step_size=1, attn_steps=1",
               "-e", "mine", "--curves", str(png), env={"COLUMNS": "120"})
     assert res.returncode == 0, res.output
-    assert "arm of 2 runs" in res.stdout and "1.5605 \u00b1 0.0007 (n=2)" in res.stdout
+    assert "(2 runs, mine)" in res.stdout and "1.5605 \u00b1 0.0007 (n=2)" in res.stdout
     assert png.stat().st_size > 1000
     mine = tmp_path / "mine.png"
     mine.write_bytes(b"a user's picture")

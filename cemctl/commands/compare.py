@@ -1,66 +1,120 @@
-"""`cemctl compare A B [C ...]`: the config keys that differ, then the metrics side by side.
+"""`cemctl compare A B [C ...]`: the config keys that differ, what they trained on, the metrics side by side and
+each item's difference to the first with its 95% interval.
 
-A, B, ... are run ids (or unique prefixes), arm ids or arm labels (`cemctl status --arms`,
-the report's arms table); an arm shows its mean +- s.d. over seeds. `--curves FILE`
-overlays their training curves (PNG, PDF or SVG by the file's suffix). Library:
-`cemctl.services.compare`.
+A, B, ... are run ids (or unique prefixes), arm ids or arm labels (`cemctl status --arms`, the report's arms
+table; `key=value` parts in any order); an arm shows its mean +- s.d. over seeds. Items are columns A, B, C
+(named in the first lines), so the tables fit 80 columns whatever the labels. `--curves FILE` overlays their
+training curves (PNG, PDF or SVG by the file's suffix). Library: `cemctl.services.compare`.
 """
 
 from __future__ import annotations
 
 import json
+import string
+import textwrap
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, output_width, print_view, runs_dir
 
 
-def _cell(col: str, v: dict, arm: bool) -> str:
-    from cemctl.commands.views import formats as F
+def _fmt(col: str):  # noqa: ANN202 - the catalogue field's formatter
+    from cemctl.records import formats as F
+    from cemctl.records.fields import field
 
+    return F.by_kind(field(col).kind)
+
+
+def _cell(col: str, v: dict, arm: bool) -> str:
     if "text" in v:
         return v["text"]
     if not v["n"]:
         return ""
-    fmt = {"test_loss": F.loss, "val_loss": F.loss, "test_ppl": F.ppl, "wall_time_s": lambda x: f"{x:.1f}"}.get(col, F.count)
+    fmt = _fmt(col)
     text = fmt(v["mean"])
     if v["sd"]:  # a spread over seeds (none for one seed, or a count every seed shares)
         text += f" \u00b1 {fmt(v['sd'])}"
     return text + (f" (n={v['n']})" if arm else "")
 
 
+def _signed(col: str, x: float) -> str:
+    text = _fmt(col)(abs(x))
+    return ("-" if x < 0 else "+") + text
+
+
+def _diff_cell(col: str, d: dict | None) -> str:
+    if d is None:
+        return ""
+    text = _signed(col, d["effect"])
+    if d["low"] is not None:
+        text += f" [{_signed(col, d['low'])}, {_signed(col, d['high'])}]"
+    return text + (" paired" if d["method"] == "paired t" else " Welch" if d["low"] is not None else "")
+
+
 class CompareView:
     def __init__(self, cmp, width: int | None) -> None:  # noqa: ANN001 - services.compare.Comparison
         from cemctl.commands.views.table import Cell, Column, fit
-        from cemctl.services.compare import METRICS
+        from cemctl.records.fields import field
 
-        names = [i.text for i in cmp.items]
-        labels = dict(METRICS)
-        cols = [Column("what", "", required=True)] + [Column(f"i{j}", n, required=True, shrink_to=8)
-                                                      for j, n in enumerate(names)]
+        letters = list(string.ascii_uppercase)
+        n = len(cmp.items)
+        self.width = width
+        self.names = [f"{letters[j % 26]}: " + (f"run {i.name}" if i.kind == "run" else
+                                                  f"arm '{i.name}' ({len(i.run_ids)} run{'s' if len(i.run_ids) != 1 else ''}"
+                                                  f"{', ' + i.experiment if i.experiment else ''})")
+                      for j, i in enumerate(cmp.items)]
+        cols = [Column("what", "", required=True)] + [Column(f"i{j}", letters[j % 26], required=True, shrink_to=8)
+                                                      for j in range(n)]
         self.config_rows = [{"what": Cell(k), **{f"i{j}": Cell(v) for j, v in enumerate(vals)}}
                             for k, vals in cmp.differing]
+        self.env_rows = [{"what": Cell(field(k).header), **{f"i{j}": Cell(v) for j, v in enumerate(vals)}}
+                         for k, vals in cmp.environment]
         arms = [i.kind == "arm" for i in cmp.items]
-        self.metric_rows = [{"what": Cell(labels[col]), **{f"i{j}": Cell(_cell(col, v, arms[j]))
-                                                           for j, v in enumerate(vals)}}
+        self.metric_rows = [{"what": Cell(field(col).header), **{f"i{j}": Cell(_cell(col, v, arms[j]))
+                                                                 for j, v in enumerate(vals)}}
                             for col, vals in cmp.metrics]
-        self.layout = fit(cols, self.config_rows + self.metric_rows, width, keep_empty=True)
+        self.layout = fit(cols, self.config_rows + self.env_rows + self.metric_rows, width, keep_empty=True)
+        dcols = [Column("what", "", required=True)] + [Column(f"d{j}", f"{letters[j % 26]} - A", required=True,
+                                                               shrink_to=10) for j in range(1, n)]
+        self.diff_rows = [{"what": Cell(field(col).header), **{f"d{j}": Cell(_diff_cell(col, d))
+                                                              for j, d in enumerate(ds) if j}}
+                          for col, ds in cmp.differences if any(d is not None for d in ds[1:])]
+        self.diff_layout = fit(dcols, self.diff_rows, width, keep_empty=True)
         self.identical = cmp.identical
-        self.kinds = "; ".join(f"{i.text}: run {i.name}" if i.kind == "run" else
-                               f"{i.text}: arm of {len(i.run_ids)} run{'s' if len(i.run_ids) != 1 else ''}"
-                               for i in cmp.items)
+        self.any_arm = any(arms)
+
+    def _heads(self) -> list[str]:
+        out = []
+        for name in self.names:
+            out += textwrap.wrap(name, self.width or 10_000, subsequent_indent="   ") or [name]
+        return out
+
+    def _blocks(self) -> list[tuple[str, Any, list]]:
+        blocks = []
+        if not self.identical:
+            blocks.append(("config keys that differ:", self.layout, self.config_rows))
+        if self.env_rows:
+            blocks.append(("trained on (where that differs):", self.layout, self.env_rows))
+        blocks.append(("metrics (an arm: mean \u00b1 s.d. over its finished seeds):", self.layout, self.metric_rows))
+        if self.diff_rows:
+            blocks.append(("difference to A, 95% interval (paired by seed when both arms share seeds and "
+                           "parameters, else Welch):", self.diff_layout, self.diff_rows))
+        return blocks
+
+    def _same(self) -> str:
+        return "the configs are identical" + (" (apart from the seed)" if self.any_arm else "") if self.identical else ""
 
     def plain_lines(self) -> list[str]:
         from cemctl.commands.views.table import render_plain
 
-        out = [self.kinds]
-        if self.identical:
-            out.append("the configs are identical" + (" (apart from the seed)" if "arm" in self.kinds else ""))
-        else:
-            out += ["config keys that differ:"] + render_plain(self.layout, self.config_rows)
-        return out + ["", "metrics:"] + render_plain(self.layout, self.metric_rows)
+        out = self._heads()
+        if self._same():
+            out.append(self._same())
+        for title, layout, rows in self._blocks():
+            out += [""] + (textwrap.wrap(title, self.width) if self.width else [title]) + render_plain(layout, rows)
+        return out
 
     def rich(self):  # noqa: ANN201
         from rich.console import Group
@@ -68,26 +122,26 @@ class CompareView:
 
         from cemctl.commands.views.table import render_rich
 
-        parts = [Text(self.kinds, style="dim")]
-        if self.identical:
-            parts.append(Text("the configs are identical" + (" (apart from the seed)" if "arm" in self.kinds else ""),
-                              style="bold"))
-        else:
-            parts += [Text("config keys that differ:", style="bold"), render_rich(self.layout, self.config_rows)]
-        return Group(*parts, Text(""), Text("metrics:", style="bold"), render_rich(self.layout, self.metric_rows))
+        parts: list[Any] = [Text(h, style="dim") for h in self._heads()]
+        if self._same():
+            parts.append(Text(self._same(), style="bold"))
+        for title, layout, rows in self._blocks():
+            parts += [Text(""), Text(title, style="bold"), render_rich(layout, rows)]
+        return Group(*parts)
 
 
 def compare_command(
     items: List[str] = typer.Argument(..., help="Two or more run ids (or prefixes), arm ids or arm labels."),
-    experiment: Optional[str] = typer.Option(None, "--experiment", "-e", help="Look arm labels up in this experiment."),
-    where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting KEY OP VALUE (repeatable)."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", "-e", help="Look arm labels up in this experiment "
+                                             "only (default: every experiment)."),
+    where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting FIELD OP VALUE (repeatable)."),
     curves: Optional[str] = typer.Option(None, "--curves", help="Also write their training curves to this image file "
                                          "(.png, .pdf or .svg)."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,
 ) -> None:
-    """Show only the config keys that differ between runs or arms, then their metrics side by side."""
+    """Show the config keys that differ between runs or arms, their metrics and differences with intervals."""
     with cli_errors():
         from cem_core.errors import ConfigError
         from cemctl.services.compare import compare, curves_figure
@@ -99,7 +153,8 @@ def compare_command(
             from cemctl.report.outfile import write_owned_file
 
             fig = curves_figure(db_url(db), cmp)
-            write_owned_file(Path(curves), lambda p: fig.savefig(p, dpi=150, format=Path(curves).suffix[1:].lower()))
+            write_owned_file(Path(curves), lambda p: fig.savefig(p, dpi=150, format=Path(curves).suffix[1:].lower(),
+                                                                 bbox_inches="tight"))
     if as_json:
         typer.echo(json.dumps(cmp.to_json(), default=str))
         return

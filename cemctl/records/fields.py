@@ -27,7 +27,7 @@ TAG_PREFIX = "tag."
 TAG_FIELD = re.compile(r"^tag\.[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 # Where a field's value comes from (what the loader must read to have it).
-SOURCES = ("link", "state", "progress", "result", "arm", "notes", "tags", "code", "config")
+SOURCES = ("link", "state", "progress", "result", "arm", "notes", "tags", "code", "environment", "config")
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,18 @@ RUN_FIELDS: tuple[Field, ...] = (
     _f("diverged_step", "int", "result", "the step at which the loss became non-finite (diverged runs)"),
     _f("code_fingerprint", "str", "code", "the fingerprint of the model code that trained the run"),
     _f("outdated", "bool", "code", "true when the run was trained by older model code than this installation's"),
+    _f("cpu_model", "str", "environment", "the CPU the run trained on (its environment.json)"),
+    _f("gpu_model", "str", "environment", "the GPU the run trained on (empty on a CPU)", short="GPU"),
+    _f("device", "str", "environment", "the torch device it trained on (cpu, cuda:0)"),
+    _f("torch_version", "str", "environment", "the torch version it trained with", short="torch"),
+    _f("python_version", "str", "environment", "the Python version it trained with", short="python"),
+    _f("cemctl_version", "str", "environment", "the cemctl version it trained with", short="cemctl"),
+    _f("cuda_version", "str", "environment", "the CUDA version torch was built with (GPU runs)", short="CUDA"),
+    _f("code_snapshot", "str", "environment", "the code snapshot the launch ran it from (job.json's snapshot)"),
+    _f("peak_host_rss_bytes", "count", "environment", "peak resident memory of the training process", unit="bytes",
+       short="peak RSS"),
+    _f("peak_gpu_allocated_bytes", "count", "environment", "peak GPU memory allocated by torch", unit="bytes",
+       short="peak GPU mem"),
     _f("note", "str", "notes", "the run's notes (`cemctl note`), joined with ' | '", aliases=("notes",)),
 )
 TAG_HELP = "a tag set with `cemctl tag RUN NAME=VALUE` (letters, digits, _ . -)"

@@ -102,17 +102,18 @@ def _unknown(engine: "Engine", name: str) -> CemError:
 
 def load_records(engine: "Engine", experiment: str | None = None, *, scale: str | None = None,
                  per_experiment: bool = False, per_scale: bool = False, config: bool = True, arms: bool = True, tags: bool = True,
-                 results: bool = True, outdated: bool = True, runs_root: Path | str | None = None,
-                 now: float | None = None) -> RunRecords:
+                 results: bool = True, outdated: bool = True, environment: bool = True,
+                 runs_root: Path | str | None = None, now: float | None = None) -> RunRecords:
     """The records of the runs (see the module docstring). `config`/`arms`/`tags`/`results`/`outdated`: what to
     read beyond the run's state and progress (all by default; `cemctl status` asks only for what it shows).
+    `environment`: what the run trained on (its environment.json, `cemctl.db.environment`).
     `runs_root`: the folder `run_dir` is made from (default: the one the database recorded). Raises CemError for an
     unknown experiment (listing the known ones). `per_scale` (with `experiment=None`): one record per run and scale
     it was planned at (`cemctl claims` across scales)."""
     from sqlalchemy import literal, null, select
 
     from cemctl.db.engine import read_session
-    from cemctl.db.models import Experiment, ExperimentRun, Result, Run, RunTags
+    from cemctl.db.models import Experiment, ExperimentRun, Result, Run, RunEnvironment, RunTags
     from cemctl.db.runs import in_grid_case, join_latest, latest_plans, recorded_runs_root
 
     now = time.time() if now is None else now
@@ -127,13 +128,16 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
     cols = [*run_cols, *(res_cols if results else []),
             *([Result.result_json] if results else []),
             *([Run.config_json] if need_config else []),
-            *([RunTags.tags_json, RunTags.notes_json] if tags else [])]
+            *([RunTags.tags_json, RunTags.notes_json] if tags else []),
+            *([getattr(RunEnvironment, c) for c in ENV_COLUMNS] if environment else [])]
 
     def joined(q: Any) -> Any:
         if results:
             q = q.outerjoin(Result, Result.run_id == Run.id)
         if tags:
             q = q.outerjoin(RunTags, RunTags.run_id == Run.id)
+        if environment:
+            q = q.outerjoin(RunEnvironment, RunEnvironment.run_id == Run.id)
         return q
 
     with read_session(engine) as s:
@@ -177,7 +181,8 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
     out: list[dict[str, Any]] = []
     for key, row in picked:
         in_grid = bool(row[6])
-        rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now)
+        rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now,
+                      environment=environment)
         if not in_grid and rec["state"] not in ENDED_STATES:
             continue  # left the grid before it ran: it never will
         exp_name = exps[row[0]].name if row[0] in exps else ""
@@ -187,7 +192,8 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
         _link_fields(rec, row, in_grid, root_text)
         out.append(rec)
     for row in lone:
-        rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now)
+        rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now,
+                      environment=environment)
         rec["experiment"] = ""
         rec["_experiment"] = NO_EXPERIMENT if per_experiment else ""
         _link_fields(rec, row, True, root_text)
@@ -232,8 +238,12 @@ def _link_fields(rec: dict[str, Any], row: Any, in_grid: bool, root: str | None)
         rec["reason"] = NOT_IN_GRID + (f"; {rec['reason']}" if rec["reason"] else "")
 
 
+ENV_COLUMNS = ("cpu_model", "gpu_model", "device", "torch_version", "python_version", "cemctl_version", "cuda_version",
+               "code_snapshot", "peak_host_rss_bytes", "peak_gpu_allocated_bytes")  # catalogue source "environment"
+
+
 def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_config: bool, tags: bool,
-            now: float) -> dict[str, Any]:
+            now: float, environment: bool = False) -> dict[str, Any]:
     (rid, state, reason, last_step, total_steps, tokens, train_loss, val_loss, rate, started, finished, heartbeat,
      executor, job_id, attempts, error, host, _created, params, params_ne, fpt) = row[:21]
     i = 21
@@ -254,6 +264,8 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
     tags_json = notes_json = None
     if tags:
         tags_json, notes_json = row[i], row[i + 1]
+        i += 2
+    env = dict(zip(ENV_COLUMNS, row[i:i + len(ENV_COLUMNS)])) if environment else {}
     has_result = results and res.get("r_state") is not None
     finished_run = state in RESULT_STATES
     rec: dict[str, Any] = {
@@ -304,6 +316,8 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
         except ValueError:
             cfg = {}
         rec.update(flatten(cfg) if isinstance(cfg, dict) else {})
+    for k in ENV_COLUMNS:
+        rec[k] = env.get(k)
     rec["note"] = ""
     if tags:
         try:
