@@ -369,7 +369,7 @@ def test_a_version_8_database_is_migrated_and_old_runs_have_no_environment(tmp_p
     con.close()
     engine = open_db(f"sqlite:///{path}")
     con = sqlite3.connect(path)
-    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == CURRENT_VERSION == 9
+    assert max(v for (v,) in con.execute("SELECT version FROM schema_version")) == CURRENT_VERSION >= 9
     assert con.execute("SELECT environment_mtime FROM runs").fetchall() == [(None,)]
     fresh = tmp_path / "fresh.db"
     open_db(f"sqlite:///{fresh}")

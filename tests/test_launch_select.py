@@ -14,7 +14,8 @@ def make(tmp_path: Path, name: str, *, result: str | None = None, job: dict | No
     d = tmp_path / name
     d.mkdir()
     if result:
-        (d / "result.json").write_text(json.dumps({"state": result, "error": "boom" if result == "failed" else None}))
+        (d / "result.json").write_text(json.dumps({"state": result, "error": "boom" if result == "failed" else None,
+                                                   "test_loss": 1.5 if result == "done" else None}))
     if job:
         runfiles.write_job(d, runfiles.JobRecord.from_dict(job))
     if ckpts:
@@ -39,7 +40,7 @@ def test_selection_rules(tmp_path, monkeypatch):
         make(tmp_path, "fresh"),
     ]
     got = {s.run_id: (s.action, s.reason) for s in select_runs(runs)}
-    assert got["done"][0] == SKIP and got["diverged"][0] == SKIP
+    assert got["done"] == (SKIP, "done") and got["diverged"][0] == SKIP
     assert got["failed"] == (SKIP, "failed (use --retry-failed to run it again)")
     assert got["live"][0] == SKIP and "already running" in got["live"][1]
     assert got["orphan"] == (START, "start")
@@ -47,6 +48,17 @@ def test_selection_rules(tmp_path, monkeypatch):
     assert got["cancelled"][0] == START and got["fresh"][0] == START
     retry = {s.run_id: s.action for s in select_runs(runs, retry_failed=True)}
     assert retry["failed"] == RETRY and retry["done"] == SKIP and retry["diverged"] == SKIP
+
+
+def test_a_done_result_without_a_test_loss_is_damaged_for_the_launcher_as_for_ingest(tmp_path):
+    """One rule of what a result is (cem_core.runfiles.results): the launcher never starts such a run over (its
+    result.json would be replaced), it skips it as damaged, as ingest calls it."""
+    rid, d = make(tmp_path, "nan", result="done")
+    (d / "result.json").write_text(json.dumps({"state": "done", "test_loss": None}))
+    (sel,) = select_runs([(rid, d)])
+    assert sel.action == SKIP and "damaged: result.json: state done but test_loss is None" in sel.reason
+    (again,) = select_runs([(rid, d)], redo_damaged=True)
+    assert again.action != SKIP
 
 
 def test_slurm_job_without_squeue_is_not_started_twice(tmp_path, monkeypatch):

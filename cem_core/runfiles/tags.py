@@ -29,6 +29,11 @@ TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 MAX_VALUE_CHARS = 200
 MAX_NOTE_CHARS = 2000
 MAX_NOTES = 1000
+MAX_TAGS_BYTES = 16 << 20  # 1,000 notes of 2,000 characters (escaped) fit well below it
+
+
+class TagsUnreadable(RunFileError):
+    """A tags.json that exists but cannot be read as tags: never taken for "no tags" by a command that writes."""
 
 
 @dataclass
@@ -41,7 +46,8 @@ class TagsRecord:
 
     @classmethod
     def from_dict(cls, d: Any) -> "TagsRecord":
-        """Tolerant: what is not a string-to-string tag or a {time, text} note is dropped."""
+        """Tolerant (the database's mirror): what is not a string-to-string tag or a {time, text} note is dropped.
+        A run's file is read strictly (`read_tags`): nothing in it is ever dropped without a word."""
         if not isinstance(d, dict):
             return cls()
         raw_tags = d.get("tags") if isinstance(d.get("tags"), dict) else {}
@@ -74,14 +80,56 @@ def check_note(text: str) -> str:
     return text
 
 
-def read_tags(run_dir: str | os.PathLike[str]) -> TagsRecord:
-    """The run's tags.json (confined read); an empty record when it has none or it cannot be read."""
-    try:
-        import json
+def _strict(d: Any, path: str) -> TagsRecord:
+    """The whole shape checked: {"tags": {NAME: text}, "notes": [{"time": number|null, "text": text}]}."""
+    def bad(what: str) -> TagsUnreadable:
+        return TagsUnreadable(f"{path}: {what}")
 
-        return TagsRecord.from_dict(json.loads(read_run_file(run_dir, TAGS_FILE, max_bytes=1 << 20)))
-    except (FileNotFoundError, RunFileError, OSError, ValueError):
+    if not isinstance(d, dict) or set(d) - {"tags", "notes"}:
+        raise bad('must be a JSON object with "tags" and "notes" (nothing else)')
+    tags, notes = d.get("tags", {}), d.get("notes", [])
+    if not isinstance(tags, dict):
+        raise bad('"tags" must be an object of NAME: text')
+    for k, v in tags.items():
+        if not isinstance(k, str) or not TAG_NAME.match(k) or not isinstance(v, str):
+            raise bad(f"tag {k!r} must be a name (a letter, then letters, digits, _ . -) with a text value")
+    if not isinstance(notes, list):
+        raise bad('"notes" must be a list')
+    for i, n in enumerate(notes):
+        if not (isinstance(n, dict) and isinstance(n.get("text"), str) and set(n) <= {"time", "text"}
+                and (n.get("time") is None or (isinstance(n["time"], (int, float)) and not isinstance(n["time"], bool)))):
+            raise bad(f"note {i + 1} must be {{\"time\": unix seconds, \"text\": text}}")
+    return TagsRecord(dict(tags), [{"time": None if n.get("time") is None else float(n["time"]), "text": n["text"]}
+                                   for n in notes])
+
+
+def read_tags(run_dir: str | os.PathLike[str]) -> TagsRecord:
+    """The run's tags.json (confined read, the whole shape checked); an empty record when it has none. A file that
+    exists but cannot be read as tags (too large, not JSON, a bad entry, not a regular file) raises TagsUnreadable
+    naming the file: it is never taken for "no tags", so nothing that writes tags can wipe it."""
+    import json
+
+    path = str(Path(run_dir) / TAGS_FILE)
+    try:
+        data = read_run_file(run_dir, TAGS_FILE, max_bytes=MAX_TAGS_BYTES)
+    except FileNotFoundError:
         return TagsRecord()
+    except RunFileError as e:
+        raise TagsUnreadable(f"{e}; {RECOVER}") from None
+    except OSError as e:
+        raise TagsUnreadable(f"{path}: cannot be read ({e.strerror or e}); {RECOVER}") from None
+    try:
+        d = json.loads(data)
+    except ValueError as e:
+        raise TagsUnreadable(f"{path}: is not valid JSON ({e}); {RECOVER}") from None
+    try:
+        return _strict(d, path)
+    except TagsUnreadable as e:
+        raise TagsUnreadable(f"{e}; {RECOVER}") from None
+
+
+RECOVER = ("its tags and notes are kept as they are: fix the file by hand (it is JSON), or move it aside to start "
+           "the run's tags afresh")
 
 
 def tags_mtime(run_dir: str | os.PathLike[str]) -> float | None:

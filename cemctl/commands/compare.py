@@ -137,6 +137,8 @@ def compare_command(
     where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting FIELD OP VALUE (repeatable)."),
     curves: Optional[str] = typer.Option(None, "--curves", help="Also write their training curves to this image file "
                                          "(.png, .pdf or .svg)."),
+    history: bool = typer.Option(False, "--history", help="One run against its own earlier results (set aside by "
+                                 "launch --rerun-outdated or --redo-damaged): code, state, losses, difference."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,
@@ -146,6 +148,9 @@ def compare_command(
         from cem_core.errors import ConfigError
         from cemctl.services.compare import compare, curves_figure
 
+        if history:
+            _print_history(list(items), experiment, db, as_json)
+            return
         if curves is not None and Path(curves).suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError("--curves", f"{curves!r} must end in .png, .pdf or .svg", allowed=[".png", ".pdf", ".svg"])
         cmp = compare(db_url(db), runs_dir(runs), list(items), experiment=experiment, where=where)
@@ -162,6 +167,50 @@ def compare_command(
     print_view(CompareView(cmp, width))
     if curves is not None:
         typer.echo(f"curves written to {curves}")
+
+
+def _print_history(items: list[str], experiment: str | None, db: str | None, as_json: bool) -> None:
+    from cem_core.errors import ConfigError
+    from cemctl.commands.views.table import Cell, Column, fit
+    from cemctl.records import formats as F
+    from cemctl.services.compare import run_history
+
+    if len(items) != 1:
+        raise ConfigError("--history", "give exactly one run", allowed=["RUN (a run id or unique prefix)"])
+    hist = run_history(db_url(db), items[0], experiment=experiment)
+    if as_json:
+        typer.echo(json.dumps({"run_id": hist.run_id, "results": hist.rows}, default=str))
+        return
+    cols = [Column("when", "when", required=True), Column("folder", "kept in", shrink_to=10, priority=6),
+            Column("code", "code", required=True), Column("state", "state", required=True),
+            Column("test", "test", align="right", required=True), Column("val", "val", align="right", priority=4),
+            Column("diff", "test - current", align="right", required=True)]
+    rows = [{"when": Cell(F.timestamp(h["set_aside_at"])), "folder": Cell(h["folder"]),
+             "code": Cell(h["code_fingerprint"] or "unknown"), "state": Cell(h["state"] or ""),
+             "test": Cell(F.loss(h["test_loss"])), "val": Cell(F.loss(h["val_loss"])),
+             "diff": Cell("" if h["current"] or h["test_loss_minus_current"] is None else
+                          f"{h['test_loss_minus_current']:+.4f}")} for h in hist.rows]
+    _, width = output_width()
+
+    class _View:
+        def __init__(self) -> None:
+            self.layout = fit(cols, rows, width)
+
+        def plain_lines(self) -> list[str]:
+            from cemctl.commands.views.table import render_plain
+
+            return [f"run {hist.run_id}: {len(rows) - 1} earlier result(s), then the current one"] + \
+                render_plain(self.layout, rows)
+
+        def rich(self):  # noqa: ANN201
+            from rich.console import Group
+            from rich.text import Text
+
+            from cemctl.commands.views.table import render_rich
+
+            return Group(Text(self.plain_lines()[0], style="bold"), render_rich(self.layout, rows))
+
+    print_view(_View())
 
 
 def register(app: typer.Typer) -> None:

@@ -41,15 +41,14 @@ def sync_command(
         root = resolve_runs_root(engine, runs_dir(runs))
         if not root.is_dir():
             raise CemError(f"--runs-dir: {root}: no runs folder there (nothing to sync)")
-        stats = sync_runs(engine, root, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))
-        from cemctl.db.tags import sync_tags
-
-        sync_tags(engine, root)  # tags and notes: tags.json is the ground truth too
+        stats = sync_runs(engine, root, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))  # tags too
     from cem_core.names import printable
 
     typer.echo(printable(stats.summary()))
     for error in stats.errors:
         stderr_console().print(f"skipped: {printable(error)}", markup=False, highlight=False, soft_wrap=True)
+    for warning in stats.warnings:  # a run file left out (its rows kept as they were): the file is named
+        stderr_console().print(f"left out: {printable(warning)}", markup=False, highlight=False, soft_wrap=True)
     if stats.errors and not stats.ingested:  # every run directory it found was skipped: nothing was synced
         raise typer.Exit(1)
 

@@ -16,8 +16,11 @@ gets a row from its config.json, so the database can be rebuilt from the run
 dirs at any time.
 
 One function per run file (`_ingest_metrics`, `_ingest_events`,
-`_ingest_heartbeat`, `_ingest_result`, `_ingest_evals`) gathers its rows and
-its `Evidence`; the state is then the pure `cemctl.db.state.derive_state`.
+`_ingest_heartbeat`, `_ingest_result`, `_ingest_evals`, `_ingest_environment`,
+`_ingest_tags`, `_ingest_history` (the results of the run's set-aside folders))
+gathers its rows and its `Evidence`; a command that changes a run's files calls
+`cemctl.db.projection.rebuild_run` (every derived row forgotten, the folder read again,
+one transaction); the state is then the pure `cemctl.db.state.derive_state`.
 The files and the database check each other (`_damage`): a config.json whose
 hash is not the run's id (edited, or a copied run directory), a result.json that
 is not a result, a run whose recorded result or directory is gone, is
@@ -48,6 +51,7 @@ from cem_core.config import RunConfig, canonical_json, resolve, run_id
 from cem_core.errors import CemError, ConfigError
 from cem_core.names import is_run_id
 from cem_core.runfiles.files import ENVIRONMENT_FILE
+from cem_core.runfiles.tags import TAGS_FILE
 from cem_core.runfiles import (
     CONFIG_FILE,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -64,13 +68,16 @@ from cemctl.db.ingest_files import (
     _ingest_evals,
     _ingest_events,
     _ingest_heartbeat,
+    _ingest_history,
     _ingest_metrics,
     _ingest_result,
+    _ingest_tags,
     _mtime,
     _Outcome,
 )
-from cemctl.db.models import Result, Run, RunEvent
+from cemctl.db.models import Result, Run, RunEvent, RunTags
 from cemctl.db.state import Evidence, derive_state
+
 
 @dataclass
 class IngestStats:
@@ -125,13 +132,14 @@ class _Snapshot:
     evals_mtime: float | None = None
     config_mtime: float | None = None
     environment_mtime: float | None = None
+    tags_mtime: float | None = None
 
     @classmethod
-    def of(cls, run: Run) -> "_Snapshot":
+    def of(cls, run: Run, tags_mtime: float | None = None) -> "_Snapshot":
         return cls(
             run.state, run.state_at, run.heartbeat_at, run.result_mtime,
             run.metrics_offset or 0, run.metrics_fingerprint or "", run.events_offset or 0, run.events_fingerprint or "",
-            run.evals_mtime, run.config_mtime, run.environment_mtime,
+            run.evals_mtime, run.config_mtime, run.environment_mtime, tags_mtime,
         )
 
 
@@ -150,7 +158,7 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
             return True
     for name, seen in ((RESULT_FILE, snap.result_mtime), (EVALS_FILE, snap.evals_mtime),
                        (HEARTBEAT_FILE, snap.heartbeat_at), (CONFIG_FILE, snap.config_mtime),
-                       (ENVIRONMENT_FILE, snap.environment_mtime)):
+                       (ENVIRONMENT_FILE, snap.environment_mtime), (TAGS_FILE, snap.tags_mtime)):
         if _mtime(run_dir / name) != seen:
             return True
     if snap.state in ("running", "stale"):  # has it just crossed the heartbeat timeout, either way?
@@ -241,6 +249,8 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
     result, res_mtime, result_damage = _ingest_result(session, run, run_dir, now, out)
     _ingest_evals(session, run, run_dir, now, out)
     _ingest_environment(session, run, run_dir, now, out)
+    _ingest_tags(session, run, run_dir, now, out)
+    _ingest_history(session, run, run_dir, out)
     evidence = Evidence(
         db_state=run.state if run.state != "damaged" else "planned", db_reason=run.state_reason or "",
         db_state_at=run.state_at,
@@ -327,7 +337,8 @@ def ingest_run(
     now = time.time() if now is None else now
     with read_session(engine) as s:
         run = s.get(Run, run_dir.name)
-        snap = _Snapshot.of(run) if run is not None else None
+        tags = s.get(RunTags, run_dir.name)
+        snap = _Snapshot.of(run, tags.file_mtime if tags is not None else None) if run is not None else None
     return _ingest_one(engine, run_dir, snap, run is not None, now, heartbeat_timeout_s).state
 
 
@@ -385,10 +396,10 @@ def sync_runs(
     now = time.time() if now is None else now
     wanted = set(run_ids) if run_ids is not None else None
     with read_session(engine) as s:
-        q = select(Run)
+        q = select(Run, RunTags.file_mtime).outerjoin(RunTags, RunTags.run_id == Run.id)
         if wanted is not None:
             q = q.where(Run.id.in_(wanted))
-        snaps = {r.id: (_Snapshot.of(r), r.run_dir) for r in s.scalars(q)}
+        snaps = {r.id: (_Snapshot.of(r, tags_mtime), r.run_dir) for r, tags_mtime in s.execute(q)}
     stats = IngestStats()
     if not root.is_dir():  # a mistyped --runs-dir must not make every known run look gone
         stats.errors.append(f"{root}: no runs folder there (nothing synced)")

@@ -27,7 +27,7 @@ from sqlalchemy import BigInteger, Float, Integer, delete, select
 from sqlalchemy.orm import Session
 
 from cem_core import runfiles
-from cem_core.runfiles import EVALS_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, RESULT_STATES, RUN_STATES, RunFileError
+from cem_core.runfiles import EVALS_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, RUN_STATES, RunFileError
 from cemctl.db.models import Eval, Metric, Result, Run, RunEnvironment, RunEvent
 
 _FINGERPRINT_BYTES = 256
@@ -82,6 +82,71 @@ def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> 
             obj = None
         items.append(obj if isinstance(obj, dict) else None)
     return _Lines(items, start, new_offset, _fingerprint(tail), restarted=(start == 0 and offset > 0))
+
+
+CHUNK_BYTES = 8 << 20  # metrics.jsonl is read in chunks this size: memory stays bounded whatever the file's size
+
+
+def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
+                      on_batch: Any, chunk_bytes: int = CHUNK_BYTES) -> _Lines:
+    """Like `_read_new_lines`, but the complete lines go to `on_batch(items)` a chunk at a time (never the whole
+    file in memory; the file is opened once, confined to the run directory); returns the offsets and fingerprint."""
+    try:
+        f = runfiles.open_run_file(run_dir, name)
+    except FileNotFoundError:
+        return _Lines([], 0, 0, "", restarted=offset > 0)
+    with f:
+        start = offset
+        if offset > 0:
+            head = max(0, offset - _FINGERPRINT_BYTES)
+            f.seek(head)
+            before = f.read(offset - head)
+            if len(before) < offset - head or _fingerprint(before) != fingerprint:
+                start = 0
+        f.seek(start)
+        pos, carry, last = start, b"", b""
+        while pos - start <= runfiles.MAX_LOG_BYTES:
+            data = f.read(chunk_bytes)
+            if not data:
+                break
+            pos += len(data)
+            data = carry + data
+            cut = data.rfind(b"\n") + 1
+            complete, carry = data[:cut], data[cut:]
+            if not complete:
+                continue
+            last = (last + complete[-_FINGERPRINT_BYTES:])[-_FINGERPRINT_BYTES:]
+            items: list[dict[str, Any] | None] = []
+            for raw in complete.split(b"\n")[:-1]:
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    obj = None
+                items.append(obj if isinstance(obj, dict) else None)
+            on_batch(items)
+        new_offset = pos - len(carry)
+        if len(last) < _FINGERPRINT_BYTES and new_offset > len(last):  # the bytes just before new_offset
+            lo = max(0, new_offset - _FINGERPRINT_BYTES)
+            f.seek(lo)
+            last = f.read(new_offset - lo)
+    return _Lines([], start, new_offset, _fingerprint(last), restarted=(start == 0 and offset > 0))
+
+
+def _restarted(run_dir: Path, name: str, offset: int, fingerprint: str) -> bool:
+    """Whether the bytes before `offset` are not the ones read last time (the file was rewritten)."""
+    if offset <= 0:
+        return False
+    try:
+        f = runfiles.open_run_file(run_dir, name)
+    except FileNotFoundError:
+        return True
+    with f:
+        head = max(0, offset - _FINGERPRINT_BYTES)
+        f.seek(head)
+        before = f.read(offset - head)
+    return len(before) < offset - head or _fingerprint(before) != fingerprint
 
 
 def _mtime(path: Path) -> float | None:
@@ -168,33 +233,47 @@ class _Outcome:
 def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: _Outcome) -> bool:
     """New metrics.jsonl lines -> `metrics` rows and the run's progress columns; True if the file was rewritten."""
     rid = run.id
-    lines = _read_new_lines(run_dir, METRICS_FILE, run.metrics_offset or 0, run.metrics_fingerprint or "")
-    if lines.restarted:
+    state = {"cleared": False}
+
+    def batch(items: list[dict[str, Any] | None]) -> None:
+        if lines_restarted() and not state["cleared"]:
+            session.execute(delete(Metric).where(Metric.run_id == rid))
+            state["cleared"] = True
+        rows: dict[tuple[str, int, str], dict[str, Any]] = {}
+        for obj in items:
+            if obj is None or not isinstance(obj.get("kind"), str) or _num(obj.get("step"), int) is None:
+                out.bad_lines += 1
+                continue
+            row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": _num(obj["step"], int),
+                                   "series": _series(obj)}
+            for col in _METRIC_COLUMNS:
+                row[col] = _num(obj.get(col), int if col in _INT_METRIC_COLUMNS else float)
+            extra = {k: v for k, v in obj.items() if k not in ("kind", "step", "series", *_METRIC_COLUMNS)}
+            row["extra_json"] = json.dumps(extra, sort_keys=True) if extra else None
+            rows[(row["kind"], row["step"], row["series"])] = row  # a re-logged step: the last line wins
+        ordered = sorted(rows.values(), key=lambda r: (r["kind"], r["step"], r["series"]))
+        _upsert(session, Metric, ordered, ["run_id", "kind", "step", "series"], ["tokens", "extra_json", *_METRIC_COLUMNS])
+        out.metric_rows += len(ordered)
+        for r in ordered:
+            if r["kind"] == "train":
+                if (run.last_step or 0) <= r["step"]:
+                    run.last_step = r["step"]
+                    run.tokens = r["tokens"] if r["tokens"] is not None else run.tokens
+                    run.last_train_loss = r["train_loss"] if r["train_loss"] is not None else run.last_train_loss
+                    run.tokens_per_s = r["tokens_per_s"] if r["tokens_per_s"] is not None else run.tokens_per_s
+            elif r["kind"] == "val" and r["val_loss"] is not None:
+                run.last_val_loss = r["val_loss"]
+
+    offset = run.metrics_offset or 0
+    restarted_probe = _restarted(run_dir, METRICS_FILE, offset, run.metrics_fingerprint or "")
+
+    def lines_restarted() -> bool:
+        return restarted_probe
+
+    lines = _stream_new_lines(run_dir, METRICS_FILE, offset, run.metrics_fingerprint or "", batch)
+    if lines.restarted and not state["cleared"]:  # rewritten to nothing new: its old rows go all the same
         session.execute(delete(Metric).where(Metric.run_id == rid))
-    rows: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for obj in lines.items:
-        if obj is None or not isinstance(obj.get("kind"), str) or _num(obj.get("step"), int) is None:
-            out.bad_lines += 1
-            continue
-        row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": _num(obj["step"], int), "series": _series(obj)}
-        for col in _METRIC_COLUMNS:
-            row[col] = _num(obj.get(col), int if col in _INT_METRIC_COLUMNS else float)
-        extra = {k: v for k, v in obj.items() if k not in ("kind", "step", "series", *_METRIC_COLUMNS)}
-        row["extra_json"] = json.dumps(extra, sort_keys=True) if extra else None
-        rows[(row["kind"], row["step"], row["series"])] = row  # a re-logged step: the last line wins
-    ordered = sorted(rows.values(), key=lambda r: (r["kind"], r["step"], r["series"]))
-    _upsert(session, Metric, ordered, ["run_id", "kind", "step", "series"], ["tokens", "extra_json", *_METRIC_COLUMNS])
-    out.metric_rows += len(ordered)
     run.metrics_offset, run.metrics_fingerprint = lines.new_offset, lines.fingerprint
-    for r in ordered:
-        if r["kind"] == "train":
-            if (run.last_step or 0) <= r["step"]:
-                run.last_step = r["step"]
-                run.tokens = r["tokens"] if r["tokens"] is not None else run.tokens
-                run.last_train_loss = r["train_loss"] if r["train_loss"] is not None else run.last_train_loss
-                run.tokens_per_s = r["tokens_per_s"] if r["tokens_per_s"] is not None else run.tokens_per_s
-        elif r["kind"] == "val" and r["val_loss"] is not None:
-            run.last_val_loss = r["val_loss"]
     if lines.restarted:
         out.changed = True
     return lines.restarted
@@ -295,15 +374,11 @@ def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _
     except (OSError, ValueError) as e:  # garbled or truncated (judged again next time while it is new)
         why = "not valid JSON (truncated or garbled)" if isinstance(e, ValueError) else f"unreadable ({e.strerror or e})"
         return None, res_mtime, f"result.json: {why}" if res_mtime < now - 60 else ""
-    if not isinstance(res, dict) or res.get("state") not in RESULT_STATES:
-        what = f"a JSON {type(res).__name__}" if not isinstance(res, dict) else f"state {res.get('state')!r}"
-        return None, res_mtime, f"result.json: not a result ({what}; allowed states: {', '.join(RESULT_STATES)})"
-    if res["state"] == "done":  # a finished run has a test loss: a finite number >= 0 (cross-entropy, MSE)
-        loss = res.get("test_loss")
-        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss) or loss < 0:
-            shown = repr(loss)[:60]
-            return None, res_mtime, (f"result.json: state done but test_loss is {shown} "
-                                     "(allowed: a finite number >= 0)")
+    from cem_core.runfiles.results import result_problem
+
+    problem = result_problem(res)  # the one rule of what a result is (the launcher reads it too)
+    if problem:
+        return None, res_mtime, f"result.json: {problem}"
     if res_mtime != run.result_mtime:
         values: dict[str, Any] = {"run_id": run.id, "state": res["state"], "recorded_at": now,
                                   "result_json": json.dumps(res, sort_keys=True, default=str),
@@ -399,3 +474,60 @@ def _ingest_environment(session: Session, run: Run, run_dir: Path, now: float, o
         _upsert(session, RunEnvironment, [values], ["run_id"], [k for k in values if k != "run_id"])
     run.environment_mtime = mtime
     out.changed = True
+
+
+def _ingest_tags(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
+    """Mirror RUN_DIR/tags.json into `run_tags` when its mtime changed. A tags.json that cannot be read keeps the
+    row it had (never read as "no tags") and is reported (`out.warnings`)."""
+    from cem_core.runfiles.tags import TAGS_FILE, TagsUnreadable, read_tags
+    from cemctl.db.models import RunTags
+
+    mtime = _mtime(run_dir / TAGS_FILE)
+    row = session.get(RunTags, run.id)
+    if row is not None and row.file_mtime == mtime:
+        return
+    if row is None and mtime is None:
+        return
+    try:
+        record = read_tags(run_dir)
+    except TagsUnreadable as e:
+        out.warnings = [*(out.warnings or []), str(e)]
+        return
+    if row is None:
+        row = RunTags(run_id=run.id)
+        session.add(row)
+    row.tags_json = json.dumps(record.to_dict()["tags"], sort_keys=True)
+    row.notes_json = json.dumps(record.notes)
+    row.file_mtime, row.recorded_at = mtime, now
+    out.changed = True
+
+
+def _ingest_history(session: Session, run: Run, run_dir: Path, out: _Outcome) -> None:
+    """Mirror the results kept in the run's set-aside folders (`.outdated-*`, `.damaged-*`) into `result_history`."""
+    from cem_core.runfiles.results import aside_folders, aside_time, result_problem
+    from cemctl.db.models import ResultHistory
+
+    found: dict[str, dict[str, Any]] = {}
+    for folder in aside_folders(run_dir):
+        try:
+            res = json.loads(runfiles.read_run_file(run_dir, f"{folder}/{RESULT_FILE}"))
+        except (FileNotFoundError, RunFileError, OSError, ValueError):
+            continue  # no result in it (a damaged run set aside before it finished), or none readable
+        if result_problem(res) and not isinstance(res, dict):
+            continue
+        code = res.get("code_fingerprint")
+        found[folder] = {"run_id": run.id, "folder": folder[:128], "state": str(res.get("state"))[:16],
+                         "test_loss": _num(res.get("test_loss"), float), "val_loss": _num(res.get("val_loss"), float),
+                         "code_fingerprint": code if isinstance(code, str) and code.isalnum() and len(code) <= 32
+                         else None, "set_aside_at": aside_time(folder),
+                         "result_json": json.dumps(res, sort_keys=True, default=str)}
+    have = {f: i for i, f in session.execute(select(ResultHistory.id, ResultHistory.folder)
+                                             .where(ResultHistory.run_id == run.id)).all()}
+    gone = [i for f, i in have.items() if f not in found]
+    if gone:
+        session.execute(delete(ResultHistory).where(ResultHistory.id.in_(gone)))
+    new = [v for f, v in found.items() if f not in have]
+    if new:
+        _upsert(session, ResultHistory, new, ["run_id", "folder"], [k for k in new[0] if k not in ("run_id", "folder")])
+    if gone or new:
+        out.changed = True

@@ -27,6 +27,7 @@ Versions:
   8  results.code_fingerprint (the model and training code that produced the result: cem_core.fingerprint).
   9  table `run_environment` (what a run trained on, mirrored from its environment.json) and
      runs.environment_mtime (environment.json last ingested). Older runs have no row.
+ 10  table `result_history` (a run's earlier results, from the result.json of its set-aside folders).
 
 To add version N: write `_to_vN(conn)` with explicit DDL, add it to
 `MIGRATIONS`, bump `CURRENT_VERSION`, and add a test that opens a version N-1
@@ -44,7 +45,7 @@ from sqlalchemy.engine import Connection, Engine
 from cemctl.db.errors import DatabaseError
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 9
+CURRENT_VERSION = 10
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:
@@ -186,8 +187,18 @@ def _to_v9(conn: Connection) -> None:
     ))
 
 
+def _to_v10(conn: Connection) -> None:
+    """The result_history table (filled from the runs' set-aside folders at their next sync)."""
+    pk = "SERIAL PRIMARY KEY" if conn.dialect.name == "postgresql" else "INTEGER PRIMARY KEY AUTOINCREMENT"
+    conn.execute(text(
+        f"CREATE TABLE IF NOT EXISTS result_history (id {pk}, run_id VARCHAR(64) NOT NULL REFERENCES runs (id) ON DELETE CASCADE, folder VARCHAR(128) NOT NULL, "
+        "state VARCHAR(16), test_loss FLOAT, val_loss FLOAT, code_fingerprint VARCHAR(32), set_aside_at FLOAT, "
+        "result_json TEXT NOT NULL DEFAULT '{}', CONSTRAINT uq_result_history_run_folder UNIQUE (run_id, folder))"
+    ))
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: _to_v4, 5: _to_v5, 6: _to_v6,
-                                                       7: _to_v7, 8: _to_v8, 9: _to_v9}
+                                                       7: _to_v7, 8: _to_v8, 9: _to_v9, 10: _to_v10}
 
 
 def schema_version(conn: Connection) -> int:

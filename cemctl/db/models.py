@@ -26,7 +26,15 @@ helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
 - `run_environment`: what a run trained on (its environment.json, `cem_core.runfiles.environment`): one row per
   run, the latest attempt's host, CPU, GPU, versions, code and peak memory as columns, the whole record in
   `environment_json`. Its system samples are `metrics` rows of kind "system".
+- `result_history`: a run's earlier results, read from the result.json kept in its set-aside folders
+  (`.outdated-*`, `.damaged-*`: `launch --rerun-outdated`, `--redo-damaged`), so before and after a code
+  change can be compared (`compare RUN --history`).
 - `schema_version`: the version the file was migrated to (`cemctl.db.migrations`).
+
+Every table keyed by a run id (a foreign key to `runs.id`) but `experiment_runs` (the plan's
+links) is a projection of the run's folder: `cemctl.db.projection` finds them from this schema
+and rebuilds them in one transaction; a table that keeps rows of its own says so in
+`__table_args__` info (`{"projection": {"keep_where": (column, value)}}`).
 """
 
 from __future__ import annotations
@@ -139,6 +147,8 @@ class RunEvent(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "line", name="uq_run_events_run_line"),
         Index("ix_run_events_run_id_time", "run_id", "time"),
+        # the database's own judgements (stale, found by sync) are its history, not read from a file: kept
+        {"info": {"projection": {"keep_where": ("source", "derived")}}},
     )
 
 
@@ -242,3 +252,19 @@ class RunEnvironment(Base):
     environment_json: Mapped[str] = mapped_column(Text, default="{}")  # the whole checked record
     file_mtime: Mapped[Optional[float]] = mapped_column(Float)  # environment.json when it was read
     recorded_at: Mapped[float] = mapped_column(Float)
+
+
+class ResultHistory(Base):
+    """An earlier result of a run: result.json of one of its set-aside folders (schema v10)."""
+
+    __tablename__ = "result_history"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    folder: Mapped[str] = mapped_column(String(128))  # .outdated-20261125T101500Z, .damaged-...
+    state: Mapped[Optional[str]] = mapped_column(String(16))
+    test_loss: Mapped[Optional[float]] = mapped_column(Float)
+    val_loss: Mapped[Optional[float]] = mapped_column(Float)
+    code_fingerprint: Mapped[Optional[str]] = mapped_column(String(32))
+    set_aside_at: Mapped[Optional[float]] = mapped_column(Float)  # when the folder was made (from its name)
+    result_json: Mapped[str] = mapped_column(Text, default="{}")
+    __table_args__ = (UniqueConstraint("run_id", "folder", name="uq_result_history_run_folder"),)

@@ -2,25 +2,25 @@
 
     store_tags(engine, run_id, record, file_mtime)     # after writing the run's tags.json
     tags_of(engine, run_ids) -> {run_id: TagsRecord}
-    sync_tags(engine, runs_root, run_ids=None) -> n    # re-read every tags.json whose file changed
 
 The run directory's tags.json is the ground truth (`cem_core.runfiles.tags`); the
 `run_tags` table mirrors it so status, export and the API read tags with the runs.
+`cemctl sync` (the ingest: `cemctl.db.ingest_files._ingest_tags`) mirrors a tags.json
+whose file changed; one that cannot be read keeps the mirrored tags and is named.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from cem_core.runfiles.tags import TagsRecord, read_tags, tags_mtime
+from cem_core.runfiles.tags import TagsRecord
 from cemctl.db.engine import read_session, retry_locked, write_session
-from cemctl.db.models import Run, RunTags
+from cemctl.db.models import RunTags
 
 
 def store_tags(engine: Engine, run_id: str, record: TagsRecord, file_mtime: float | None) -> None:
@@ -47,21 +47,3 @@ def tags_of(engine: Engine, run_ids: Iterable[str]) -> dict[str, TagsRecord]:
             for rid, tags, notes in s.execute(q):
                 out[rid] = TagsRecord.from_dict({"tags": json.loads(tags or "{}"), "notes": json.loads(notes or "[]")})
     return out
-
-
-def sync_tags(engine: Engine, runs_root: Path | str, run_ids: Iterable[str] | None = None) -> int:
-    """Mirror the tags.json of the runs (all known runs when `run_ids` is None) whose file changed; returns how many."""
-    root = Path(runs_root)
-    with read_session(engine) as s:
-        q = select(Run.id, RunTags.file_mtime).outerjoin(RunTags, RunTags.run_id == Run.id)
-        if run_ids is not None:
-            q = q.where(Run.id.in_(list(run_ids)))
-        known = list(s.execute(q))
-    changed = 0
-    for rid, recorded in known:
-        mtime = tags_mtime(root / rid)
-        if mtime == recorded:
-            continue
-        store_tags(engine, rid, read_tags(root / rid) if mtime is not None else TagsRecord(), mtime)
-        changed += 1
-    return changed

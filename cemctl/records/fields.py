@@ -27,7 +27,7 @@ TAG_PREFIX = "tag."
 TAG_FIELD = re.compile(r"^tag\.[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 # Where a field's value comes from (what the loader must read to have it).
-SOURCES = ("link", "state", "progress", "result", "arm", "notes", "tags", "code", "environment", "config")
+SOURCES = ("link", "state", "progress", "result", "arm", "notes", "tags", "code", "environment", "history", "config")
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,11 @@ RUN_FIELDS: tuple[Field, ...] = (
     _f("diverged_step", "int", "result", "the step at which the loss became non-finite (diverged runs)"),
     _f("code_fingerprint", "str", "code", "the fingerprint of the model code that trained the run"),
     _f("outdated", "bool", "code", "true when the run was trained by older model code than this installation's"),
+    _f("history", "str", "history", "the run's earlier results (set aside by --rerun-outdated or --redo-damaged): "
+                                   "'when: state, test loss (code fingerprint)', oldest first, '; '-joined"),
+    _f("previous_test_loss", "loss", "history", "the test loss of the run's latest earlier result (before a rerun)",
+       unit="nats/token", short="previous test"),
+    _f("previous_code_fingerprint", "str", "history", "the code that trained the run's latest earlier result"),
     _f("cpu_model", "str", "environment", "the CPU the run trained on (its environment.json)"),
     _f("gpu_model", "str", "environment", "the GPU the run trained on (empty on a CPU)", short="GPU"),
     _f("device", "str", "environment", "the torch device it trained on (cpu, cuda:0)"),

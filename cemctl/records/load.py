@@ -102,7 +102,7 @@ def _unknown(engine: "Engine", name: str) -> CemError:
 
 def load_records(engine: "Engine", experiment: str | None = None, *, scale: str | None = None,
                  per_experiment: bool = False, per_scale: bool = False, config: bool = True, arms: bool = True, tags: bool = True,
-                 results: bool = True, outdated: bool = True, environment: bool = True,
+                 results: bool = True, outdated: bool = True, environment: bool = True, history: bool = True,
                  runs_root: Path | str | None = None, now: float | None = None) -> RunRecords:
     """The records of the runs (see the module docstring). `config`/`arms`/`tags`/`results`/`outdated`: what to
     read beyond the run's state and progress (all by default; `cemctl status` asks only for what it shows).
@@ -212,7 +212,47 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
             r["outdated"] = r["run_id"] in stale
     if arms:
         _add_arms(out, metas, experiment, per_experiment)
+    for r in out:
+        r["history"], r["previous_test_loss"], r["previous_code_fingerprint"] = "", None, None
+    if history and out:
+        _add_history(engine, out)
     return RunRecords(out, metas, need_config)
+
+
+def history_of(engine: "Engine", run_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """{run id: its earlier results (oldest first): folder, state, test_loss, val_loss, code_fingerprint,
+    set_aside_at}} from `result_history` (the results kept in the run's set-aside folders)."""
+    from sqlalchemy import select
+
+    from cemctl.db.engine import read_session
+    from cemctl.db.models import ResultHistory
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    ids = list(dict.fromkeys(run_ids))
+    cols = (ResultHistory.run_id, ResultHistory.folder, ResultHistory.state, ResultHistory.test_loss,
+            ResultHistory.val_loss, ResultHistory.code_fingerprint, ResultHistory.set_aside_at)
+    with read_session(engine) as s:
+        for i in range(0, len(ids), 500):
+            for row in s.execute(select(*cols).where(ResultHistory.run_id.in_(ids[i:i + 500]))):
+                out.setdefault(row[0], []).append(dict(zip(("run_id", "folder", "state", "test_loss", "val_loss",
+                                                            "code_fingerprint", "set_aside_at"), row)))
+    for rows in out.values():
+        rows.sort(key=lambda h: (h["set_aside_at"] or 0, h["folder"]))
+    return out
+
+
+def _add_history(engine: "Engine", out: list[dict[str, Any]]) -> None:
+    from cemctl.records import formats as F
+
+    hist = history_of(engine, [r["run_id"] for r in out])
+    for r in out:
+        rows = hist.get(r["run_id"])
+        if not rows:
+            continue
+        r["history"] = "; ".join(f"{F.timestamp(h['set_aside_at'])}: {h['state']}, test {F.loss(h['test_loss'])}"
+                                 f" (code {h['code_fingerprint'] or 'unknown'})" for h in rows)
+        r["previous_test_loss"] = rows[-1]["test_loss"]
+        r["previous_code_fingerprint"] = rows[-1]["code_fingerprint"]
 
 
 def _axes_of(text: Any) -> dict[str, Any]:

@@ -132,62 +132,287 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
     return ArchiveResult(path, list(experiments), len(manifest["runs"]), len(blobs), path.stat().st_size)
 
 
-def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest and every run file, each checked against it (nothing is written)."""
+MAX_TOTAL_BYTES = 32 << 30  # every member together, unpacked (a decompression bomb stops here, on disk, not in memory)
+MAX_MEMBERS = 1_000_000
+CHUNK = 1 << 20
+STAGING_PREFIX = ".import-"
+STAGING_MARK = ".cemctl-import"  # the file that proves a staging folder is an import's own (removed when it is dead)
+SHA_RE = __import__("re").compile(r"^[0-9a-f]{64}$")
+
+
+def _open_regular(path: Path) -> Any:
+    """`path` opened for reading only if it is a regular file (a FIFO or a device is refused at once, never read)."""
+    import stat as st
+
     try:
-        tar = tarfile.open(path, "r:*")
-    except (OSError, tarfile.TarError) as e:
-        raise ArchiveError(f"import: {path}: not a cemctl archive ({e})") from None
-    members: dict[str, bytes] = {}
-    with tar:
-        for m in tar:
-            parts = Path(m.name).parts
-            if not m.isfile() or m.name.startswith("/") or ".." in parts or len(parts) > 3:
-                raise ArchiveError(f"import: {path}: refused member {m.name!r} (only plain files under runs/)")
-            if m.size > (MAX_MANIFEST_BYTES if m.name == "manifest.json" else MAX_MEMBER_BYTES):
-                raise ArchiveError(f"import: {path}: member {m.name!r} is too large ({m.size} bytes)")
-            f = tar.extractfile(m)
-            members[m.name] = f.read() if f is not None else b""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ArchiveError(f"import: {path}: no such file") from None
+    except OSError as e:
+        raise ArchiveError(f"import: {path}: cannot be opened ({e.strerror or e})") from None
     try:
-        manifest = json.loads(members.pop("manifest.json"))
-    except (KeyError, ValueError):
-        raise ArchiveError(f"import: {path}: no readable manifest.json (not a cemctl archive)") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ArchiveError(f"import: {path}: not a cemctl archive of version {VERSION}")
-    listed = {f"runs/{rid}/{name}": meta for rid, r in manifest.get("runs", {}).items()
-              for name, meta in r.get("files", {}).items()}
-    for name, data in members.items():
-        meta = listed.get(name)
-        if meta is None:
-            raise ArchiveError(f"import: {path}: {name} is not in the manifest")
-        if len(data) != meta.get("size") or _sha256(data) != meta.get("sha256"):
-            raise ArchiveError(f"import: {path}: {name} does not match its sha256 in the manifest (damaged archive)")
-    missing = sorted(set(listed) - set(members))
-    if missing:
-        raise ArchiveError(f"import: {path}: {missing[0]} is listed in the manifest but missing")
-    return manifest, members
+        mode = os.fstat(fd).st_mode
+        if not st.S_ISREG(mode):
+            what = "a FIFO" if st.S_ISFIFO(mode) else "a device" if st.S_ISCHR(mode) or st.S_ISBLK(mode) else \
+                "a folder" if st.S_ISDIR(mode) else "not a regular file"
+            raise ArchiveError(f"import: {path}: refused: {what} (an archive is a .tar.gz file)")
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _member_path(name: str, path: Path) -> tuple[str, str] | None:
+    """(run id, file name) of `runs/<run id>/<file>`; None for manifest.json; anything else is refused."""
+    from cem_core.names import is_run_id
+
+    if name == "manifest.json":
+        return None
+    parts = name.split("/")
+    if len(parts) == 3 and parts[0] == "runs" and is_run_id(parts[1]) and parts[2] in RUN_FILES:
+        return parts[1], parts[2]
+    raise ArchiveError(f"import: {path}: refused member {name!r} (allowed: manifest.json and "
+                       f"runs/<run id>/{{{','.join(RUN_FILES)}}})")
+
+
+def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Every member streamed into `stage` (hashed on the way, never held whole in memory, each and all of them
+    bounded); returns the manifest (checked) and {member name: {"size", "sha256"}} of what was staged."""
+    staged: dict[str, dict[str, Any]] = {}
+    manifest_bytes: bytes | None = None
+    total = 0
+    with _open_regular(path) as raw:
+        try:
+            tar = tarfile.open(fileobj=raw, mode="r:*")
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise ArchiveError(f"import: {path}: not a cemctl archive ({e})") from None
+        try:
+            with tar:
+                for n, m in enumerate(tar):
+                    if n >= MAX_MEMBERS:
+                        raise ArchiveError(f"import: {path}: more than {MAX_MEMBERS} members (not a cemctl archive)")
+                    where = _member_path(m.name, path)
+                    if not m.isfile():
+                        raise ArchiveError(f"import: {path}: refused member {m.name!r} (only plain files)")
+                    limit = MAX_MANIFEST_BYTES if where is None else MAX_MEMBER_BYTES
+                    if m.size > limit or total + m.size > MAX_TOTAL_BYTES:
+                        raise ArchiveError(f"import: {path}: member {m.name!r} is too large ({m.size} bytes; at most "
+                                           f"{limit} each, {MAX_TOTAL_BYTES} in all)")
+                    if m.name in staged or (where is None and manifest_bytes is not None):
+                        raise ArchiveError(f"import: {path}: member {m.name!r} appears twice")
+                    f = tar.extractfile(m)
+                    if where is None:
+                        manifest_bytes = f.read(limit + 1) if f is not None else b""
+                        continue
+                    rid, name = where
+                    (stage / "runs" / rid).mkdir(parents=True, exist_ok=True)
+                    digest, size = hashlib.sha256(), 0
+                    with open(stage / "runs" / rid / name, "wb") as out:
+                        while f is not None:
+                            chunk = f.read(CHUNK)
+                            if not chunk:
+                                break
+                            size += len(chunk)
+                            if size > limit:
+                                raise ArchiveError(f"import: {path}: member {m.name!r} is larger than it says")
+                            digest.update(chunk)
+                            out.write(chunk)
+                    total += size
+                    staged[m.name] = {"size": size, "sha256": digest.hexdigest()}
+        except (tarfile.TarError, EOFError, zlib_error()) as e:
+            raise ArchiveError(f"import: {path}: truncated or damaged archive ({e}); nothing was imported") from None
+    if manifest_bytes is None:
+        raise ArchiveError(f"import: {path}: no manifest.json (not a cemctl archive)")
+    return read_archive_manifest(manifest_bytes, path), staged
+
+
+def zlib_error() -> type:
+    import zlib
+
+    return zlib.error
+
+
+def read_archive_manifest(data: bytes, path: Path | str) -> dict[str, Any]:
+    """The archive manifest, its whole shape checked; anything else is one line naming the key (ArchiveError)."""
+    from cem_core.names import check_experiment_name, is_run_id
+
+    where = f"import: {path}: manifest.json"
+    try:
+        m = json.loads(data)
+    except ValueError as e:
+        raise ArchiveError(f"{where}: not valid JSON ({e})") from None
+
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise ArchiveError(f"{where}: {key}: {what}")
+
+    need(isinstance(m, dict), "(top)", "must be a JSON object")
+    need(m.get("format") == FORMAT and m.get("version") == VERSION, "format/version",
+         f"must be {FORMAT!r} version {VERSION} (not a cemctl archive of this version)")
+    runs, exps = m.get("runs"), m.get("experiments")
+    need(isinstance(runs, dict), "runs", "must be an object of run id: {files}")
+    need(isinstance(exps, list) and bool(exps), "experiments", "must be a non-empty list")
+    for rid, r in runs.items():
+        need(isinstance(rid, str) and is_run_id(rid), f"runs.{str(rid)[:40]}", "must be a run id (12 hex characters)")
+        need(isinstance(r, dict) and isinstance(r.get("files"), dict), f"runs.{rid}", 'must be {"files": {...}}')
+        need(runfiles.CONFIG_FILE in r["files"], f"runs.{rid}.files", "must list config.json")
+        for name, meta in r["files"].items():
+            need(name in RUN_FILES, f"runs.{rid}.files.{str(name)[:40]}", f"allowed: {', '.join(RUN_FILES)}")
+            need(isinstance(meta, dict) and isinstance(meta.get("size"), int) and not isinstance(meta["size"], bool)
+                 and 0 <= meta["size"] <= MAX_MEMBER_BYTES and isinstance(meta.get("sha256"), str)
+                 and bool(SHA_RE.match(meta["sha256"])), f"runs.{rid}.files.{name}",
+                 'must be {"size": bytes, "sha256": 64 hex characters}')
+    names = set()
+    for i, e in enumerate(exps):
+        key = f"experiments[{i}]"
+        need(isinstance(e, dict), key, "must be an object")
+        try:
+            check_experiment_name(e.get("name"))
+        except ConfigError as err:
+            raise ArchiveError(f"{where}: {key}.name: {err.message}") from None
+        need(e["name"] not in names, f"{key}.name", f"{e['name']!r} appears twice")
+        names.add(e["name"])
+        for k in ("description", "figure", "grid_file", "grid_text", "grid_sha256"):
+            need(isinstance(e.get(k, ""), str), f"{key}.{k}", "must be text")
+        need(isinstance(e.get("plans"), list) and bool(e["plans"]), f"{key}.plans", "must be a non-empty list")
+        for j, plan in enumerate(e["plans"]):
+            pk = f"{key}.plans[{j}]"
+            need(isinstance(plan, dict) and isinstance(plan.get("scale"), str), f"{pk}.scale", "must be text")
+            try:
+                ov = json.loads(plan.get("overrides_json") or "{}")
+            except (TypeError, ValueError):
+                ov = None
+            need(isinstance(ov, dict), f"{pk}.overrides_json", "must be a JSON object as text")
+            need(isinstance(plan.get("links"), list), f"{pk}.links", "must be a list")
+            for link in plan["links"]:
+                need(isinstance(link, dict) and link.get("run_id") in runs, f"{pk}.links",
+                     "every link must name a run of the archive's runs")
+                need(isinstance(link.get("axes", {}), dict) and isinstance(link.get("marks", []), list)
+                     and isinstance(link.get("position", 0), int), f"{pk}.links",
+                     "axes must be an object, marks a list, position a number")
+    return m
+
+
+def _clean_stale_stagings(root: Path) -> None:
+    """Staging folders of imports that were killed (their process is gone): removed; nothing else is touched."""
+    import shutil
+
+    if not root.is_dir():
+        return
+    for entry in os.scandir(root):
+        if not entry.name.startswith(STAGING_PREFIX) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            pid = int((Path(entry.path) / STAGING_MARK).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # not proven to be an import's: left alone
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # still running
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except PermissionError:
+            continue
 
 
 def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportResult:
-    from cem_core.config import RunConfig, run_id
-    from cem_core.names import is_run_id
-    from cemctl.db import open_db, record_plan, sync_runs
+    """Import an archive, all or nothing (see the module docstring)."""
+    import shutil
 
-    path, root = Path(path), Path(runs_root)
-    manifest, members = _read_archive(path)
-    result = ImportResult(path, [e["name"] for e in manifest.get("experiments", [])])
-    configs: dict[str, RunConfig] = {}
-    for rid, meta in manifest.get("runs", {}).items():
-        if not is_run_id(rid):
-            raise ArchiveError(f"import: {path}: {rid!r} is not a run id")
-        raw = members.get(f"runs/{rid}/{runfiles.CONFIG_FILE}")
-        try:
-            cfg = RunConfig.from_dict(json.loads(raw or b"null"))
-        except (ValueError, CemError):
-            raise ArchiveError(f"import: {path}: run {rid}: config.json is not a run config") from None
-        if run_id(cfg) != rid:
-            raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
-        configs[rid] = cfg
+    from cem_core.config import RunConfig, run_id
+    from cemctl.db import open_db, record_plan, sync_runs
+    from cemctl.db.engine import is_readonly
+    from cemctl.db.runs import resolve_runs_root
+
+    path = Path(path)
+    engine = open_db(url)  # a database that refuses writes is one line now, before anything is read or written
+    if is_readonly(engine):
+        raise ArchiveError(f"import: {url} is read-only here: nothing was imported")
+    root = resolve_runs_root(engine, runs_root)  # the runs folder the project recorded, not a bare ./runs
+    root.mkdir(parents=True, exist_ok=True)
+    _clean_stale_stagings(root)
+    stage = Path(runfiles_mkdtemp(root))
+    try:
+        (stage / STAGING_MARK).write_text(f"{os.getpid()} {path}\n")
+        manifest, staged = _stage_archive(path, stage)
+        listed = {f"runs/{rid}/{name}": meta for rid, r in manifest["runs"].items() for name, meta in r["files"].items()}
+        for name, got in staged.items():
+            meta = listed.get(name)
+            if meta is None:
+                raise ArchiveError(f"import: {path}: {name} is not in the manifest")
+            if got != {"size": meta["size"], "sha256": meta["sha256"]}:
+                raise ArchiveError(f"import: {path}: {name} does not match its sha256 in the manifest (damaged archive)")
+        missing = sorted(set(listed) - set(staged))
+        if missing:
+            raise ArchiveError(f"import: {path}: {missing[0]} is listed in the manifest but missing")
+        result = ImportResult(path, [e["name"] for e in manifest["experiments"]])
+        configs: dict[str, RunConfig] = {}
+        for rid in manifest["runs"]:
+            try:
+                cfg = RunConfig.from_dict(json.loads((stage / "runs" / rid / runfiles.CONFIG_FILE).read_bytes()))
+            except (ValueError, CemError):
+                raise ArchiveError(f"import: {path}: run {rid}: config.json is not a run config") from None
+            if run_id(cfg) != rid:
+                raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
+            configs[rid] = cfg
+        _check_experiments(engine, manifest, path)
+        _check_runs_here(engine, manifest, root, stage, result)
+        for rid in manifest["runs"]:  # every check passed: the new runs go into place, each by one rename
+            if rid not in result.present:
+                os.rename(stage / "runs" / rid, root / rid)
+                result.imported.append(rid)
+        for exp in manifest["experiments"]:
+            for plan in exp["plans"]:
+                record_plan(engine, _ImportedPlan(exp, plan, configs, path.name), root)
+        sync_runs(engine, root, run_ids=list(manifest["runs"]))  # tags and notes too (tags.json)
+        return result
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def runfiles_mkdtemp(root: Path) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root)
+
+
+def _check_experiments(engine: Any, manifest: dict[str, Any], path: Path) -> None:
+    """An experiment of the same name here must be the same grid (the same text): never taken over by another."""
+    from cemctl.db.runs import get_experiment
+    from cemctl.grid.kinds import FIGURE_KINDS
+
+    for exp in manifest["experiments"]:
+        if exp.get("figure"):
+            try:
+                FIGURE_KINDS.check(exp["figure"])
+            except ConfigError as e:
+                raise ArchiveError(f"import: {path}: experiment {exp['name']!r}: {e.message}") from None
+        local = get_experiment(engine, exp["name"])
+        if local is not None and local.grid_sha256 and exp.get("grid_sha256") and \
+                local.grid_sha256 != exp["grid_sha256"]:
+            raise ArchiveError(
+                f"import: {path}: experiment {exp['name']!r} is here already from another grid ({local.grid_path}, "
+                f"sha256 {local.grid_sha256[:12]}; the archive's: {exp['grid_sha256'][:12]}); nothing was imported "
+                "(import into another project, or rename the experiment here)")
+
+
+def _check_runs_here(engine: Any, manifest: dict[str, Any], root: Path, stage: Path, result: ImportResult) -> None:
+    """A run already here must hold the same files (then it is skipped); a result the database recorded for a run
+    id must be the archive's."""
+    from sqlalchemy import select
+
+    from cemctl.db.engine import read_session
+    from cemctl.db.models import Result
+
+    with read_session(engine) as s:
+        recorded = dict(s.execute(select(Result.run_id, Result.result_json)
+                                  .where(Result.run_id.in_(list(manifest["runs"])))).all())
+    for rid, meta in manifest["runs"].items():
         here = root / rid
         if os.path.lexists(here):
             for name, info in meta["files"].items():
@@ -203,24 +428,12 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                     raise ArchiveError(f"import: run {rid} is already in {root} with a different {name}; "
                                        "nothing was imported (import into another --runs-dir, or remove it yourself)")
             result.present.append(rid)
-    engine = open_db(url)
-    for rid in manifest.get("runs", {}):
-        if rid in result.present:
-            continue
-        tmp = root / f".{rid}.import-{os.getpid()}"
-        tmp.mkdir(parents=True)
-        for name in manifest["runs"][rid]["files"]:
-            runfiles.atomic_write_bytes(tmp / name, members[f"runs/{rid}/{name}"], durable=False)
-        os.rename(tmp, root / rid)
-        result.imported.append(rid)
-    for exp in manifest.get("experiments", []):
-        for plan in exp.get("plans", []):
-            record_plan(engine, _ImportedPlan(exp, plan, configs), root)
-    sync_runs(engine, root, run_ids=list(manifest.get("runs", {})))
-    from cemctl.db.tags import sync_tags
-
-    sync_tags(engine, root, run_ids=list(manifest.get("runs", {})))
-    return result
+        elif rid in recorded and runfiles.RESULT_FILE in meta["files"]:
+            ours = json.loads(recorded[rid] or "{}")
+            theirs = json.loads((stage / "runs" / rid / runfiles.RESULT_FILE).read_bytes())
+            if ours and json.dumps(ours, sort_keys=True, default=str) != json.dumps(theirs, sort_keys=True, default=str):
+                raise ArchiveError(f"import: run {rid}: the database already records another result for it (its "
+                                   f"folder {here} is gone); nothing was imported")
 
 
 @dataclass
@@ -234,9 +447,12 @@ class _ImportedRun:
 class _ImportedPlan:
     """What `record_plan` needs, from an archive's experiment and one of its plans."""
 
-    def __init__(self, exp: dict[str, Any], plan: dict[str, Any], configs: dict[str, Any]) -> None:
+    def __init__(self, exp: dict[str, Any], plan: dict[str, Any], configs: dict[str, Any], archive: str = "") -> None:
         self.name, self.description, self.figure = exp["name"], exp.get("description", ""), exp.get("figure", "")
-        self.path, self.text, self.sha256 = exp.get("grid_file", ""), exp.get("grid_text", ""), exp.get("grid_sha256", "")
+        grid = exp.get("grid_file", "") or f"{exp['name']}.toml"
+        # the grid's path as the archive names it: never a file here that happens to share its name
+        self.path = f"{archive}:{grid}" if archive else grid
+        self.text, self.sha256 = exp.get("grid_text", ""), exp.get("grid_sha256", "")
         self.scale = plan["scale"]
         self.plan_overrides = json.loads(plan.get("overrides_json") or "{}")
         self.overrides = {k: v for k, v in self.plan_overrides.items() if k != "--seeds"}

@@ -231,6 +231,36 @@ def compare(url: str, runs_root: Path | str, items: Sequence[str], *, experiment
     return cmp
 
 
+@dataclass
+class History:
+    run_id: str
+    rows: list[dict[str, Any]]  # the run's results, oldest first; the last is the current one ("current": True)
+
+
+def run_history(url: str, item: str, *, experiment: str | None = None) -> History:
+    """`compare RUN --history`: the run's current result after its earlier ones (set aside by `--rerun-outdated`
+    or `--redo-damaged`), each with its code fingerprint and its test loss's difference to the current one."""
+    from cemctl.db.engine import open_readonly_db
+    from cemctl.records import load_records
+    from cemctl.records.load import history_of
+
+    engine = open_readonly_db(url)
+    recs = load_records(engine, experiment, per_experiment=True, config=False, arms=False)
+    found = _resolve(item, recs)
+    if found.kind != "run":
+        raise ConfigError("compare", f"--history compares one run with its earlier results; {item!r} is an arm",
+                          allowed=["a run id or unique prefix"])
+    r = found.runs[0]
+    rows = [dict(h, current=False) for h in history_of(engine, [r["run_id"]]).get(r["run_id"], [])]
+    rows.append({"folder": "(current)", "state": r["state"], "test_loss": r["test_loss"], "val_loss": r["val_loss"],
+                 "code_fingerprint": r["code_fingerprint"], "set_aside_at": r["finished_at"], "current": True})
+    now = r["test_loss"]
+    for h in rows:
+        h["test_loss_minus_current"] = (h["test_loss"] - now if isinstance(h["test_loss"], (int, float))
+                                        and isinstance(now, (int, float)) else None)
+    return History(r["run_id"], rows)
+
+
 def curves_figure(url: str, cmp: Comparison) -> Any:
     """Training loss against tokens of each item (an arm: the mean over its seeds with a band)."""
     import pandas as pd

@@ -70,9 +70,12 @@ def _apply(url: str, runs_root: Path, target: str, change, *, runs_only: bool = 
 
         raise DatabaseError(f"--db: {url} is read-only here; tags are recorded in it too")
     result = TagResult(target, kind)
-    for run_id, run_dir in runs:
+    from cem_core.runfiles.tags import read_tags
+
+    for run_id, run_dir in runs:  # every run checked before any is written: all or nothing
         if not run_dir.is_dir():
             raise ConfigError("run", f"{run_id}: its run directory {run_dir} is missing (tags live in it)")
+        read_tags(run_dir)  # an unreadable tags.json: one line (TagsUnreadable), nothing written
     for run_id, run_dir in runs:
         record = change(run_dir)
         store_tags(engine, run_id, record, tags_mtime(run_dir))  # type: ignore[arg-type]

@@ -14,6 +14,12 @@ from the start under the identity it was planned with.
 `--rerun-outdated` does the same for finished runs trained by older model code
 (`cemctl.db.outdated`): their files go to `<run_dir>/.outdated-<UTC time>/`,
 kept, never deleted, and the run trains again with the code of this launch.
+
+Both keep with the run what the user wrote: tags.json (its tags and notes) stays in the
+run folder. The database forgets every row derived from the old files through the one
+projection (`cemctl.db.projection.rebuild_run`: metrics, results, evals, environment, ...
+of the old weights are gone in the same transaction), and the set-aside result stays
+queryable as the run's history (`result_history`, `compare RUN --history`).
 """
 
 from __future__ import annotations
@@ -23,18 +29,18 @@ import os
 import time
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from cem_core import runfiles
 from cem_core.errors import CemError
-from cemctl.db.engine import read_session, retry_locked, write_session
-from cemctl.db.models import Metric, Result, Run, RunEvent
+from cemctl.db.engine import read_session
+from cemctl.db.models import Run
 
-KEEP = (runfiles.LOCK_FILE, runfiles.EXECUTOR_LOG)
-QUARANTINE_PREFIX = ".damaged-"
-OUTDATED_PREFIX = ".outdated-"
-ASIDE_PREFIXES = (QUARANTINE_PREFIX, OUTDATED_PREFIX)  # folders of set-aside files: never moved again
+from cem_core.runfiles.results import ASIDE_PREFIXES, OUTDATED_PREFIX, QUARANTINE_PREFIX  # noqa: E402, F401
+from cem_core.runfiles.tags import TAGS_FILE, TAGS_LOCK  # noqa: E402
+
+KEEP = (runfiles.LOCK_FILE, runfiles.EXECUTOR_LOG, TAGS_FILE, TAGS_LOCK)  # the user's tags and notes stay with the run
 
 
 def damaged_runs(engine: Engine, run_ids: list[str]) -> dict[str, str]:
@@ -86,23 +92,10 @@ def _set_aside(engine: Engine, run_id: str, run_dir: Path, prefix: str, what: st
         os.rename(run_dir / entry, quarantine / entry)  # into a folder made just now: nothing there to replace
         moved += 1
     runfiles.atomic_write_json(run_dir / runfiles.CONFIG_FILE, recorded, indent=1)
+    from cemctl.db.projection import rebuild_run
 
-    def forget() -> None:
-        with write_session(engine) as s:
-            s.execute(delete(Result).where(Result.run_id == run_id))
-            s.execute(delete(Metric).where(Metric.run_id == run_id))
-            s.execute(delete(RunEvent).where(RunEvent.run_id == run_id, RunEvent.source == "file"))
-            row = s.get(Run, run_id)
-            if row is not None:
-                for col in ("result_mtime", "config_mtime", "heartbeat_at", "finished_at", "started_at", "error",
-                            "last_step", "last_train_loss", "last_val_loss", "tokens_per_s", "evals_mtime"):
-                    setattr(row, col, None)
-                row.metrics_offset = row.events_offset = row.events_lines = 0
-                row.metrics_fingerprint = row.events_fingerprint = ""
-                row.state, row.state_reason, row.state_at = "planned", f"{done} by {flag}", time.time()
-                s.add(RunEvent(run_id=run_id, time=time.time(), state="planned", source="derived",
-                               reason=f"{done}: files moved to {quarantine.name}, recorded config restored"))
-
-    retry_locked(forget)
+    why = f"{done} by {flag}: files moved to {quarantine.name}, recorded config restored" if moved else \
+        f"{done} by {flag}: recorded config restored"
+    rebuild_run(engine, run_dir.parent, run_id, reason=why)  # every row of the old files forgotten, one transaction
     return (f"{done}: {moved} file(s) moved to {quarantine.name}/, recorded config restored" if moved
             else f"{done}: recorded config restored")

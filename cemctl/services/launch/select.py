@@ -61,8 +61,13 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
     """
     from cemctl.db.outdated import judge
 
-    damaged = damaged or {}
+    from cem_core.runfiles.results import result_problem
+
+    damaged = dict(damaged or {})
     results = {run_id: runfiles.read_result(Path(run_dir)) for run_id, run_dir in runs}
+    for run_id, res in results.items():  # the one rule of what a result is (ingest calls the same run damaged)
+        if res is not None and run_id not in damaged and result_problem(res):
+            damaged[run_id] = f"result.json: {result_problem(res)}"
     stale = judge((run_id, (results[run_id] or {}).get("code_fingerprint"),
                    lambda d=Path(run_dir): runfiles.run_json(d, runfiles.CONFIG_FILE))
                   for run_id, run_dir in runs

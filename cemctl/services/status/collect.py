@@ -80,7 +80,8 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
     wanted = set(sources([*fields, *(c.key for c in where), *([sort[0]] if sort else [])]))
     recs = load_records(engine, experiment, scale=scale, per_experiment=True, runs_root=runs_root,
                         config=bool(wanted & {"config"}) or arms, arms=arms or bool(wanted & {"arm"}),
-                        tags=bool(wanted & {"tags", "notes"}), environment="environment" in wanted, outdated=True,
+                        tags=bool(wanted & {"tags", "notes"}), environment="environment" in wanted,
+                        history="history" in wanted, outdated=True,
                         now=now)
     by_name: dict[str, ExperimentStatus] = {}
     for name, meta in recs.experiments.items():

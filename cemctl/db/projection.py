@@ -1,0 +1,104 @@
+"""The database as a projection of the run folders: a run's derived rows, forgotten and rebuilt in one place.
+
+    derived_tables()                         -> [metrics, results, evals, run_tags, run_environment, ...]
+    rebuild_run(engine, runs_root, run_id)   # forget every derived row of the run, read its folder again
+    forget_run(session, run_id)              # inside a caller's write transaction
+
+A run's rows in every table keyed by its id (a foreign key to `runs.id`) are derived from
+its folder: `derived_tables` finds them from the schema (`cemctl.db.models.Base.metadata`),
+so a table added later is rebuilt too, never forgotten by a hand list. Two exceptions are
+declared in the schema itself, not here: the plan's links (`experiment_runs`, what the
+planner recorded) and rows a table marks as its own (`run_events` keeps the database's
+derived judgements: `__table_args__` info `{"projection": {"keep_where": ("source", "derived")}}`).
+The run's own row keeps what the plan owns (`PLAN_COLUMNS`) and every other column goes
+back to its default before the folder is read again.
+
+Every command that changes a run's files and must not leave rows of what was there
+before (rerun, redo, repair, import) calls `rebuild_run`: forgetting and re-reading
+happen in one transaction, so a reader never sees the run half-forgotten.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Table, and_, delete, not_
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from cemctl.db.models import Base, Run
+
+PLAN_TABLES = ("experiment_runs",)  # what the planner recorded: links to experiments, not read from the folder
+PLAN_COLUMNS = ("id", "config_json", "run_dir", "created_at", "total_steps", "params_total", "params_non_embedding",
+                "flops_per_token")  # the run row's columns the plan owns; every other one is read from the folder
+
+
+def derived_tables() -> list[Table]:
+    """Every table keyed by a run id, derived from the run's folder (found from the schema)."""
+    out = []
+    for table in Base.metadata.sorted_tables:
+        if table.name == Run.__tablename__ or table.name in PLAN_TABLES:
+            continue
+        if any(fk.column.table.name == Run.__tablename__ for fk in table.foreign_keys):
+            out.append(table)
+    return out
+
+
+def _run_column(table: Table) -> Any:
+    for fk in table.foreign_keys:
+        if fk.column.table.name == Run.__tablename__:
+            return fk.parent
+    raise KeyError(table.name)
+
+
+def forget_run(session: Session, run_id: str, *, reason: str = "", now: float | None = None) -> dict[str, int]:
+    """Delete the run's derived rows from every derived table and reset its row's derived columns (inside the
+    caller's transaction); returns {table: rows deleted}."""
+    counts: dict[str, int] = {}
+    for table in derived_tables():
+        cond = _run_column(table) == run_id
+        keep = (table.info.get("projection") or {}).get("keep_where")
+        if keep:
+            column, value = keep
+            cond = and_(cond, not_(table.c[column] == value))
+        counts[table.name] = session.execute(delete(table).where(cond)).rowcount or 0
+    row = session.get(Run, run_id)
+    if row is not None:
+        for col in Run.__table__.columns:
+            if col.name in PLAN_COLUMNS:
+                continue
+            default = col.default.arg if col.default is not None and not callable(col.default.arg) else None
+            setattr(row, col.key, default)
+        row.state, row.state_reason = "planned", reason or "rebuilt from its folder"
+        row.state_at = row.updated_at = time.time() if now is None else now
+        row.attempts = 0
+    return counts
+
+
+def rebuild_run(engine: Engine, runs_root: Path | str, run_id: str, *, reason: str = "",
+                heartbeat_timeout_s: float | None = None, now: float | None = None) -> str:
+    """Forget every derived row of the run and read its folder again, in one transaction; returns its state."""
+    from cem_core import runfiles
+    from cemctl.db.engine import retry_locked, write_session
+    from cemctl.db.ingest import _ingest_locked, _Outcome
+    from cemctl.db.models import RunEvent
+
+    now = time.time() if now is None else now
+    timeout_s = runfiles.heartbeat_timeout_s(heartbeat_timeout_s)
+    run_dir = Path(runs_root) / run_id
+
+    def write() -> str:
+        with write_session(engine) as s:
+            forget_run(s, run_id, reason=reason, now=now)
+            run = s.get(Run, run_id)
+            if run is None:
+                raise KeyError(run_id)
+            if reason:
+                s.add(RunEvent(run_id=run_id, time=now, state="planned", source="derived", reason=reason))
+            s.flush()
+            _ingest_locked(s, run, run_dir, now, timeout_s, _Outcome())
+            return run.state
+
+    return retry_locked(write)

@@ -1,0 +1,158 @@
+"""The database as a projection of the run folders (issue 33): one function rebuilds a run's derived rows from its
+folder (a table added later included); reruns keep the user's tags and notes and the earlier result as history;
+a tags.json that cannot be read is refused, never wiped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Column, ForeignKey, Integer, Table, func, select
+
+from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, tiny_grid
+
+
+@pytest.fixture
+def project(tmp_path):
+    """One finished run with metrics, evals, tags and a note; its result recorded by an older code fingerprint."""
+    _, ids = plan_ids(tmp_path, tiny_grid("one", seeds="[0, 1]"), "one")
+    run = tmp_path / "runs" / ids[0]
+    finish_run(run, test_loss=1.25)
+    res = json.loads((run / "result.json").read_text())
+    res["code_fingerprint"] = "0123456789ab"
+    (run / "result.json").write_text(json.dumps(res))
+    (run / "evals.json").write_text(json.dumps({"evals": [
+        {"attn_steps": t, "mlp_steps": 1, "sublayer": "attention", "test_loss": 1.2 + t, "test_ppl": 3.0 + t}
+        for t in (1, 2, 4)]}))
+    assert cli(tmp_path, "sync").returncode == 0
+    assert cli(tmp_path, "tag", ids[0], "phase=b").returncode == 0
+    assert cli(tmp_path, "note", ids[0], "the old code's number").returncode == 0
+    return tmp_path, ids
+
+
+def _engine(where: Path):
+    from cemctl.db import open_db
+
+    return open_db(f"sqlite:///{where / 'results.db'}")
+
+
+def _count(engine, model, run_id: str) -> int:
+    from cemctl.db.engine import read_session
+
+    with read_session(engine) as s:
+        return s.execute(select(func.count()).select_from(model).where(model.run_id == run_id)).scalar_one()
+
+
+def test_every_run_keyed_table_is_derived_and_a_table_added_later_is_rebuilt_too(project):
+    from cemctl.db.models import Base
+    from cemctl.db.projection import derived_tables, rebuild_run
+
+    where, ids = project
+    names = {t.name for t in derived_tables()}
+    assert {"metrics", "results", "evals", "run_tags", "run_environment", "run_events", "result_history"} <= names
+    assert "experiment_runs" not in names  # the plan's links
+    dummy = Table("dummy_run_rows", Base.metadata, Column("id", Integer, primary_key=True),
+                  Column("run_id", ForeignKey("runs.id")), Column("x", Integer))
+    try:
+        engine = _engine(where)
+        dummy.create(engine)
+        with engine.begin() as conn:
+            conn.execute(dummy.insert().values(run_id=ids[0], x=1))
+        assert "dummy_run_rows" in {t.name for t in derived_tables()}
+        rebuild_run(engine, where / "runs", ids[0], reason="test")
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(dummy)).scalar_one() == 0
+    finally:
+        Base.metadata.remove(dummy)
+
+
+def test_a_rebuild_reads_the_folder_again_in_one_transaction(project):
+    from cemctl.db.models import Eval, Metric, Result, RunTags
+    from cemctl.db.projection import rebuild_run
+
+    where, ids = project
+    engine = _engine(where)
+    before = {m.__tablename__: _count(engine, m, ids[0]) for m in (Metric, Result, Eval, RunTags)}
+    state = rebuild_run(engine, where / "runs", ids[0])
+    after = {m.__tablename__: _count(engine, m, ids[0]) for m in (Metric, Result, Eval, RunTags)}
+    assert state == "done" and before == after and after["evals"] == 3  # the same folder: the same rows
+
+
+def test_rerun_outdated_drops_the_old_evals_keeps_tags_and_notes_and_the_old_result_as_history(project):
+    from cemctl.db.models import Eval, Metric, Result, RunTags
+    from cemctl.services.launch.repair import set_aside_outdated
+
+    where, ids = project
+    engine = _engine(where)
+    run = where / "runs" / ids[0]
+    assert _count(engine, Eval, ids[0]) == 3
+    done = set_aside_outdated(engine, ids[0], run)
+    assert "set aside" in done
+    assert _count(engine, Eval, ids[0]) == 0 and _count(engine, Result, ids[0]) == 0  # the old weights' rows: gone
+    assert _count(engine, Metric, ids[0]) == 0
+    assert (run / "tags.json").exists() and _count(engine, RunTags, ids[0]) == 1  # the user's tags stay with the run
+    rows = {r["run_id"]: r for r in json.loads(cli(where, "status", "--json", "--columns", "run,tag.phase,note")
+                                               .stdout)["experiments"][0]["runs"]}
+    assert rows[ids[0]]["tag.phase"] == "b" and rows[ids[0]]["note"] == "the old code's number"
+    assert rows[ids[0]]["state"] == "planned"
+    res = cli(where, "compare", ids[0], "--history", "--json")
+    assert res.returncode == 0, res.output
+    hist = json.loads(res.stdout)["results"]
+    assert [h["current"] for h in hist] == [False, True]
+    assert hist[0]["code_fingerprint"] == "0123456789ab" and hist[0]["test_loss"] == pytest.approx(1.25)
+    exported = cli(where, "export", "one", "-o", str(where / "x.csv"))
+    assert exported.returncode == 0
+    import csv
+
+    with open(where / "x.csv") as f:
+        row = {r["run_id"]: r for r in csv.DictReader(f)}[ids[0]]
+    assert float(row["previous_test_loss"]) == pytest.approx(1.25) and row["previous_code_fingerprint"] == "0123456789ab"
+    screen = cli(where, "compare", ids[0], "--history", env={"COLUMNS": "80"})
+    assert "1 earlier result(s)" in screen.stdout and "0123456789ab" in screen.stdout
+
+
+@pytest.mark.parametrize("content", [
+    '{"tags": {"phase": "b"}, "notes": [{"time": 1, "text": "bad \\x escape"}]}',  # one bad escape
+    '{"tags": {"phase": 2}, "notes": []}',  # a hand edit: a number where text belongs
+    '{"tags": {"phase": "b"}, "notes": [], "extra": 1}',  # a key nobody wrote
+    "not json at all",
+])
+def test_an_unreadable_tags_file_is_refused_never_wiped(project, content):
+    where, ids = project
+    path = where / "runs" / ids[0] / "tags.json"
+    path.write_text(content)
+    for args in (("tag", ids[0], "owner=ana"), ("note", ids[0], "more"), ("tag", "one", "phase=c")):
+        res = cli(where, *args)
+        line = assert_clean_error(res, contains="tags.json")
+        assert "fix the file by hand" in line
+        assert path.read_text() == content  # untouched
+    # the other run of the experiment was not tagged either (all or nothing)
+    other = where / "runs" / ids[1] / "tags.json"
+    assert not other.exists()
+    res = cli(where, "sync")
+    assert res.returncode == 0 and "left out" in res.stderr and "tags.json" in res.stderr
+    rows = {r["run_id"]: r for r in json.loads(cli(where, "status", "--json", "--columns", "run,tag.phase,note")
+                                               .stdout)["experiments"][0]["runs"]}
+    assert rows[ids[0]]["tag.phase"] == "b" and rows[ids[0]]["note"] == "the old code's number"  # kept as they were
+
+
+def test_a_tags_file_too_large_to_read_is_refused(project):
+    from cem_core.runfiles.tags import MAX_TAGS_BYTES
+
+    where, ids = project
+    path = where / "runs" / ids[0] / "tags.json"
+    path.write_text('{"tags": {}, "notes": [' + ",".join(['{"time": 1, "text": "x"}'] * 10) + "]}" + " " * MAX_TAGS_BYTES)
+    size = path.stat().st_size
+    assert_clean_error(cli(where, "note", ids[0], "one more"), contains="tags.json")
+    assert path.stat().st_size == size
+
+
+def test_a_thousand_long_notes_fit(project):
+    """The largest tags.json `cemctl note` can write (MAX_NOTES notes of MAX_NOTE_CHARS) is read back."""
+    from cem_core.runfiles.tags import MAX_NOTE_CHARS, MAX_NOTES, read_tags
+
+    where, ids = project
+    path = where / "runs" / ids[0] / "tags.json"
+    path.write_text(json.dumps({"tags": {}, "notes": [{"time": 1.0, "text": "\u00e9" * MAX_NOTE_CHARS}] * MAX_NOTES}))
+    assert len(read_tags(path.parent).notes) == MAX_NOTES
