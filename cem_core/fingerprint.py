@@ -24,6 +24,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
+import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -86,16 +88,11 @@ def _file_digest(path: Path, cache: dict[str, list]) -> str:
 
 
 def _cache_path() -> Path:
-    import os
-
     base = os.environ.get("CEMCTL_CACHE") or str(Path.home() / ".cache" / "cemctl")
     return Path(base) / "code-fingerprints.json"
 
 
 def fingerprint_of(files: Sequence[tuple[str, Path]]) -> str:
-    import json
-    import os
-
     path = _cache_path()
     try:
         cache = json.loads(path.read_text()) if path.is_file() else {}

@@ -32,67 +32,36 @@ Torch-free: a plugin module should import torch inside its classes' module only.
 
 from __future__ import annotations
 
-import contextvars
 import importlib
-import re
+import importlib.util
+import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
-from cem_core.errors import CemError, ConfigError
+from cem_core import variants as V
+from cem_core.errors import ConfigError
+from cem_core.plugin_context import (  # re-exported: the public plugin API names them here
+    ENTRY_POINT_GROUP,
+    LOADED,
+    PluginError,
+    canonical,
+    current_plugin,
+    describe_failure,
+    load_entry_points,
+    loading,
+    parse_names,
+)
+from cem_core.runfiles import RunFileError, atomic_write_bytes
 
-ENTRY_POINT_GROUP = "cemctl.plugins"
+__all__ = [
+    "ENTRY_POINT_GROUP", "PLUGINS_DIR", "PluginError", "add_search_path", "canonical", "copy_sources",
+    "current_plugin", "load_entry_points", "load_plugins", "parse_names", "plugin_sources", "used_plugins",
+]
+
 PLUGINS_DIR = ".plugins"  # inside a runs root: the plugin sources plan copied
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-_loading: contextvars.ContextVar[str] = contextvars.ContextVar("cemctl_plugin_loading", default="")
-_loaded: dict[str, str] = {}  # module name -> "" (ok) or the one-line reason it failed
-_entry_points_done = False
 _search: list[Path] = []  # folders looked in before the installed packages (add_search_path)
-
-
-class PluginError(ConfigError):
-    """A plugin that cannot be loaded (one line: the plugin, the reason)."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__("plugins", f"{name}: {message}", value=name)
-
-
-def current_plugin() -> str:
-    """The plugin being imported right now ("" outside a plugin import): `register` tags its specs with it."""
-    return _loading.get()
-
-
-def parse_names(value: Any, *, key: str = "plugins") -> tuple[str, ...]:
-    """'a, b.c' or ["a", "b.c"] -> ("a", "b.c") (sorted, unique); a name that is not a module path raises."""
-    if value is None or value == "":
-        return ()
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)):
-        raise ConfigError(key, f"must be a list of module names, got {type(value).__name__}", value=value)
-    names = set()
-    for item in items:
-        name = item.strip() if isinstance(item, str) else item
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ConfigError(key, f"{name!r} is not a module name", value=name,
-                              allowed="dotted Python module names, e.g. my_layer or mypkg.variants")
-        names.add(name)
-    return tuple(sorted(names))
-
-
-def canonical(value: Any, *, key: str = "plugins") -> str:
-    """The config form of a plugin list: sorted, unique, comma-separated ("" for none)."""
-    return ",".join(parse_names(value, key=key))
-
-
-def _short(exc: BaseException) -> str:
-    if isinstance(exc, CemError):
-        return str(exc)
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return (text[:300] + where)
+_loaded = LOADED  # module name -> "" or why it failed (the one table, `cem_core.plugin_context.LOADED`)
 
 
 def add_search_path(folder: str | Path) -> None:
@@ -110,22 +79,20 @@ def _import(name: str, search: Iterable[Path]) -> None:
             if str(folder) in sys.path:
                 sys.path.remove(str(folder))
             sys.path.insert(0, str(folder))
-    token = _loading.set(name)
     try:
-        importlib.import_module(name)
+        with loading(name):
+            importlib.import_module(name)
     except ModuleNotFoundError as e:
         if e.name and (name == e.name or name.startswith(e.name + ".")):
             raise PluginError(name, "no such module (put it beside the grid file, in the runs root's "
                               f"{PLUGINS_DIR}/ folder, or install it)") from None
-        raise PluginError(name, f"failed on import: {_short(e)}") from None
+        raise PluginError(name, f"failed on import: {describe_failure(e, _search)}") from None
     except PluginError:
         raise
     except ConfigError as e:  # register() refused a spec: the reason names the variant
         raise PluginError(name, e.message if e.key == "plugin" else str(e)) from None
     except Exception as e:  # noqa: BLE001 - a plugin's own bug: one line, never a traceback
-        raise PluginError(name, f"failed on import: {_short(e)}") from None
-    finally:
-        _loading.reset(token)
+        raise PluginError(name, f"failed on import: {describe_failure(e, _search)}") from None
 
 
 def load_plugins(names: Any, *, search: Iterable[Path] = ()) -> tuple[str, ...]:
@@ -146,34 +113,8 @@ def load_plugins(names: Any, *, search: Iterable[Path] = ()) -> tuple[str, ...]:
     return names
 
 
-def load_entry_points() -> list[str]:
-    """Load the installed `cemctl.plugins` entry points (once per process); returns their names."""
-    global _entry_points_done
-    if _entry_points_done:
-        return []
-    _entry_points_done = True
-    from importlib.metadata import entry_points
-
-    done = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        token = _loading.set(ep.module)
-        try:
-            ep.load()
-        except ConfigError as e:
-            raise PluginError(f"{ep.name} (entry point {ep.value})", e.message if e.key == "plugin" else str(e)) from None
-        except Exception as e:  # noqa: BLE001
-            raise PluginError(f"{ep.name} (entry point {ep.value})", f"failed on import: {_short(e)}") from None
-        finally:
-            _loading.reset(token)
-        _loaded.setdefault(ep.module, "")
-        done.append(ep.name)
-    return done
-
-
 def used_plugins(cfg: Any) -> tuple[str, ...]:
     """The plugin modules a config's numbers depend on: its `plugins` and the plugin of every variant it uses."""
-    from cem_core import variants as V
-
     names = set(parse_names(getattr(cfg, "plugins", "")))
     m = cfg.model
     for registry, name in ((V.ATTENTION, m.attention), (V.MLPS, m.mlp), (V.PRECONDITIONERS, m.attn_precond),
@@ -192,8 +133,6 @@ def _installed(path: Path) -> bool:
 def plugin_sources(name: str) -> list[tuple[str, Path]]:
     """(path relative to the import root, file) of a plugin's source: a module file, or every .py file of its
     top-level package. Installed distributions (site-packages) are not copied: every job finds them as they are."""
-    import importlib.util
-
     top = name.split(".")[0]
     try:
         spec = importlib.util.find_spec(top)
@@ -213,10 +152,6 @@ def copy_sources(names: Iterable[str], dest: Path) -> list[str]:
     """Copy the plugins' sources into `dest` (a runs root's `.plugins/`), so that status, report and the jobs
     import the code that was planned wherever they run; returns the relative paths written. Each file is
     replaced atomically by the current source (the code fingerprint notices a change)."""
-    import os
-
-    from cem_core.runfiles import RunFileError, atomic_write_bytes
-
     dest = Path(dest)
     real_dest = Path(os.path.realpath(dest.parent)) / dest.name
     written = []

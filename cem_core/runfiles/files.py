@@ -18,7 +18,9 @@ command follows a planted link out of a run or hangs on a special file.
 from __future__ import annotations
 
 import enum
+import fcntl
 import json
+import math
 import os
 import re
 import socket
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
-from cem_core.errors import CemError
+from cem_core.errors import CemError, ConfigError
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
@@ -155,8 +157,6 @@ def open_run_file(run_dir: str | os.PathLike[str], name: str | os.PathLike[str])
     For files too large to read whole (checkpoints): the same confinement as `read_run_file` (a symlink out of
     the run, a FIFO, a device, a folder are refused, without blocking), then an ordinary blocking file object.
     """
-    import fcntl
-
     path = confined_path(run_dir, name)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -341,10 +341,6 @@ def append_event(run_dir: str | os.PathLike[str], state: str, reason: str = "", 
 
 def heartbeat_timeout_s(value: float | None = None) -> float:
     """--heartbeat-timeout-s, else $CEMCTL_HEARTBEAT_TIMEOUT_S, else 120 s (every command and executor)."""
-    import math
-
-    from cem_core.errors import ConfigError
-
     if value is None:
         env = os.environ.get("CEMCTL_HEARTBEAT_TIMEOUT_S")
         if not env:
