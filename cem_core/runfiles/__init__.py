@@ -91,13 +91,20 @@ from cem_core.runfiles.manifest import (
 )
 from cem_core.runfiles.process import TOKEN_ENV, describe_mismatch, process_matches, process_start
 from cem_core.runfiles.rundir import Heartbeat, RunDir, call_quietly, truncate_metrics
-from cem_core.runfiles.saved_config import SavedConfig, config_of_record, parse_config, read_config_file, read_run_config
+from cem_core.runfiles.saved_config import (
+    SavedConfig,
+    config_from_object,
+    config_of_record,
+    parse_config,
+    read_config_file,
+    read_run_config,
+)
 
 __all__ = [
     "ACTIVE_STATES", "CANCEL_FILE", "CHECKPOINT_DIR", "CHECKPOINT_RE", "CONFIG_FILE", "DEFAULT_HEARTBEAT_TIMEOUT_S", "EVALS_FILE",
     "EVENTS_FILE", "EXECUTOR_LOG", "EXIT_PREEMPTED", "FINAL_STATES", "HEARTBEAT_FILE", "JOB_FILE", "JOB_STATES", "LIVE_JOB_STATES",
     "LOCK_FILE", "LOG_FILE", "MAX_JSON_BYTES", "MAX_LOG_BYTES", "METRICS_FILE", "RESULT_FILE", "RESULT_STATES",
-    "RUN_STATES", "TERMINAL_STATES", "TOKEN_ENV", "Audit", "SavedConfig", "config_of_record", "parse_config",
+    "RUN_STATES", "TERMINAL_STATES", "TOKEN_ENV", "Audit", "SavedConfig", "config_from_object", "config_of_record", "parse_config",
     "read_config_file", "read_run_config", "Heartbeat", "Manifest", "ManifestError", "JobRecord", "RunDir", "RunFileError", "RunState", "append_event",
     "append_jsonl", "atomic_write", "atomic_write_bytes", "checkpoint_name", "list_checkpoints", "audit_folder", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",
     "confined_path", "describe_mismatch", "file_digest", "finite_json", "fsync_dir", "heartbeat_age_s", "heartbeat_timeout_s", "hostname", "iter_jsonl",

@@ -41,6 +41,11 @@ def parse_config(data: bytes | str | None, source: str) -> SavedConfig:
         raise ConfigError(CONFIG_FILE, "is nested too deeply to be a run config", source=source) from None
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise ConfigError(CONFIG_FILE, f"is not valid JSON ({e})", source=source) from None
+    return config_from_object(raw, source)
+
+
+def config_from_object(raw: Any, source: str) -> SavedConfig:
+    """A saved config from its parsed JSON (a reader that parsed the file already); the same checks."""
     if not isinstance(raw, dict):
         raise ConfigError(CONFIG_FILE, f"must be a JSON object, got {type(raw).__name__}", source=source)
     try:
@@ -81,6 +86,10 @@ def read_run_config(run_dir: str | os.PathLike[str]) -> SavedConfig:
     return parse_config(data, str(path))
 
 
-def config_of_record(config_json: str | None, run_id: str) -> RunConfig:
-    """The RunConfig a results database recorded for a run (its `config_json`); one line naming the record."""
-    return parse_config(config_json or "null", f"the results database's record of run {run_id}").config
+def config_of_record(config_json: str | dict[str, Any] | None, run_id: str) -> RunConfig:
+    """The RunConfig a results database recorded for a run (its `config_json`, or that already parsed); one line
+    naming the record otherwise."""
+    source = f"the results database's record of run {run_id}"
+    if isinstance(config_json, dict):
+        return config_from_object(config_json, source).config
+    return parse_config(config_json or "null", source).config

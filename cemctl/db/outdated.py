@@ -24,7 +24,6 @@ its plugin's source too). Torch-free.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable
@@ -52,12 +51,12 @@ def current_code(plugins: tuple[str, ...] = ()) -> str:
 def _current_for(config: Any) -> str | None:
     """The current fingerprint for one run's configuration (a dict or its JSON); None when it cannot be told (a
     plugin that no longer loads, an unreadable config)."""
-    from cem_core.config import RunConfig
     from cem_core.errors import CemError
     from cem_core.plugins import used_plugins
+    from cem_core.runfiles import config_of_record
 
     try:
-        cfg = RunConfig.from_dict(json.loads(config or "{}") if isinstance(config, (str, type(None))) else config)
+        cfg = config_of_record(config if config is not None else "{}", "?")
         if cfg.plugins:
             from cem_core.plugins import load_plugins
 

@@ -34,7 +34,7 @@ from sqlalchemy import case, delete, func, select
 from sqlalchemy.engine import Engine
 
 from cem_core.config import RunConfig, canonical_json
-from cem_core.runfiles import CONFIG_FILE
+from cem_core.runfiles import CONFIG_FILE, config_of_record
 from cem_core.errors import CemError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
@@ -140,7 +140,7 @@ def _resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> P
 
 def run_config(run: Run) -> RunConfig:
     """The resolved RunConfig stored with a run."""
-    return RunConfig.from_dict(json.loads(run.config_json))
+    return config_of_record(run.config_json, run.id)
 
 
 def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | str | None, now: float) -> Run:

@@ -181,10 +181,10 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         if not is_run_id(rid):
             raise ArchiveError(f"import: {path}: {rid!r} is not a run id")
         raw = members.get(f"runs/{rid}/{runfiles.CONFIG_FILE}")
-        try:
-            cfg = RunConfig.from_dict(json.loads(raw or b"null"))
-        except (ValueError, CemError):
-            raise ArchiveError(f"import: {path}: run {rid}: config.json is not a run config") from None
+        try:  # the one reader of config.json
+            cfg = runfiles.parse_config(raw, f"{path}: runs/{rid}/{runfiles.CONFIG_FILE}").config
+        except ConfigError as e:
+            raise ArchiveError(f"import: {e}") from None
         if run_id(cfg) != rid:
             raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
         configs[rid] = cfg
