@@ -258,20 +258,48 @@ def test_write_pause() -> None:
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *, durable: bool = True,
-                 pause: bool = True) -> None:
+                 pause: bool = True, before_replace: Callable[[Path], None] | None = None) -> None:
     """Write `path` through `write(file)` so that readers see either the old or the new file, never half: a temp
     file beside it (`.<name>.<random>.tmp`) renamed over it. `durable`: fsync the file and its folder; `pause`:
-    the crash tests' write window (`test_write_pause`). The one atomic write of cemctl (run files, checkpoints,
-    data caches, the GP cache, bench tables)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are read by other users' tools
+    the crash tests' write window (`test_write_pause`); `before_replace(tmp)`: a last check of the finished temp
+    file (it raises to keep the old file). The one atomic write of cemctl (run files, checkpoints, data caches,
+    the GP cache, bench tables, the code fingerprint cache, owned output files, manifests)."""
+    def fill(fd: int, tmp: Path) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
+
+    _replace_with_temp(Path(path), fill, durable=durable, pause=pause, before_replace=before_replace)
+
+
+def atomic_write_path(path: str | os.PathLike[str], write: Callable[[Path], None], *, durable: bool = True,
+                      pause: bool = True, before_replace: Callable[[Path], None] | None = None) -> None:
+    """`atomic_write` for a writer that wants a file name (`frame.to_parquet(tmp)`, `tarfile.open(tmp, "w:gz")`):
+    `write(tmp)` fills the temp file beside `path`, which is then renamed over it."""
+    def fill(fd: int, tmp: Path) -> None:
+        os.close(fd)
+        write(tmp)
+        if durable:
+            sync_fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(sync_fd)
+            finally:
+                os.close(sync_fd)
+
+    _replace_with_temp(Path(path), fill, durable=durable, pause=pause, before_replace=before_replace)
+
+
+def _replace_with_temp(path: Path, fill: Callable[[int, Path], None], *, durable: bool, pause: bool,
+                       before_replace: Callable[[Path], None] | None) -> None:
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are read by other users' tools
+        fill(fd, tmp)
+        if before_replace is not None:
+            before_replace(tmp)
         if pause:
             test_write_pause()
         os.replace(tmp, path)

@@ -30,6 +30,8 @@ from typing import Any, Sequence
 from cem_core import runfiles
 from cem_core.runfiles.files import ENVIRONMENT_FILE
 from cem_core.errors import CemError, ConfigError
+from cem_core.runfiles.manifest import ManifestError
+from cemctl.services.archive_manifest import read_archive_manifest
 
 FORMAT = "cemctl-archive"
 VERSION = 1
@@ -148,14 +150,12 @@ def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
                 raise ArchiveError(f"import: {path}: member {m.name!r} is too large ({m.size} bytes)")
             f = tar.extractfile(m)
             members[m.name] = f.read() if f is not None else b""
-    try:
-        manifest = json.loads(members.pop("manifest.json"))
-    except (KeyError, ValueError):
-        raise ArchiveError(f"import: {path}: no readable manifest.json (not a cemctl archive)") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ArchiveError(f"import: {path}: not a cemctl archive of version {VERSION}")
-    listed = {f"runs/{rid}/{name}": meta for rid, r in manifest.get("runs", {}).items()
-              for name, meta in r.get("files", {}).items()}
+    try:  # the one strict reader of "cemctl wrote these bytes" records (every shape checked, old ones read)
+        parsed = read_archive_manifest(members.pop("manifest.json", None), f"import: {path}: manifest.json")
+    except ManifestError as e:
+        raise ArchiveError(str(e)) from None
+    manifest = parsed.doc
+    listed = {name: {"size": e.size, "sha256": e.sha256} for name, e in parsed.files.items()}
     for name, data in members.items():
         meta = listed.get(name)
         if meta is None:
