@@ -37,7 +37,7 @@ from typing import Any
 from cem_core.config import flatten
 from cem_core.errors import ConfigError
 from cem_core.names import check_experiment_name
-from cem_core.plugins import add_search_path, canonical, load_plugins, parse_names
+from cem_core.plugins import canonical, load_grid_plugins, parse_names
 from cem_core.runfiles import RunFileError, read_bytes
 from cemctl.grid.claims import parse_claims
 from cemctl.grid.fields import Scalar, check_field, check_scalar
@@ -355,8 +355,7 @@ def _plugins(value: Any, path: str) -> tuple[str, ...]:
         return ()
     try:
         names = parse_names(value, key="experiment.plugins")
-        add_search_path(Path(path).resolve().parent)
-        return load_plugins(names)
+        return load_grid_plugins(names, Path(path).resolve().parent)
     except ConfigError as e:
         key = e.key if e.key.startswith("experiment.") else f"experiment.{e.key}"
         raise ConfigError(key, e.message, value=e.value, allowed=e.allowed, source=path) from None
