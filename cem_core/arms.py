@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from cem_core.errors import CemError
+from cem_core.identity import identity_items
 
 SEED_KEY = "train.seed"
 DEFAULT_NUISANCE: tuple[str, ...] = (SEED_KEY,)
@@ -37,8 +38,6 @@ class ArmLabelCollision(CemError):
 
 def arm_items(flat: Mapping[str, Any], nuisance: Sequence[str] = DEFAULT_NUISANCE) -> dict[str, Any]:
     """The config items that make an arm: the run id's identity items without the nuisance keys."""
-    from cem_core.identity import identity_items
-
     drop = set(nuisance)
     return {k: v for k, v in identity_items(flat).items() if k not in drop}
 

@@ -9,216 +9,46 @@ torch-free so the CLI can plan and hash runs without importing torch.
 - `resolve(cfg)` fills what is derived (dims from `model.size`, vocab from the
   tokenizer, the token budget) and validates; the resolved config is what is
   saved with a run and hashed into its id (`run_id`).
+- `load_run_config(path)`: a saved config.json (`cem_core.runfiles.saved_config`, the one reader).
+
+The types themselves live in `cem_core.schema` (re-exported here), below the variant specs,
+the counts and the run files, so that none of them imports this module's behaviour.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from dataclasses import dataclass, field, fields
-from typing import Any
 
+from cem_core import variants as V  # every named choice: one registry each (torch-free)
+from cem_core.counts import baseline_params
 from cem_core.errors import ConfigError
+from cem_core.identity import config_hash
+from cem_core.plugins import load_plugins
+from cem_core.runfiles.saved_config import read_config_file
+from cem_core.schema import (  # the plain types and dict helpers (re-exported: `from cem_core.config import ...`)
+    DataConfig,
+    GPConfig,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    canonical_json,
+    deep_merge,
+    field_names,
+    flatten,
+    nest,
+)
 from cem_core.sizes import SIZES
 from cem_core.spec import check_rules
 
-from cem_core import variants as V  # every named choice: one registry each (torch-free)
+__all__ = [
+    "BYTE_VOCAB_SIZE", "LLAMA_VOCAB_SIZE", "DataConfig", "GPConfig", "ModelConfig", "RunConfig", "TrainConfig",
+    "canonical_json", "deep_merge", "energy_layers", "field_names", "flatten", "load_run_config", "nest", "resolve",
+    "run_id", "tokenizer_vocab_size", "tokens_per_step", "total_steps", "validate",
+]
 
 BYTE_VOCAB_SIZE = 257  # 256 bytes + end-of-document
 LLAMA_VOCAB_SIZE = 32000
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    size: str = "micro"
-    # Dims: 0 means "take it from `size`".
-    d_model: int = 0
-    n_layers: int = 0
-    n_heads: int = 0
-    d_mlp: int = 0
-    context_len: int = 0
-    vocab_size: int = 0  # 0 means "take it from the tokenizer"
-    # Component swaps
-    attention: str = "llama"
-    mlp: str = "llama"
-    # Recursion steps T and step sizes eta
-    attn_steps: int = 1
-    mlp_steps: int = 1
-    attn_step_size: float = 1.0
-    mlp_step_size: float = 1.0
-    # CEM specifics
-    attn_precond: str = "identity"
-    mlp_precond: str = "identity"
-    attn_precond_rank: int = 4
-    mlp_precond_rank: int = 16
-    kq_diagonal: str = "none"
-    cem_position: str = "alibi"
-    attn_start: str = "h"  # CEM attention's x_0: h (the residual stream) or norm (RMSNorm(h), Alg. 1 read literally)
-    param_match_factor: float = 1.5  # width multiplier of cem_param_matched
-    # Llama specifics and shared
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-6
-    init_std: float = 0.02
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    corpus: str = "builtin"
-    path: str = ""  # corpus=jsonl: a local file; corpus=files: a glob of .jsonl / .parquet / .txt files
-    hf_dataset: str = "gmongaras/SlimPajama-627B_Reupload"
-    tokenizer: str = "bpe"
-    bpe_vocab_size: int = 4096
-    hf_tokenizer: str = "hf-internal-testing/llama-tokenizer"
-    tokenizer_path: str = ""  # a local tokenizer file (HF tokenizer.json or SentencePiece .model) for tokenizer="hf"
-    cache_dir: str = ""  # "" means the default cache (~/.cache/cemctl or $CEMCTL_CACHE)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    lr: float = 0.002
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-9
-    weight_decay: float = 0.1  # on projection matrices and the output head (cem_core/model/roles.py)
-    decay_cem_extras: bool = False  # also decay KQ diagonals, preconditioners, position biases (paper: silent)
-    grad_clip: float = 1.0
-    warmup_frac: float = 0.05
-    final_lr_frac: float = 0.1
-    batch_seqs: int = 128  # effective batch in sequences (all devices, all micro-steps)
-    micro_batch_seqs: int = 8  # per device per forward pass
-    tokens_per_param: float = 20.0  # Chinchilla budget of the Llama baseline of the same dims
-    max_tokens: int = 0  # explicit token budget; 0 means Chinchilla
-    max_steps: int = 0  # explicit step budget; overrides tokens when > 0
-    eval_every_steps: int = 0  # 0 means 10 evaluations per run
-    val_tokens: int = 65536
-    test_tokens: int = 262144  # fixed held-out tokens for test perplexity
-    ckpt_every_steps: int = 0  # 0 means 10 checkpoints per run
-    ckpt_keep: int = 2
-    log_every_steps: int = 1
-    seed: int = 0
-    compile: str = "auto"  # auto: torch.compile on CUDA (eager fallback with a logged reason), eager on CPU; on | off
-    activation_checkpointing: bool = False  # recompute each block's activations in backward (memory for time)
-    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    energy_layers: str = ""  # energy diagnostics at each evaluation: "" off, "all", or "0,3" (layer indices)
-    system_every_s: float = 30.0  # CPU/GPU utilisation and memory sampled into metrics.jsonl every N s; 0: off
-
-
-@dataclass(frozen=True)
-class GPConfig:
-    """The synthetic Gaussian-process regression study (task = "gp"; see cem_core/gp)."""
-
-    kernel: str = "rbf"  # rbf | gibbs (non-stationary, input-dependent lengthscale)
-    input_dim: int = 10
-    n_train: int = 2048
-    n_test: int = 512
-    lengthscale: float = 2.0  # RBF lengthscale; the Gibbs kernel's base lengthscale
-    noise_std: float = 0.05  # observation noise added to the sampled function
-    data_seed: int = 0  # the GP sample (fixed across model seeds)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    task: str = "lm"
-    plugins: str = ""  # plugin modules to import first, comma-separated (cem_core.plugins)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    gp: GPConfig = field(default_factory=GPConfig)
-
-    # -- construction -------------------------------------------------------
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None = None) -> "RunConfig":
-        """Build from nested (`{"model": {"attention": "cem"}}`) or dotted keys."""
-        return _build(cls, nest(d or {}), prefix="")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def override(self, updates: dict[str, Any]) -> "RunConfig":
-        """A copy with dotted or nested keys replaced (unknown keys rejected)."""
-        merged = deep_merge(self.to_dict(), nest(updates))
-        return RunConfig.from_dict(merged)
-
-
-# ---------------------------------------------------------------------------
-# Dict helpers
-
-
-def nest(d: dict[str, Any]) -> dict[str, Any]:
-    """Turn dotted keys ('model.attention') into nested dicts; nested input passes through."""
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if not isinstance(key, str) or not key:
-            raise ConfigError(str(key), "keys must be non-empty strings")
-        parts = key.split(".")
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            existing = node.setdefault(part, {})
-            if not isinstance(existing, dict):
-                raise ConfigError(".".join(parts[: i + 1]), "is a value, not a section")
-            node = existing
-        last = parts[-1]
-        if isinstance(value, dict):
-            value = nest(value)
-            if isinstance(node.get(last), dict):
-                value = deep_merge(node[last], value)
-        node[last] = value
-    return out
-
-
-def deep_merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in updates.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dict to dotted keys."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, dict):
-            out.update(flatten(v, key))
-        else:
-            out[key] = v
-    return out
-
-
-def field_names(section: str | None = None) -> list[str]:
-    """Every addressable dotted key (for error messages and grid axes)."""
-    names = ["task", "plugins"] if section is None else []
-    for sec, klass in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig), ("gp", GPConfig)):
-        if section in (None, sec):
-            names += [f"{sec}.{f.name}" for f in fields(klass)]
-    return names
-
-
-def _normalized(d: Any) -> Any:
-    """The two keys with a friendlier spelling: `train.compile = true` reads as "on", `plugins` as a list or a
-    comma-separated string reads as "a,b" (sorted, unique)."""
-    if not isinstance(d, dict):
-        return d
-    d = dict(d)
-    train = d.get("train")
-    if isinstance(train, dict) and isinstance(train.get("compile"), bool):
-        d["train"] = {**train, "compile": "on" if train["compile"] else "off"}
-    if "plugins" in d:
-        from cem_core.plugins import canonical
-
-        d["plugins"] = canonical(d["plugins"])
-    return d
-
-
-def _build(klass: type, d: Any, prefix: str) -> Any:
-    """Typed config from nested plain data by the one converter's strict rules (`cem_core.convert`)."""
-    from cem_core.convert import from_plain
-
-    return from_plain(klass, _normalized(d), prefix=prefix)
 
 
 def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
@@ -229,8 +59,6 @@ def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
 def validate(cfg: RunConfig) -> RunConfig:
     """Check every value and combination; raises `ConfigError` on the first problem."""
     if cfg.plugins:  # their variants must be registered before the names are checked
-        from cem_core.plugins import load_plugins
-
         load_plugins(cfg.plugins)
     V.TASKS.check(cfg.task)
     m, dt, t = cfg.model, cfg.data, cfg.train
@@ -346,8 +174,6 @@ def resolve(cfg: RunConfig) -> RunConfig:
     )
     t = cfg.train
     if t.max_steps == 0 and t.max_tokens == 0:
-        from cem_core.counts import baseline_params
-
         budget = int(round(t.tokens_per_param * baseline_params(m)))
         t = dataclasses.replace(t, max_tokens=budget)
     cfg = dataclasses.replace(cfg, model=m, train=t)
@@ -385,35 +211,17 @@ def energy_layers(cfg: RunConfig) -> list[int]:
     return layers
 
 
-def canonical_json(d: dict[str, Any]) -> str:
-    return json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
 def run_id(cfg: RunConfig) -> str:
     """Content hash of the resolved config: the run's identity (12 hex chars), stable across releases
     (`cem_core.identity`: fields added since 0.2.0 count only when set away from their default)."""
-    from cem_core.identity import config_hash
-
     return config_hash(flatten(resolve(cfg).to_dict()))
 
 
 def load_run_config(path: str) -> RunConfig:
-    """Read a saved config.json (a run directory's) back into a RunConfig.
+    """Read a saved config.json (a run directory's, or any file) back into a RunConfig (not resolved).
 
-    Only a regular file is read (never blocking on a FIFO, never past the size cap);
-    anything else, bad JSON or a non-object raises `ConfigError` naming the file.
+    The one reader of config.json (`cem_core.runfiles.saved_config`): only a regular file is read (never
+    blocking on a FIFO, never past the size cap); bad JSON, a non-object or any key or type a RunConfig does
+    not have raises one `ConfigError` line naming the file.
     """
-    from cem_core.runfiles.files import RunFileError, read_bytes
-
-    try:
-        d = json.loads(read_bytes(path))
-    except RunFileError as e:
-        raise ConfigError("config.json", str(e).split(": ", 1)[-1], source=path) from None
-    except ValueError as e:
-        raise ConfigError("config.json", f"is not valid JSON ({e})", source=path) from None
-    if not isinstance(d, dict):
-        raise ConfigError("config.json", f"must be a JSON object, got {type(d).__name__}", source=path)
-    try:
-        return RunConfig.from_dict(d)
-    except ConfigError as e:
-        raise e.with_source(path) from None
+    return read_config_file(path).config

@@ -10,21 +10,17 @@ registered names). FLOPs are the matmul FLOPs of one forward pass; training = 3x
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from cem_core.config import ModelConfig, RunConfig
+from cem_core.schema import ModelConfig, RunConfig
+from cem_core.spec import AttentionSpec, MlpSpec
+from cem_core.variants import ATTENTION, MLPS, TASKS
 
 
-def attention_spec(m: "ModelConfig"):  # noqa: ANN201
-    from cem_core.variants import ATTENTION
-
+def attention_spec(m: "ModelConfig") -> AttentionSpec:
     return ATTENTION.spec(m.attention)
 
 
-def mlp_spec(m: "ModelConfig"):  # noqa: ANN201
-    from cem_core.variants import MLPS
-
+def mlp_spec(m: "ModelConfig") -> MlpSpec:
     return MLPS.spec(m.mlp)
 
 
@@ -95,10 +91,13 @@ def train_flops_per_token(m: "ModelConfig") -> int:
     return 3 * flops_per_token(m)
 
 
+def lm_task_counts(cfg: "RunConfig") -> tuple[dict[str, int], int]:
+    """The language-modelling task's counts (its spec's `counts`): parameter counts and forward FLOPs per token."""
+    return param_counts(cfg.model), flops_per_token(cfg.model)
+
+
 def run_counts(cfg: "RunConfig") -> dict[str, int]:
     """{'params_total', 'params_non_embedding', 'flops_per_token'} of a resolved run config, any task
     (the task's spec counts: for task "gp" a "token" is one regression example)."""
-    from cem_core.variants import TASKS
-
-    counts, fpt = TASKS.spec(cfg.task).counts(cfg)
+    counts, fpt = TASKS.spec(cfg.task).count(cfg)
     return {"params_total": counts["total"], "params_non_embedding": counts["non_embedding"], "flops_per_token": fpt}

@@ -24,10 +24,16 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
+import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
+
+from cem_core.runfiles import RunFileError, atomic_write_bytes, read_bytes
+from cem_core.runfiles.lock import file_lock
 
 CORE = Path(__file__).resolve().parent
+MAX_CACHE_BYTES = 64 << 20  # a larger cache is ignored (and rewritten with what this process parsed)
 # Relative to the cem_core package: folders (every .py file in them) and single files.
 MODEL_CODE: tuple[str, ...] = (
     "model",
@@ -86,34 +92,41 @@ def _file_digest(path: Path, cache: dict[str, list]) -> str:
 
 
 def _cache_path() -> Path:
-    import os
-
     base = os.environ.get("CEMCTL_CACHE") or str(Path.home() / ".cache" / "cemctl")
     return Path(base) / "code-fingerprints.json"
 
 
-def fingerprint_of(files: Sequence[tuple[str, Path]]) -> str:
-    import json
-    import os
-
-    path = _cache_path()
+def _read_cache(path: Path) -> dict[str, Any]:
+    """The cache as a table ({} when missing, unreadable, not a regular file or not a table: it is only a cache)."""
     try:
-        cache = json.loads(path.read_text()) if path.is_file() else {}
-        cache = cache if isinstance(cache, dict) else {}
-    except (OSError, ValueError):
-        cache = {}
+        cache = json.loads(read_bytes(path, max_bytes=MAX_CACHE_BYTES))
+    except (OSError, ValueError, RecursionError, RunFileError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def _write_cache(path: Path, cache: dict[str, Any]) -> None:
+    """Merge `cache` into the file under the one lock and atomic write of `cem_core.runfiles`; best effort (a cache
+    that cannot be written only costs the parsing next time, and a process holding the lock is writing it now)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path.with_name(f".{path.name}.lock"), blocking=False) as held:
+            if held:
+                merged = {**_read_cache(path), **cache}
+                atomic_write_bytes(path, json.dumps(merged).encode(), durable=False, pause=False)
+    except (OSError, RunFileError):
+        pass
+
+
+def fingerprint_of(files: Sequence[tuple[str, Path]]) -> str:
+    path = _cache_path()
+    cache = _read_cache(path)
     before = dict(cache)
     h = hashlib.sha256()
     for name, file in sorted(files, key=lambda item: item[0]):
         h.update(name.encode() + b"\0" + _file_digest(file, cache).encode() + b"\0")
-    if cache != before:  # best effort: a cache that cannot be written only costs the parsing next time
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cache))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+    if cache != before:
+        _write_cache(path, {k: v for k, v in cache.items() if before.get(k) != v})
     return h.hexdigest()[:12]
 
 

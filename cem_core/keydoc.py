@@ -19,6 +19,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from cem_core import variants as V
+from cem_core.config import DataConfig, GPConfig, ModelConfig, RunConfig, TrainConfig
+
 # key -> (meaning, range of a number or "" (names come from the registries), unit)
 _DOCS: dict[str, tuple[str, str, str]] = {
     "task": ("what is trained: language modelling, or the synthetic GP regression study", "", ""),
@@ -107,8 +110,6 @@ class KeyDoc:
 
 
 def _registries() -> dict[str, Any]:
-    from cem_core import variants as V
-
     out: dict[str, Any] = {}
     for reg in vars(V).values():
         if type(reg).__name__ == "Registry":
@@ -119,8 +120,6 @@ def _registries() -> dict[str, Any]:
 
 def _readers() -> dict[str, list[str]]:
     """key -> ["attention=cem", ...] from the variant specs' `uses`."""
-    from cem_core import variants as V
-
     out: dict[str, list[str]] = {}
     for reg in (V.ATTENTION, V.MLPS, V.TASKS):
         for name in reg.names():
@@ -135,8 +134,6 @@ def _readers() -> dict[str, list[str]]:
 
 
 def _sections() -> list[tuple[str, type]]:
-    from cem_core.config import DataConfig, GPConfig, ModelConfig, RunConfig, TrainConfig
-
     return [("", RunConfig), ("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig), ("gp", GPConfig)]
 
 

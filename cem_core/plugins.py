@@ -1,6 +1,6 @@
 """Plugins: new attention, MLP, preconditioner or task variants without editing cemctl (`cemctl plan`, every command).
 
-    # my_layer.py, beside the grid (or any importable module)
+    # my_layer.py, beside the grid (or an installed package)
     from cem_core.spec import AttentionSpec, register
     register(AttentionSpec(name="gated_cem", module="my_layer:GatedCEMAttention", ...))
 
@@ -20,117 +20,137 @@ imported. Two ways to name one:
   first time a name is not found in a registry (a report of a plugin variant needs no
   config key then).
 
-Where a module named in a grid is found: the grid file's folder first (`plan` puts it
-on the import path), then the runs root's `.plugins/` folder (plan copies each plugin's
-source there, so that status, report and the jobs find it wherever they run), then the
-installed packages. A plugin that cannot be imported, raises on import, or registers a
-name already taken is one line naming the plugin and the reason (exit 2), never a
-traceback. The variants a plugin registers carry its name (`spec.plugin`), and the
-code fingerprint of a run counts the plugin's source (`cem_core.fingerprint`).
-Torch-free: a plugin module should import torch inside its classes' module only.
+The plugin's source is the truth: the file (or package) beside the grid, or the installed
+package. `plan` checks it (`load_grid_plugins`): a name that is already taken by an
+installed or standard-library module (`json`, `cem_core`, anything importable that is
+not the plugin file itself) is refused, and so is a syntax error in any of its files; an
+exception or `sys.exit()` while it is imported is one line naming the file and line.
+
+The jobs need a copy they can import wherever they run: `plan` keeps one in the runs
+root's `.plugins/` folder (`sync_plugin_copy`), with a manifest that lists each file's
+size and sha256 and the folder its source is in. Every command that finds the runs root
+(`cemctl.db.runs.resolve_runs_root`) reads the sources first (`add_search_path` of a
+copy folder puts the recorded sources before it), so an edit beside the grid is seen by
+`status` and `launch` without a re-plan, and refreshes the copy from them; `launch`
+then snapshots that copy for the jobs. A copy is only replaced while it is still what
+cemctl wrote: a file edited inside `.plugins/` is refused with one line saying how to
+keep the edit. A source that is gone (a runs folder on another machine) leaves the copy
+in use. Plugin folders come after the installed packages on the import path, so a
+plugin never hides an installed module.
+
+The variants a plugin registers carry its name (`spec.plugin`). A run's code fingerprint
+(`cem_core.fingerprint`) counts the source of the plugins whose variants its config uses
+(`used_plugins`), so a plugin edit makes only those runs outdated. Torch-free: a plugin
+module should import torch inside its classes' module only.
 """
 
 from __future__ import annotations
 
-import contextvars
+import hashlib
 import importlib
-import re
+import importlib.machinery
+import importlib.util
+import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
-from cem_core.errors import CemError, ConfigError
+from cem_core import variants as V
+from cem_core.errors import ConfigError
+from cem_core.plugin_context import (  # re-exported: the public plugin API names them here
+    ENTRY_POINT_GROUP,
+    LOADED,
+    PluginError,
+    canonical,
+    current_plugin,
+    describe_failure,
+    load_entry_points,
+    loading,
+    parse_names,
+)
+from cem_core.runfiles import RunFileError, atomic_write_bytes
+from cem_core.runfiles.lock import file_lock
+from cem_core.runfiles.manifest import DEFAULT_NAME, FileEntry, Manifest, ManifestError, read_manifest, write_manifest
 
-ENTRY_POINT_GROUP = "cemctl.plugins"
-PLUGINS_DIR = ".plugins"  # inside a runs root: the plugin sources plan copied
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+__all__ = [
+    "ENTRY_POINT_GROUP", "PLUGINS_DIR", "PluginCopyError", "PluginError", "add_search_path", "canonical",
+    "current_plugin", "load_entry_points", "load_grid_plugins", "load_plugins", "parse_names", "plugin_sources",
+    "sync_plugin_copy", "used_plugins",
+]
 
-_loading: contextvars.ContextVar[str] = contextvars.ContextVar("cemctl_plugin_loading", default="")
-_loaded: dict[str, str] = {}  # module name -> "" (ok) or the one-line reason it failed
-_entry_points_done = False
-_search: list[Path] = []  # folders looked in before the installed packages (add_search_path)
-
-
-class PluginError(ConfigError):
-    """A plugin that cannot be loaded (one line: the plugin, the reason)."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__("plugins", f"{name}: {message}", value=name)
-
-
-def current_plugin() -> str:
-    """The plugin being imported right now ("" outside a plugin import): `register` tags its specs with it."""
-    return _loading.get()
-
-
-def parse_names(value: Any, *, key: str = "plugins") -> tuple[str, ...]:
-    """'a, b.c' or ["a", "b.c"] -> ("a", "b.c") (sorted, unique); a name that is not a module path raises."""
-    if value is None or value == "":
-        return ()
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)):
-        raise ConfigError(key, f"must be a list of module names, got {type(value).__name__}", value=value)
-    names = set()
-    for item in items:
-        name = item.strip() if isinstance(item, str) else item
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ConfigError(key, f"{name!r} is not a module name", value=name,
-                              allowed="dotted Python module names, e.g. my_layer or mypkg.variants")
-        names.add(name)
-    return tuple(sorted(names))
+PLUGINS_DIR = ".plugins"  # inside a runs root: the copy of the plugin sources the jobs import
+COPY_WHAT = "plugins"  # the purpose the copy's manifest names
+OWN_PACKAGES = ("cem_core", "cemctl")
+_sources: list[Path] = []  # folders plugin sources are imported from (grid folders, recorded sources); last added first
+_copies: list[Path] = []  # runs roots' .plugins/ copies: looked in after every source
+_on_path: list[str] = []  # what this module put on sys.path
+_loaded = LOADED  # module name -> "" or why it failed (the one table, `cem_core.plugin_context.LOADED`)
 
 
-def canonical(value: Any, *, key: str = "plugins") -> str:
-    """The config form of a plugin list: sorted, unique, comma-separated ("" for none)."""
-    return ",".join(parse_names(value, key=key))
+class PluginCopyError(RunFileError):
+    """The runs root's copy of a plugin cannot be refreshed without losing something (one line: how to recover)."""
 
 
-def _short(exc: BaseException) -> str:
-    if isinstance(exc, CemError):
-        return str(exc)
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return (text[:300] + where)
-
+# ---------------------------------------------------------------------------------------------- the import path
 
 def add_search_path(folder: str | Path) -> None:
-    """Look for plugin modules in `folder` (a grid's folder, a runs root's .plugins/) before the installed packages;
-    the folder added last is looked in first."""
+    """Look for plugin modules in `folder` (a grid's folder) after the installed packages; the folder added last is
+    looked in first. A runs root's `.plugins/` copy adds the sources its manifest records first, and itself after
+    every source (the copy is used only where a source is gone)."""
     folder = Path(folder).resolve()
-    if folder in _search:
-        _search.remove(folder)
-    _search.append(folder)
+    if folder.name == PLUGINS_DIR:
+        for source in _recorded_sources(folder).values():
+            _add(_sources, source)
+        _add(_copies, folder)
+    else:
+        _add(_sources, folder)
+    _sync_sys_path()
+
+
+def _add(folders: list[Path], folder: Path) -> None:
+    if folder in folders:
+        folders.remove(folder)
+    folders.append(folder)
+
+
+def _sync_sys_path() -> None:
+    for entry in _on_path:
+        while entry in sys.path:
+            sys.path.remove(entry)
+    _on_path[:] = [str(f) for f in [*reversed(_sources), *reversed(_copies)]]
+    sys.path.extend(_on_path)  # after the installed packages: a plugin never hides an installed module
+    importlib.invalidate_caches()
 
 
 def _import(name: str, search: Iterable[Path]) -> None:
-    for folder in [*_search, *(Path(f).resolve() for f in search)]:
-        if folder.is_dir():
-            if str(folder) in sys.path:
-                sys.path.remove(str(folder))
-            sys.path.insert(0, str(folder))
-    token = _loading.set(name)
+    for folder in search:
+        _add(_sources, Path(folder).resolve())
+    _sync_sys_path()
+    check_syntax(name)
     try:
-        importlib.import_module(name)
+        with loading(name):
+            importlib.import_module(name)
     except ModuleNotFoundError as e:
         if e.name and (name == e.name or name.startswith(e.name + ".")):
-            raise PluginError(name, "no such module (put it beside the grid file, in the runs root's "
-                              f"{PLUGINS_DIR}/ folder, or install it)") from None
-        raise PluginError(name, f"failed on import: {_short(e)}") from None
+            raise PluginError(name, "no such module (put it beside the grid file, or install it)") from None
+        raise PluginError(name, f"failed on import: {describe_failure(e, _import_roots())}") from None
     except PluginError:
         raise
     except ConfigError as e:  # register() refused a spec: the reason names the variant
         raise PluginError(name, e.message if e.key == "plugin" else str(e)) from None
-    except Exception as e:  # noqa: BLE001 - a plugin's own bug: one line, never a traceback
-        raise PluginError(name, f"failed on import: {_short(e)}") from None
-    finally:
-        _loading.reset(token)
+    except SyntaxError as e:
+        raise PluginError(name, describe_failure(e, _import_roots())) from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin's own bug or exit: one line, never a traceback
+        raise PluginError(name, f"failed on import: {describe_failure(e, _import_roots())}") from None
+
+
+def _import_roots() -> list[Path]:
+    return [*_sources, *_copies]
 
 
 def load_plugins(names: Any, *, search: Iterable[Path] = ()) -> tuple[str, ...]:
-    """Import each plugin module once (the grid folder and `.plugins/` folders in `search` come first on the import
-    path); returns the names. A plugin that failed once fails again with the same line."""
+    """Import each plugin module once (the folders in `search` are added as sources first); returns the names. Every
+    file of a plugin must parse (`check_syntax`). A plugin that failed once fails again with the same line."""
     names = parse_names(names)
     for name in names:
         if name in _loaded:
@@ -146,35 +166,122 @@ def load_plugins(names: Any, *, search: Iterable[Path] = ()) -> tuple[str, ...]:
     return names
 
 
-def load_entry_points() -> list[str]:
-    """Load the installed `cemctl.plugins` entry points (once per process); returns their names."""
-    global _entry_points_done
-    if _entry_points_done:
-        return []
-    _entry_points_done = True
-    from importlib.metadata import entry_points
+def load_grid_plugins(names: Any, folder: str | Path) -> tuple[str, ...]:
+    """A grid's `[experiment] plugins`, found beside the grid (`folder`) or installed: names that belong to another
+    module refused (`check_name`), every file parsed, each imported; one `PluginError` line otherwise."""
+    names = parse_names(names)
+    folder = Path(folder).resolve()
+    add_search_path(folder)
+    for name in names:
+        check_name(name, folder)
+    return load_plugins(names)
 
-    done = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        token = _loading.set(ep.module)
+
+# ---------------------------------------------------------------------------------------------- checks at plan
+
+def _beside(folder: Path, top: str) -> Path | None:
+    """The plugin `top` in `folder`: its module file or its package folder (None when there is none)."""
+    for path in (folder / f"{top}.py", folder / top):
+        if path.is_file() or (path.is_dir() and not path.name.startswith(".")):
+            return path
+    return None
+
+
+def _found_elsewhere(top: str, exclude: Iterable[Path]) -> str | None:
+    """Where `top` is imported from when the plugin folders are not on the path (None when nowhere)."""
+    module = sys.modules.get(top)
+    excluded = {Path(p).resolve() for p in exclude}
+    if module is not None:
+        where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", []) or []), None)
+        if where is None:
+            return f"the built-in module {top!r}"
+        if not any(_inside(Path(where), p) for p in excluded):
+            return str(where)
+    path = [p for p in sys.path if Path(os.path.abspath(p or ".")).resolve() not in excluded]
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
         try:
-            ep.load()
-        except ConfigError as e:
-            raise PluginError(f"{ep.name} (entry point {ep.value})", e.message if e.key == "plugin" else str(e)) from None
-        except Exception as e:  # noqa: BLE001
-            raise PluginError(f"{ep.name} (entry point {ep.value})", f"failed on import: {_short(e)}") from None
-        finally:
-            _loading.reset(token)
-        _loaded.setdefault(ep.module, "")
-        done.append(ep.name)
-    return done
+            spec = find(top, path) if finder is importlib.machinery.PathFinder else find(top, None)
+        except Exception:  # noqa: BLE001 - a third-party finder's own failure: it finds nothing here
+            continue
+        if spec is not None:
+            where = spec.origin if spec.origin not in (None, "built-in", "frozen") else None
+            if where is None and spec.submodule_search_locations:
+                where = next(iter(spec.submodule_search_locations), None)
+            return str(where or f"the {spec.origin or 'built-in'} module {top!r}")
+    return None
 
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        Path(os.path.abspath(path)).resolve().relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def check_name(name: str, folder: Path) -> None:
+    """Refuse a plugin whose top-level name belongs to another module: Python's standard library, cemctl's own
+    packages, or (for a plugin beside the grid) any module importable without the plugin folders."""
+    top = name.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        raise PluginError(name, f"{top!r} is the name of a module of Python's standard library; give the plugin "
+                          "another name")
+    if top in OWN_PACKAGES:
+        raise PluginError(name, f"{top!r} is the name of cemctl's own package; give the plugin another name")
+    own = _beside(folder, top)
+    if own is None:
+        return  # an installed plugin (or none: the import says so)
+    other = _found_elsewhere(top, [folder, *_sources, *_copies])
+    if other is not None:
+        raise PluginError(name, f"{top!r} is also the name of an installed module ({other}), which Python would import "
+                          f"instead of {own}; give the plugin another name")
+
+
+def check_syntax(name: str) -> None:
+    """Every .py file of the plugin (its top-level package: also the files its __init__ does not import) parses;
+    one `PluginError` line naming the file and line otherwise."""
+    top = name.split(".")[0]
+    root = _root_of(top)
+    if root is None:
+        return
+    for rel, path in plugin_sources(top, root):
+        try:
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        except SyntaxError as e:
+            raise PluginError(name, describe_failure(e, [root])) from None
+        except (ValueError, UnicodeDecodeError) as e:  # NUL bytes, a bad encoding
+            raise PluginError(name, f"cannot compile {rel}: {' '.join(str(e).split())}") from None
+        except OSError as e:
+            raise PluginError(name, f"cannot read {rel}: {e.strerror or e}") from None
+
+
+def _root_of(top: str) -> Path | None:
+    """The folder the plugin `top` is imported from (where its source is), None when it is not found or installed."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        location = Path(next(iter(spec.submodule_search_locations)))
+        root = location.parent
+    elif spec.origin and spec.origin.endswith(".py"):
+        root = Path(spec.origin).parent
+    else:
+        return None
+    return None if _installed(root) else root.resolve()
+
+
+# ---------------------------------------------------------------------------------------------- what a run uses
 
 def used_plugins(cfg: Any) -> tuple[str, ...]:
-    """The plugin modules a config's numbers depend on: its `plugins` and the plugin of every variant it uses."""
-    from cem_core import variants as V
-
-    names = set(parse_names(getattr(cfg, "plugins", "")))
+    """The plugin modules a config's numbers depend on: the plugin of every variant it uses (its attention, MLP,
+    preconditioners and task). A plugin the config loads but whose names it does not use is not one of them."""
+    names = set()
     m = cfg.model
     for registry, name in ((V.ATTENTION, m.attention), (V.MLPS, m.mlp), (V.PRECONDITIONERS, m.attn_precond),
                            (V.PRECONDITIONERS, m.mlp_precond), (V.TASKS, cfg.task)):
@@ -185,54 +292,181 @@ def used_plugins(cfg: Any) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def loaded_plugins(cfg: Any) -> tuple[str, ...]:
+    """What `used_plugins` returned before it counted only the names a config uses (every plugin the config loads,
+    too): the code fingerprints of runs trained before are judged with it as well (`cemctl.db.outdated`)."""
+    return tuple(sorted({*parse_names(getattr(cfg, "plugins", "")), *used_plugins(cfg)}))
+
+
+# ---------------------------------------------------------------------------------------------- sources and the copy
+
 def _installed(path: Path) -> bool:
     return any(part in ("site-packages", "dist-packages") for part in path.parts)
 
 
-def plugin_sources(name: str) -> list[tuple[str, Path]]:
+def plugin_sources(name: str, root: str | Path | None = None) -> list[tuple[str, Path]]:
     """(path relative to the import root, file) of a plugin's source: a module file, or every .py file of its
-    top-level package. Installed distributions (site-packages) are not copied: every job finds them as they are."""
-    import importlib.util
-
+    top-level package, in `root` (default: where it is imported from). Installed distributions (site-packages)
+    have none: every job finds them as they are."""
     top = name.split(".")[0]
+    root = Path(root) if root is not None else _root_of(top)
+    if root is None:
+        return []
+    package = root / top
+    if package.is_dir() and not package.is_symlink():
+        return [(f"{top}/{p.relative_to(package).as_posix()}", p) for p in sorted(package.rglob("*.py"))
+                if "__pycache__" not in p.parts and p.is_file()]
+    module = root / f"{top}.py"
+    return [(module.name, module)] if module.is_file() else []
+
+
+def _recorded_sources(copy: Path) -> dict[str, Path]:
+    """The source folder of each plugin the copy's manifest records (those that still hold the plugin)."""
     try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
+        manifest = read_manifest(copy, DEFAULT_NAME, what=COPY_WHAT)
+    except ManifestError:
+        return {}
+    return {top: folder for top, folder in _sources_of(manifest, copy.parent).items() if _beside(folder, top)}
+
+
+def _sources_of(manifest: Manifest | None, runs_root: Path) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    recorded = manifest.extra.get("sources") if manifest is not None else None
+    for top, where in (recorded.items() if isinstance(recorded, dict) else ()):
+        if not isinstance(where, dict):
+            continue
+        for key in ("relative", "path"):  # relative to the runs root first: a project copied elsewhere
+            value = where.get(key)
+            if isinstance(value, str) and value:
+                folder = (runs_root / value) if key == "relative" else Path(value)
+                if _beside(folder, top):
+                    out[top] = folder.resolve()
+                    break
+        else:
+            if isinstance(where.get("path"), str):
+                out.setdefault(top, Path(where["path"]))
+    return out
+
+
+def _digest(data: bytes) -> FileEntry:
+    return FileEntry(len(data), hashlib.sha256(data).hexdigest())
+
+
+def sync_plugin_copy(runs_root: str | Path, names: Iterable[str] = ()) -> list[str]:
+    """Make the runs root's `.plugins/` copy what the sources are now: the plugins `names` (just loaded from their
+    sources) and every plugin the copy's manifest records. Returns the relative paths written or removed.
+
+    A file is replaced or removed only while it is still what cemctl wrote (its manifest entry); a file edited in
+    the copy, or one an older cemctl wrote without a manifest that differs from its source, raises
+    `PluginCopyError` (one line saying how to keep the edit), and nothing is written. A source that is gone leaves
+    its copy as it is. Nothing at all is written when the copy is current."""
+    root = Path(runs_root)
+    dest = root / PLUGINS_DIR
+    real_dest = Path(os.path.realpath(root)) / PLUGINS_DIR
+    if os.path.islink(dest) or (dest.exists() and not dest.is_dir()):
+        raise PluginCopyError(f"{dest}: refused: a symbolic link or a file where cemctl keeps the copy of the plugin "
+                              f"sources the jobs import (to {os.path.realpath(dest)}); remove it and plan again")
+    manifest = _copy_manifest(dest)
+    sources = _sources_of(manifest, root)
+    for name in names:
+        top = name.split(".")[0]
+        folder = _root_of(top)
+        if folder is not None and not _inside(folder, real_dest) and folder.name != PLUGINS_DIR:
+            sources[top] = folder
+    wanted = {top: folder for top, folder in sources.items() if _beside(folder, top)}
+    if not wanted and manifest is None:
         return []
-    if spec is None or spec.origin is None or _installed(Path(spec.origin)):
+    plan = _copy_plan(dest, manifest, wanted)
+    if plan is None:
         return []
-    if spec.submodule_search_locations:
-        root = Path(list(spec.submodule_search_locations)[0])
-        return [(f"{top}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*.py"))
-                if "__pycache__" not in p.parts]
-    origin = Path(spec.origin)
-    return [(origin.name, origin)] if origin.suffix == ".py" else []
-
-
-def copy_sources(names: Iterable[str], dest: Path) -> list[str]:
-    """Copy the plugins' sources into `dest` (a runs root's `.plugins/`), so that status, report and the jobs
-    import the code that was planned wherever they run; returns the relative paths written. Each file is
-    replaced atomically by the current source (the code fingerprint notices a change)."""
-    import os
-
-    from cem_core.runfiles import RunFileError, atomic_write_bytes
-
-    dest = Path(dest)
-    real_dest = Path(os.path.realpath(dest.parent)) / dest.name
-    written = []
-    for name in parse_names(",".join(names)):
-        for rel, path in plugin_sources(name):
+    with file_lock(dest / ".lock", make_parents=True):
+        manifest = _copy_manifest(dest)
+        plan = _copy_plan(dest, manifest, wanted)  # again, under the lock: another command may have done it
+        if plan is None:
+            return []
+        writes, removals, entries = plan
+        for rel in removals:
+            os.unlink(dest / rel)
+        for rel, data in writes.items():
             target = dest / rel
-            if Path(os.path.realpath(target)) != real_dest / rel:  # a link on the way: never write through it
-                raise RunFileError(f"{target}: refused: a symbolic link where cemctl keeps the plugin sources it "
-                                   f"copies (to {os.path.realpath(target)}); remove it and plan again")
+            if Path(os.path.realpath(target.parent)) != (real_dest / rel).parent:
+                raise PluginCopyError(f"{target}: refused: a symbolic link on the way to where cemctl keeps the "
+                                      f"plugin copies (to {os.path.realpath(target.parent)}); remove it and plan again")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target, data)
+        recorded = {top: {"path": str(folder), "relative": os.path.relpath(folder, root.resolve())}
+                    for top, folder in sorted(sources.items())}
+        write_manifest(dest, what=COPY_WHAT, files=entries, extra={"sources": recorded})
+    return sorted([*writes, *removals])
+
+
+def _copy_manifest(dest: Path) -> Manifest | None:
+    if not os.path.lexists(dest / DEFAULT_NAME):
+        return None
+    try:
+        return read_manifest(dest, DEFAULT_NAME, what=COPY_WHAT)
+    except ManifestError as e:
+        raise PluginCopyError(f"{e}; the copy of the plugin sources cannot be refreshed without it: remove "
+                              f"{dest} (the sources beside the grid are the truth) and plan again") from None
+
+
+def _copy_plan(dest: Path, manifest: Manifest | None,
+               wanted: dict[str, Path]) -> tuple[dict[str, bytes], list[str], dict[str, FileEntry]] | None:
+    """(files to write, files to remove, the manifest's entries afterwards), None when the copy is current."""
+    listed = dict(manifest.files) if manifest is not None else {}
+    entries = dict(listed)
+    writes: dict[str, bytes] = {}
+    removals: list[str] = []
+    for top, folder in wanted.items():
+        source = {rel: path for rel, path in plugin_sources(top, folder)}
+        for rel, path in source.items():
             data = path.read_bytes()
-            try:
-                same = target.is_file() and target.read_bytes() == data
-            except OSError:
-                same = False
-            if not same:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(target, data)
-                written.append(rel)
-    return written
+            new = _digest(data)
+            have = _current(dest / rel)
+            if have != new:
+                _may_replace(dest / rel, have, listed.get(rel), path)
+                writes[rel] = data
+            entries[rel] = new
+        for rel in [r for r in listed if _top_of(r) == top and r not in source]:  # a file the source no longer has
+            have = _current(dest / rel)
+            if have is not None:
+                _may_replace(dest / rel, have, listed[rel], folder / rel)
+                removals.append(rel)
+            entries.pop(rel)
+    if not writes and not removals and manifest is not None and _same_sources(manifest, wanted) and entries == listed:
+        return None
+    return writes, removals, entries
+
+
+def _top_of(rel: str) -> str:
+    return rel.split("/")[0].removesuffix(".py")
+
+
+def _same_sources(manifest: Manifest, wanted: dict[str, Path]) -> bool:
+    recorded = manifest.extra.get("sources")
+    if not isinstance(recorded, dict):
+        return False
+    return all(isinstance(recorded.get(top), dict) and recorded[top].get("path") == str(folder)
+               for top, folder in wanted.items())
+
+
+def _current(path: Path) -> FileEntry | None:
+    """Size and sha256 of a file of the copy (None when it is not there; a link or a special file raises)."""
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or not path.is_file():
+        raise PluginCopyError(f"{path}: refused: not a regular file where cemctl keeps a copy of a plugin source; "
+                              "remove it and plan again")
+    return _digest(path.read_bytes())
+
+
+def _may_replace(path: Path, have: FileEntry | None, recorded: FileEntry | None, source: Path) -> None:
+    """Raise unless the copy's file is absent or exactly what cemctl wrote (its manifest entry)."""
+    if have is None or have == recorded:
+        return
+    if recorded is None:
+        why = "no manifest of cemctl's lists it (an older cemctl copied it at plan), and it differs from its source"
+    else:
+        why = "it was edited after cemctl copied it"
+    raise PluginCopyError(f"{path}: refused: {why} {source}, which plan, status and the jobs read now; to keep "
+                          f"the edit, copy it into {source}; then delete {path} and run the command again")

@@ -25,18 +25,27 @@ Specs:
 
 `register(spec)` adds a spec to the registry of its kind (a name already taken raises a
 `ConfigError` naming both); plugins (`[experiment] plugins`, the `cemctl.plugins` entry
-points) call it and nothing else. Torch-free: the module is imported only when a model is built.
+points) call it and nothing else. The four variant registries live here (`ATTENTION`,
+`MLPS`, `PRECONDITIONERS`, `TASKS`; cemctl's own entries are declared in
+`cem_core.variants`, which is imported before a registry is first read), so registering
+never reaches above this module. Torch-free: the module is imported only when a model is built.
+
+A `TaskSpec`'s `counts` may be a function or a lazy "module:function" target (cemctl's own
+tasks name `cem_core.counts:lm_task_counts`, so the counts can build on the specs); call
+`spec.count(cfg)` either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from cem_core.errors import ConfigError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cem_core.config import ModelConfig, RunConfig
+from cem_core.plugin_context import current_plugin
+from cem_core.registry import Registry
+from cem_core.schema import ModelConfig, RunConfig
 
 FAMILIES = ("baseline", "cem", "reuse")  # what the paper's figures know; other families are shown by name
 
@@ -92,7 +101,8 @@ class TaskSpec:
     name: str
     module: str  # the training engine's Task class
     description: str
-    counts: Callable[["RunConfig"], tuple[dict[str, int], int]]  # -> (param counts, forward FLOPs per unit)
+    # (RunConfig -> (param counts, forward FLOPs per unit)), or its "module:function" (imported when counted)
+    counts: Callable[["RunConfig"], tuple[dict[str, int], int]] | str
     unit: str = "tokens"  # what a "token" is: tokens, examples
     metric: str = "test_loss"  # what decides (reports, claims)
     token_budget: bool = True  # Chinchilla budgets apply (else train.max_steps must be set)
@@ -102,14 +112,26 @@ class TaskSpec:
     plugin: str = ""
     kind: str = "task"
 
+    def count(self, cfg: "RunConfig") -> tuple[dict[str, int], int]:
+        """(param counts, forward FLOPs per unit) of a resolved config: the `counts` function, or its target."""
+        fn = self.counts
+        if isinstance(fn, str):
+            module, _, attr = fn.partition(":")
+            fn = getattr(importlib.import_module(module), attr)
+        return fn(cfg)
+
 
 Spec = SublayerSpec | PreconditionerSpec | TaskSpec
 
+_BUILTINS = "cem_core.variants"  # declares cemctl's own entries of the four registries
+ATTENTION: Registry = Registry("attention", "model.attention", builtins=_BUILTINS)
+MLPS: Registry = Registry("MLP", "model.mlp", builtins=_BUILTINS)
+PRECONDITIONERS: Registry = Registry("preconditioner", "model.attn_precond", builtins=_BUILTINS)
+TASKS: Registry = Registry("task", "task", builtins=_BUILTINS)
 
-def registry_of(spec: Spec) -> Any:
-    from cem_core import variants as V
 
-    return {"attention": V.ATTENTION, "mlp": V.MLPS, "preconditioner": V.PRECONDITIONERS, "task": V.TASKS}[spec.kind]
+def registry_of(spec: Spec) -> Registry:
+    return {"attention": ATTENTION, "mlp": MLPS, "preconditioner": PRECONDITIONERS, "task": TASKS}[spec.kind]
 
 
 def register(spec: Spec) -> Spec:
@@ -121,13 +143,12 @@ def register(spec: Spec) -> Spec:
         raise ConfigError("plugin", f"a variant name must be an identifier, got {spec.name!r}")
     if ":" not in spec.module:
         raise ConfigError("plugin", f"{spec.kind} {spec.name!r}: module must be 'package.module:Class', got {spec.module!r}")
+    if isinstance(spec, TaskSpec) and isinstance(spec.counts, str) and ":" not in spec.counts:
+        raise ConfigError("plugin", f"task {spec.name!r}: counts must be a function or 'package.module:function', "
+                          f"got {spec.counts!r}")
     if isinstance(spec, SublayerSpec) and spec.kind not in ("attention", "mlp"):
         raise ConfigError("plugin", f"{spec.name!r}: use AttentionSpec or MlpSpec")
-    from cem_core.plugins import current_plugin
-
     if not spec.plugin and current_plugin():  # registered while a plugin module is imported: it is that plugin's
-        import dataclasses
-
         spec = dataclasses.replace(spec, plugin=current_plugin())
     registry = registry_of(spec)
     if spec.name in registry:

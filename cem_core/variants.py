@@ -16,18 +16,18 @@ attention scores as the dense L x L products SDPA computes. Element-wise work is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cem_core.registry import Registry
-from cem_core.spec import AttentionSpec, MlpSpec, PreconditionerSpec, TaskSpec
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cem_core.config import ModelConfig, RunConfig
-
-ATTENTION: Registry = Registry("attention", "model.attention")
-MLPS: Registry = Registry("MLP", "model.mlp")
-PRECONDITIONERS: Registry = Registry("preconditioner", "model.attn_precond")
-TASKS: Registry = Registry("task", "task")
+from cem_core.schema import ModelConfig
+from cem_core.spec import (  # the variant registries are the spec module's (re-exported here)
+    ATTENTION,
+    MLPS,
+    PRECONDITIONERS,
+    TASKS,
+    AttentionSpec,
+    MlpSpec,
+    PreconditionerSpec,
+    TaskSpec,
+)
 
 
 # ---------------------------------------------------------------------------------------------- preconditioners
@@ -160,21 +160,11 @@ for _spec in (
 
 # ---------------------------------------------------------------------------------------------- tasks
 
-def _lm_counts(cfg: "RunConfig") -> tuple[dict[str, int], int]:
-    from cem_core.counts import flops_per_token, param_counts
-
-    return param_counts(cfg.model), flops_per_token(cfg.model)
-
-
-def _gp_counts(cfg: "RunConfig") -> tuple[dict[str, int], int]:
-    from cem_core.gp.counts import gp_flops_per_example, gp_param_counts
-
-    return gp_param_counts(cfg.model, cfg.gp), gp_flops_per_example(cfg.model, cfg.gp)
-
-
+# The counts build on the specs above (cem_core.counts imports this module), so a task names its counts lazily.
 for _spec in (
-    TaskSpec("lm", "cem_core.train.tasks:LMTask", "language modelling", counts=_lm_counts),
-    TaskSpec("gp", "cem_core.gp.task:GPTask", "the synthetic Gaussian-process regression study", counts=_gp_counts,
+    TaskSpec("lm", "cem_core.train.tasks:LMTask", "language modelling", counts="cem_core.counts:lm_task_counts"),
+    TaskSpec("gp", "cem_core.gp.task:GPTask", "the synthetic Gaussian-process regression study",
+             counts="cem_core.gp.counts:gp_task_counts",
              unit="examples", metric="test_rmse", token_budget=False, uses_corpus=False, recursion_eval=False,
              requires={"model.attention": ("llama",), "model.kq_diagonal": ("none",), "model.attn_steps": (1,)}),
 ):

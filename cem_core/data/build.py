@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import time
 from collections import deque
@@ -33,7 +34,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from cem_core.runfiles.files import atomic_write_bytes, test_write_pause
+from cem_core.config import DataConfig
+from cem_core.data.tokenizer import build_tokenizer
+from cem_core.runfiles.files import RunFileError, atomic_write_bytes, read_bytes, test_write_pause
+from cem_core.runfiles.manifest import FileEntry, file_digest, listing
 
 CHUNK_DOCS = 1024
 SPLITS = ("train", "val", "test")
@@ -51,9 +55,6 @@ class TokenizerSpec:
     corpus_identity: str
 
     def build(self) -> Any:
-        from cem_core.config import DataConfig
-        from cem_core.data.tokenizer import build_tokenizer
-
         return build_tokenizer(DataConfig(**json.loads(self.data_cfg_json)), Path(self.cache_root),
                                self.corpus_identity)
 
@@ -151,9 +152,6 @@ def remove_shards(shard_dir: Path) -> list[str]:
     split files whose size and sha256 are those its record lists; then the folder once empty. Returns what was
     kept (a file the user put there, a split file that is not what the build wrote, a record of an older cemctl
     without hashes and its files)."""
-    from cem_core.runfiles.files import RunFileError, read_bytes
-    from cem_core.runfiles.manifest import FileEntry, file_digest, listing
-
     shard_dir = Path(shard_dir)
     if not shard_dir.is_dir() or shard_dir.is_symlink():
         return [str(shard_dir)] if os.path.lexists(shard_dir) else []
@@ -285,8 +283,6 @@ def build_splits(documents: Iterator[tuple[str, str]], split_of: Callable[[str],
             else:
                 job = (spec, index, chunk, str(shard_dir), np.dtype(dtype).name, eod_id, digest)
                 if pool is None and workers > 1 and index > 0:
-                    import multiprocessing as mp
-
                     pool = mp.get_context("spawn").Pool(workers, initializer=_worker_init)
                 if pool is None:
                     records[index] = tokenize_chunk(job)

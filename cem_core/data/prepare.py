@@ -39,6 +39,8 @@ from cem_core.data.build import CHUNK_DOCS, Progress, TokenizerSpec, build_split
 from cem_core.data.cache import make_temp_dir, publish_dir, remove_dir
 from cem_core.runfiles.files import atomic_write_json
 from cem_core.runfiles.lock import file_lock
+from cem_core.runfiles.manifest import ManifestError, read_manifest, remove_owned, write_manifest
+from cem_core.variants import CORPORA, TOKENIZERS
 from cem_core.data.packing import FORMAT_VERSION, META_FILE, PackedData, token_dtype
 from cem_core.data.sources import TEST_FRACTION, VAL_FRACTION, Source, make_source, split_of
 from cem_core.data.tokenizer import build_tokenizer, default_cache_root, tokenizer_identity
@@ -55,8 +57,6 @@ CACHE_MANIFEST_WHAT = "data prepare"  # the purpose a generation's manifest name
 
 def remove_generation(gen: Path) -> list[str]:
     """Delete a generation folder's files that its manifest proves the build wrote; returns what was kept."""
-    from cem_core.runfiles.manifest import ManifestError, read_manifest, remove_owned
-
     try:
         manifest = read_manifest(gen, what=CACHE_MANIFEST_WHAT)
     except ManifestError as e:
@@ -69,8 +69,6 @@ def remove_generation(gen: Path) -> list[str]:
 
 
 def _check_names(data_cfg: DataConfig) -> None:
-    from cem_core.variants import CORPORA, TOKENIZERS
-
     CORPORA.check(data_cfg.corpus)
     TOKENIZERS.check(data_cfg.tokenizer)
 
@@ -291,8 +289,6 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
             "created": time.time(),
         }
         atomic_write_json(tmp / META_FILE, meta, indent=1)
-        from cem_core.runfiles.manifest import write_manifest
-
         write_manifest(tmp, what=CACHE_MANIFEST_WHAT)  # the proof `data clean` and a newer generation remove by
         final = base / f"g{number}"
         publish_dir(tmp, final)

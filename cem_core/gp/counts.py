@@ -13,12 +13,8 @@ numbers). Biases, norms and element-wise work are not counted. Training = 3x.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cem_core.counts import mlp_flops, mlp_params
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cem_core.config import GPConfig, ModelConfig
+from cem_core.schema import GPConfig, ModelConfig, RunConfig
 
 
 def gp_param_counts(m: "ModelConfig", gp: "GPConfig") -> dict[str, int]:
@@ -35,6 +31,11 @@ def gp_flops_per_example(m: "ModelConfig", gp: "GPConfig") -> int:
     """Forward matmul FLOPs for one input vector."""
     d = m.d_model
     return 2 * gp.input_dim * d + m.n_layers * mlp_flops(m, 1) + 2 * d
+
+
+def gp_task_counts(cfg: "RunConfig") -> tuple[dict[str, int], int]:
+    """The GP task's counts (its spec's `counts`): parameter counts and forward FLOPs per example."""
+    return gp_param_counts(cfg.model, cfg.gp), gp_flops_per_example(cfg.model, cfg.gp)
 
 
 def gp_train_flops_per_example(m: "ModelConfig", gp: "GPConfig") -> int:

@@ -18,7 +18,9 @@ command follows a planted link out of a run or hangs on a special file.
 from __future__ import annotations
 
 import enum
+import fcntl
 import json
+import math
 import os
 import re
 import socket
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
-from cem_core.errors import CemError
+from cem_core.errors import CemError, ConfigError
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
@@ -155,8 +157,6 @@ def open_run_file(run_dir: str | os.PathLike[str], name: str | os.PathLike[str])
     For files too large to read whole (checkpoints): the same confinement as `read_run_file` (a symlink out of
     the run, a FIFO, a device, a folder are refused, without blocking), then an ordinary blocking file object.
     """
-    import fcntl
-
     path = confined_path(run_dir, name)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -258,20 +258,48 @@ def test_write_pause() -> None:
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *, durable: bool = True,
-                 pause: bool = True) -> None:
+                 pause: bool = True, before_replace: Callable[[Path], None] | None = None) -> None:
     """Write `path` through `write(file)` so that readers see either the old or the new file, never half: a temp
     file beside it (`.<name>.<random>.tmp`) renamed over it. `durable`: fsync the file and its folder; `pause`:
-    the crash tests' write window (`test_write_pause`). The one atomic write of cemctl (run files, checkpoints,
-    data caches, the GP cache, bench tables)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are read by other users' tools
+    the crash tests' write window (`test_write_pause`); `before_replace(tmp)`: a last check of the finished temp
+    file (it raises to keep the old file). The one atomic write of cemctl (run files, checkpoints, data caches,
+    the GP cache, bench tables, the code fingerprint cache, owned output files, manifests)."""
+    def fill(fd: int, tmp: Path) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
+
+    _replace_with_temp(Path(path), fill, durable=durable, pause=pause, before_replace=before_replace)
+
+
+def atomic_write_path(path: str | os.PathLike[str], write: Callable[[Path], None], *, durable: bool = True,
+                      pause: bool = True, before_replace: Callable[[Path], None] | None = None) -> None:
+    """`atomic_write` for a writer that wants a file name (`frame.to_parquet(tmp)`, `tarfile.open(tmp, "w:gz")`):
+    `write(tmp)` fills the temp file beside `path`, which is then renamed over it."""
+    def fill(fd: int, tmp: Path) -> None:
+        os.close(fd)
+        write(tmp)
+        if durable:
+            sync_fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(sync_fd)
+            finally:
+                os.close(sync_fd)
+
+    _replace_with_temp(Path(path), fill, durable=durable, pause=pause, before_replace=before_replace)
+
+
+def _replace_with_temp(path: Path, fill: Callable[[int, Path], None], *, durable: bool, pause: bool,
+                       before_replace: Callable[[Path], None] | None) -> None:
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are read by other users' tools
+        fill(fd, tmp)
+        if before_replace is not None:
+            before_replace(tmp)
         if pause:
             test_write_pause()
         os.replace(tmp, path)
@@ -341,10 +369,6 @@ def append_event(run_dir: str | os.PathLike[str], state: str, reason: str = "", 
 
 def heartbeat_timeout_s(value: float | None = None) -> float:
     """--heartbeat-timeout-s, else $CEMCTL_HEARTBEAT_TIMEOUT_S, else 120 s (every command and executor)."""
-    import math
-
-    from cem_core.errors import ConfigError
-
     if value is None:
         env = os.environ.get("CEMCTL_HEARTBEAT_TIMEOUT_S")
         if not env:

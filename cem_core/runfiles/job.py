@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cem_core.convert import from_plain
 from cem_core.runfiles.files import (
     CANCEL_FILE,
     HEARTBEAT_FILE,
@@ -27,6 +28,7 @@ from cem_core.runfiles.files import (
     RunFileError,
     atomic_write_json,
     confined_path,
+    read_bytes,
     run_json,
 )
 
@@ -61,8 +63,6 @@ class JobRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
         """Tolerant (`cem_core.convert`): unknown keys are dropped, wrongly typed values become defaults."""
-        from cem_core.convert import from_plain
-
         return from_plain(cls, d, strict=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,8 +114,6 @@ def heartbeat_age_s(run_dir: str | os.PathLike[str], now: float | None = None) -
 def last_metrics(run_dir: str | os.PathLike[str], kinds: tuple[str, ...] = ("train", "val"),
                  tail_bytes: int = 16384) -> dict[str, dict[str, Any]]:
     """The last metrics.jsonl line of each kind, read from the file's tail (cheap on big files)."""
-    from cem_core.runfiles.files import read_bytes
-
     out: dict[str, dict[str, Any]] = {}
     try:
         path = confined_path(run_dir, METRICS_FILE)

@@ -7,7 +7,8 @@
 
 Used by every command that deletes or replaces files (`cemctl report --out`,
 `cemctl claims --out`, `cemctl data clean`, `cemctl data prepare` replacing an
-older cache generation). A manifest lists every regular file cemctl wrote into
+older cache generation, `export -o` / `compare --curves` / `archive -o` replacing
+one file, `plan` refreshing the plugin copies the jobs run). A manifest lists every regular file cemctl wrote into
 a folder with its size and sha256. A file is removed only when it is still a
 regular file of that exact size and hash; anything else in the folder (a file
 the user added or edited, a link, a device, a folder) is reported and kept.
@@ -17,6 +18,18 @@ A manifest is read like a run file (`cem_core.runfiles.files.read_bytes`): a
 regular file only (a symlink, a FIFO, a device or a folder is refused without
 blocking), size-capped, and it must say it was written by cemctl for the same
 purpose (a claims folder is not a report folder). Torch-free.
+
+One shape for every record of "cemctl wrote these bytes" (a folder's manifest, the
+record beside one output file `.<name>.cemctl.json`, an archive's manifest.json):
+
+    {"written_by": "cemctl", "version": 2, "what": "report",
+     "files": {"figures/a.png": {"size": 1234, "sha256": "<64 hex>"}, ...}, ...extra keys}
+
+and one strict reader (`parse_manifest`; `read_manifest` reads the file first): any other
+shape is one `ManifestError` line naming the file. The shapes older releases wrote are
+still read as what they are (cemctl's): the record of one output file
+(`{"by": "cemctl", "file": ..., "size": ..., "sha256": ...}`) and the archive manifest
+of version 1 (`{"format": "cemctl-archive", "version": 1, "runs": {id: {"files": ...}}}`).
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from cem_core.runfiles.files import RunFileError, atomic_write_bytes, read_bytes
 
 MANIFEST_VERSION = 2
 DEFAULT_NAME = ".cemctl-manifest.json"
+ARCHIVE_FORMAT = "cemctl-archive"  # the archive manifest of version 1 (read as `what="archive"`)
 MAX_MANIFEST_BYTES = 16 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -127,6 +141,11 @@ def listing(folder: str | os.PathLike[str], *, skip: tuple[str, ...] = ()) -> li
     return sorted(out)
 
 
+def safe_rel(rel: Any) -> bool:
+    """A relative POSIX path that stays inside its folder (no '', '.', '..', absolute, backslash or NUL)."""
+    return _safe_rel(rel)
+
+
 def _safe_rel(rel: Any) -> bool:
     if not isinstance(rel, str) or not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel:
         return False
@@ -134,20 +153,36 @@ def _safe_rel(rel: Any) -> bool:
     return all(p not in ("", ".", "..") for p in parts)
 
 
-def write_manifest(folder: str | os.PathLike[str], *, what: str, name: str = DEFAULT_NAME,
-                   extra: dict[str, Any] | None = None) -> Manifest:
-    """List every regular file under `folder` (sizes and hashes) in `folder/name`, written atomically.
+def manifest_doc(what: str, files: dict[str, FileEntry], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one shape of a "cemctl wrote these bytes" record (see the module docstring)."""
+    reserved = {"written_by", "version", "what", "files"} & set(extra or {})
+    if reserved:
+        raise ValueError(f"manifest extra keys may not be {sorted(reserved)}")
+    return {"written_by": "cemctl", "version": MANIFEST_VERSION, "what": what, **(extra or {}),
+            "files": {rel: {"size": e.size, "sha256": e.sha256} for rel, e in sorted(files.items())}}
 
-    Call it when the folder holds exactly what cemctl wrote (a build folder before it is published).
+
+def manifest_bytes(what: str, files: dict[str, FileEntry], extra: dict[str, Any] | None = None) -> bytes:
+    return (json.dumps(manifest_doc(what, files, extra), indent=1, sort_keys=True) + "\n").encode()
+
+
+def write_manifest(folder: str | os.PathLike[str], *, what: str, name: str = DEFAULT_NAME,
+                   extra: dict[str, Any] | None = None, files: dict[str, FileEntry] | None = None,
+                   durable: bool = True) -> Manifest:
+    """Record in `folder/name` (written atomically) the files cemctl wrote into `folder`: `files` (relative path ->
+    size and sha256), or when None every regular file under `folder` (sizes and hashes taken now).
+
+    Listing the folder: call it when the folder holds exactly what cemctl wrote (a build folder before it is
+    published).
     """
     root = Path(folder)
-    files = {}
-    for rel in listing(root, skip=(name,)):
-        files[rel] = file_digest(root / rel)
-    manifest = Manifest(what, files, name, dict(extra or {}))
-    doc = {"written_by": "cemctl", "version": MANIFEST_VERSION, "what": what, **manifest.extra,
-           "files": {rel: {"size": e.size, "sha256": e.sha256} for rel, e in sorted(files.items())}}
-    atomic_write_bytes(root / name, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+    if files is None:
+        files = {rel: file_digest(root / rel) for rel in listing(root, skip=(name,))}
+    for rel in files:
+        if not _safe_rel(rel):
+            raise ValueError(f"not a relative path inside the folder: {rel!r}")
+    manifest = Manifest(what, dict(files), name, dict(extra or {}))
+    atomic_write_bytes(root / name, manifest_bytes(what, files, extra), durable=durable)
     return manifest
 
 
@@ -169,34 +204,82 @@ def read_manifest(folder: str | os.PathLike[str], name: str = DEFAULT_NAME, *, w
     if not stat.S_ISREG(st.st_mode):
         raise ManifestError(f"{path}: refused: the manifest is not a regular file")
     try:
-        doc = json.loads(read_bytes(path, max_bytes=MAX_MANIFEST_BYTES))
+        data = read_bytes(path, max_bytes=MAX_MANIFEST_BYTES)
     except RunFileError as e:
         raise ManifestError(str(e)) from None
     except OSError as e:
         raise ManifestError(f"{path}: cannot read: {e.strerror or e}") from None
-    except ValueError:
-        raise ManifestError(f"{path}: not a cemctl manifest (not JSON)") from None
+    return parse_manifest_bytes(data, str(path), what=what, name=name)
+
+
+def parse_manifest_bytes(data: bytes, source: str, *, what: str | None = None, name: str = DEFAULT_NAME) -> Manifest:
+    """`parse_manifest` of a manifest's bytes (read from a file or an archive member)."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        raise ManifestError(f"{source}: not a cemctl manifest (not JSON)") from None
+    return parse_manifest(doc, source, what=what, name=name)
+
+
+def parse_manifest(doc: Any, source: str, *, what: str | None = None, name: str = DEFAULT_NAME) -> Manifest:
+    """The one strict reader of a "cemctl wrote these bytes" record (any shape cemctl wrote, old ones included);
+    `ManifestError` naming `source` for anything else. `what`: the purpose it must have been written for."""
+    if isinstance(doc, dict) and doc.get("written_by") != "cemctl":
+        doc = _upgraded(doc, source)
     if not isinstance(doc, dict) or doc.get("written_by") != "cemctl":
-        raise ManifestError(f"{path}: not a cemctl manifest")
+        raise ManifestError(f"{source}: not a cemctl manifest")
     files = doc.get("files")
     if isinstance(files, list):
-        raise ManifestError(f"{path}: written by an older cemctl that listed no file sizes and hashes, so nothing "
+        raise ManifestError(f"{source}: written by an older cemctl that listed no file sizes and hashes, so nothing "
                             "proves the files are still the ones it wrote")
     if not isinstance(files, dict):
-        raise ManifestError(f"{path}: not a cemctl manifest (no file list)")
+        raise ManifestError(f"{source}: not a cemctl manifest (no file list)")
     entries: dict[str, FileEntry] = {}
     for rel, entry in files.items():
         ok = (_safe_rel(rel) and isinstance(entry, dict) and isinstance(entry.get("size"), int)
               and not isinstance(entry.get("size"), bool) and entry["size"] >= 0
               and isinstance(entry.get("sha256"), str) and _SHA256.fullmatch(entry["sha256"]))
         if not ok:
-            raise ManifestError(f"{path}: not a cemctl manifest (bad entry {str(rel)[:80]!r})")
+            raise ManifestError(f"{source}: not a cemctl manifest (bad entry {str(rel)[:80]!r})")
         entries[rel] = FileEntry(entry["size"], entry["sha256"])
-    found = str(doc.get("what") or "")
+    found = doc.get("what")
+    if not isinstance(found, str):
+        found = ""
     if what is not None and found != what:
-        raise ManifestError(f"{path}: written by `cemctl {found or '?'}`, not by `cemctl {what}`")
+        raise ManifestError(f"{source}: written by `cemctl {found or '?'}`, not by `cemctl {what}`")
     extra = {k: v for k, v in doc.items() if k not in ("written_by", "version", "what", "files")}
     return Manifest(found, entries, name, extra)
+
+
+def _upgraded(doc: dict[str, Any], source: str) -> Any:
+    """A record in a shape an older cemctl wrote, in today's shape (unchanged when it is none of them)."""
+    if doc.get("by") == "cemctl" and "file" in doc and "files" not in doc:  # one output file (`.<name>.cemctl.json`)
+        extra = {"written_at": doc["written_at"]} if "written_at" in doc else {}
+        return {"written_by": "cemctl", "version": 1, "what": "output", **extra,
+                "files": {doc.get("file"): {"size": doc.get("size"), "sha256": doc.get("sha256")}}
+                if isinstance(doc.get("file"), str) else None}
+    if doc.get("format") == ARCHIVE_FORMAT:  # an archive's manifest.json of version 1
+        if doc.get("version") != 1:
+            raise ManifestError(f"{source}: a cemctl archive of version {doc.get('version')!r}, which this cemctl "
+                                "does not read (it reads version 1 and the manifest of version "
+                                f"{MANIFEST_VERSION})")
+        runs = doc.get("runs", {})
+        if not isinstance(runs, dict):
+            raise ManifestError(f"{source}: not a cemctl manifest (runs is a {type(runs).__name__}, not a table)")
+        files: dict[str, Any] = {}
+        for rid, run in runs.items():
+            listed = run.get("files") if isinstance(run, dict) else None
+            if not isinstance(listed, dict):
+                raise ManifestError(f"{source}: not a cemctl manifest (bad run entry {str(rid)[:80]!r})")
+            for file_name, entry in listed.items():
+                rel = f"runs/{rid}/{file_name}"
+                if not (_safe_rel(rel) and rel.count("/") == 2):
+                    raise ManifestError(f"{source}: not a cemctl manifest (bad entry {rel[:80]!r})")
+                files[rel] = entry
+        extra = {k: v for k, v in doc.items() if k not in ("format", "version", "runs")}
+        return {"written_by": "cemctl", "version": 1, "what": "archive", "format": ARCHIVE_FORMAT, **extra,
+                "files": files}
+    return doc
 
 
 def audit_folder(folder: str | os.PathLike[str], manifest: Manifest) -> Audit:

@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from cem_core.config import RunConfig, load_run_config
-from cem_core.errors import ConfigError
 from cem_core.runfiles.files import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -47,6 +45,9 @@ from cem_core.runfiles.files import (
     iter_jsonl,
     read_json_object,
 )
+from cem_core.runfiles.lock import file_lock
+from cem_core.runfiles.saved_config import read_run_config
+from cem_core.schema import RunConfig
 
 
 _METRICS_REWRITE = threading.Lock()  # an append from another thread (system samples) never lands inside a rewrite
@@ -81,17 +82,8 @@ class RunDir:
         self.checkpoints = self.path / CHECKPOINT_DIR
 
     def load_config(self) -> RunConfig:
-        """The run's config; `ConfigError` (one line) when missing or invalid."""
-        if not self.path.is_dir():
-            raise ConfigError("RUN_DIR", f"run directory {str(self.path)!r} does not exist")
-        if not os.path.lexists(self.config):
-            raise ConfigError(CONFIG_FILE, f"missing in run directory {str(self.path)!r} (the planner writes it)")
-        try:
-            return load_run_config(str(self.config))
-        except ValueError as e:  # JSONDecodeError; ConfigError is also a ValueError
-            if isinstance(e, ConfigError):
-                raise
-            raise ConfigError(CONFIG_FILE, f"is not valid JSON ({e})", source=str(self.config)) from None
+        """The run's config (typed, not resolved); `ConfigError` (one line naming the file) when missing or bad."""
+        return read_run_config(self.path).config
 
     @contextlib.contextmanager
     def exclusive(self, *, enabled: bool = True) -> Iterator[None]:
@@ -105,8 +97,6 @@ class RunDir:
         if not enabled:
             yield
             return
-        from cem_core.runfiles.lock import file_lock
-
         with file_lock(self.path / LOCK_FILE, best_effort=True):
             self.remove_stale_temp_files()
             yield

@@ -60,7 +60,6 @@ from cem_core.runfiles import (
     HEARTBEAT_FILE,
     METRICS_FILE,
     RESULT_FILE,
-    RunFileError,
 )
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.ingest_files import (
@@ -170,21 +169,11 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
 
 def _load_config(run_dir: Path) -> tuple[dict[str, Any], RunConfig]:
     """config.json as saved and as a resolved RunConfig; ConfigError (naming the file) when it cannot be."""
-    path = run_dir / CONFIG_FILE
+    saved = runfiles.read_run_config(run_dir)  # the one reader of config.json (strict, one line naming the file)
     try:
-        d = json.loads(runfiles.read_run_file(run_dir, CONFIG_FILE))
-    except FileNotFoundError:
-        raise ConfigError(CONFIG_FILE, "missing", source=str(run_dir)) from None
-    except RunFileError as e:
-        raise ConfigError(CONFIG_FILE, str(e).split(": ", 1)[-1], source=str(path)) from None
-    except ValueError as e:
-        raise ConfigError(CONFIG_FILE, f"is not valid JSON ({e})", source=str(path)) from None
-    if not isinstance(d, dict):
-        raise ConfigError(CONFIG_FILE, f"must be a JSON object, got {type(d).__name__}", source=str(path))
-    try:
-        return d, resolve(RunConfig.from_dict(d))  # a saved config is resolved already; this validates it
+        return saved.raw, resolve(saved.config)  # a saved config is resolved already; this validates it
     except ConfigError as e:
-        raise e.with_source(str(path)) from None
+        raise e.with_source(str(run_dir / CONFIG_FILE)) from None
 
 
 def _create_row(session: Session, run_dir: Path, now: float) -> Run:

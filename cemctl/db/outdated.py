@@ -19,12 +19,12 @@ called outdated: which code trained them cannot be told.
 The current fingerprint is computed once per process and plugin set (a few
 milliseconds from the fingerprint cache); only runs whose recorded fingerprint
 differs from the plain one are looked at closer (a run of a plugin variant counts
-its plugin's source too). Torch-free.
+its plugin's source too; a run that uses none of a plugin's names does not, so editing
+a plugin makes only the runs of its variants outdated). Torch-free.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable
@@ -49,35 +49,39 @@ def current_code(plugins: tuple[str, ...] = ()) -> str:
     return code_fingerprint(plugins=plugins)
 
 
-def _current_for(config: Any) -> str | None:
-    """The current fingerprint for one run's configuration (a dict or its JSON); None when it cannot be told (a
-    plugin that no longer loads, an unreadable config)."""
-    from cem_core.config import RunConfig
+def _current_for(config: Any, rid: str = "?") -> tuple[str, ...] | None:
+    """The current fingerprints one run's configuration may have been recorded with (a dict or its JSON): with the
+    plugins whose names it uses, then (for runs trained before that rule) with every plugin it loads; None when it
+    cannot be told (a plugin that no longer loads, an unreadable config)."""
     from cem_core.errors import CemError
-    from cem_core.plugins import used_plugins
+    from cem_core.plugins import load_plugins, loaded_plugins, used_plugins
+    from cem_core.runfiles import config_of_record
 
     try:
-        cfg = RunConfig.from_dict(json.loads(config or "{}") if isinstance(config, (str, type(None))) else config)
+        cfg = config_of_record(config if config is not None else "{}", rid)
         if cfg.plugins:
-            from cem_core.plugins import load_plugins
-
             load_plugins(cfg.plugins)
-        return current_code(used_plugins(cfg))
+        used, loaded = used_plugins(cfg), loaded_plugins(cfg)
+        return (current_code(used),) if used == loaded else (current_code(used), current_code(loaded))
     except (CemError, ValueError, TypeError):
         return None
 
 
 def judge(recorded: Iterable[tuple[str, Any, Callable[[], Any]]]) -> dict[str, Outdated]:
     """(run id, recorded fingerprint, a function returning its config) -> the outdated ones. A run without a
-    recorded fingerprint is not judged; the config is read only when the plain fingerprint differs."""
+    recorded fingerprint is not judged; the config is read only when the plain fingerprint differs.
+
+    A plugin's source counts only for the runs whose config uses one of its registered names (`used_plugins`). A
+    run trained before that rule recorded the fingerprint with every plugin its grid loads: it is current when
+    that one matches too (it cannot tell which part changed when neither does, so it is outdated then)."""
     base = current_code()
     out: dict[str, Outdated] = {}
     for rid, code, config in recorded:
         if not isinstance(code, str) or not code or code == base:
             continue
-        current = _current_for(config())
-        if current is not None and current != code:
-            out[rid] = Outdated(code, current)
+        current = _current_for(config(), rid)
+        if current is not None and code not in current:
+            out[rid] = Outdated(code, current[0])
     return out
 
 

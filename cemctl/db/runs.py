@@ -34,7 +34,8 @@ from sqlalchemy import case, delete, func, select
 from sqlalchemy.engine import Engine
 
 from cem_core.config import RunConfig, canonical_json
-from cem_core.runfiles import CONFIG_FILE
+from cem_core.plugins import PLUGINS_DIR, PluginCopyError, add_search_path, sync_plugin_copy
+from cem_core.runfiles import CONFIG_FILE, RunFileError, config_of_record
 from cem_core.errors import CemError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
@@ -117,10 +118,29 @@ def resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Pa
     """The runs root a command uses: the one named (`--runs-dir`, `$CEMCTL_RUNS`); else (a `DefaultRunsRoot`,
     or None) the one the database recorded, with a one-line notice when that is not `./runs`; else `./runs`."""
     root = _resolve_runs_root(engine, runs_root)
-    from cem_core.plugins import PLUGINS_DIR, add_search_path
-
-    add_search_path(root / PLUGINS_DIR)  # the plugin sources plan copied (cem_core.plugins)
+    use_plugins_of(root)
     return root
+
+
+def use_plugins_of(root: Path) -> None:
+    """The plugins of the runs under `root` are read from their sources (recorded in the copy's manifest), and the
+    copy the jobs import is refreshed from them (`cem_core.plugins`): an edit beside the grid is seen by every command
+    without a re-plan. An edit made inside the copy is refused (one line); a copy that cannot be written now (a
+    read-only or full disk) is left as it is, with a notice, and read only where a source is gone."""
+    copy = root / PLUGINS_DIR
+    if not os.path.lexists(copy):
+        return
+    add_search_path(copy)
+    try:
+        sync_plugin_copy(root)
+    except PluginCopyError:
+        raise
+    except (OSError, RunFileError) as e:
+        key = (str(copy), "refresh")
+        if key not in _NOTICED:
+            _NOTICED.add(key)
+            NOTICES.warning(f"note: the copy of the plugin sources in {copy} could not be refreshed "
+                            f"({getattr(e, 'strerror', None) or e}); commands read the sources, jobs the copy")
 
 
 def _resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
@@ -140,7 +160,7 @@ def _resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> P
 
 def run_config(run: Run) -> RunConfig:
     """The resolved RunConfig stored with a run."""
-    return RunConfig.from_dict(json.loads(run.config_json))
+    return config_of_record(run.config_json, run.id)
 
 
 def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | str | None, now: float) -> Run:

@@ -28,6 +28,7 @@ from typing import Any
 
 from cem_core.config import flatten
 from cem_core.errors import ConfigError
+from cemctl.grid.fields import check_field, check_scalar
 
 STATISTICS = {"difference": 2, "interaction": 4, "lr_optimum": 2, "optimal_loss": 2}  # name -> number of arms
 EXPECTS = ("lower", "higher", "close")
@@ -94,14 +95,12 @@ def parse_margin(value: Any, statistic: str, where: str, path: str) -> Margin:
 
 
 def _selector(item: Any, where: str, path: str) -> dict[str, Any]:
-    from cemctl.grid.spec import _check_scalar, check_field
-
     if not isinstance(item, dict) or not item:
         raise _err(where, "must be a table of config keys and values, e.g. { \"model.attn_steps\" = 2 }", path)
     out = {}
     for key, value in flatten(item).items():
         check_field(key, path, where)
-        out[key] = _check_scalar(key, value, path, where)
+        out[key] = check_scalar(key, value, path, where)
     return out
 
 

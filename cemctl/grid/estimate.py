@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from cem_core.config import RunConfig, tokens_per_step, total_steps
 from cem_core.counts import run_counts
+from cem_core.variants import TASKS
 
 DEFAULT_GPU_TFLOPS = 312.0
 DEFAULT_MFU = 0.4
@@ -45,10 +46,8 @@ def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: flo
              cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> RunCost:
     """The cost of a resolved config."""
     steps = total_steps(cfg)
-    from cem_core.variants import TASKS
-
     task = TASKS.spec(cfg.task)
-    counts, fpt = task.counts(cfg)
+    counts, fpt = task.count(cfg)
     if task.unit == "tokens":
         tokens = steps * tokens_per_step(cfg)
     else:  # a step sees train.batch_seqs examples (the GP study)

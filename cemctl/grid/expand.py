@@ -23,7 +23,8 @@ from typing import Any, Iterator
 from cem_core.config import RunConfig, canonical_json, flatten, resolve, run_id
 from cem_core.errors import ConfigError
 from cemctl.grid.kinds import DEFAULT_SCALE, MAX_RUNS
-from cemctl.grid.spec import SEED_KEY, GridSpec, Scalar, check_field, parse_grid
+from cemctl.grid.fields import Scalar, check_field
+from cemctl.grid.spec import SEED_KEY, GridSpec, parse_grid
 
 
 @dataclass

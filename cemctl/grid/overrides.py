@@ -12,7 +12,7 @@ import tomllib
 from typing import Any, Iterable
 
 from cem_core.errors import ConfigError
-from cemctl.grid.spec import check_field
+from cemctl.grid.fields import check_field
 
 
 _RADIX = re.compile(r"[+-]?0[xXoObB]")

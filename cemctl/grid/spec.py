@@ -28,18 +28,19 @@ file as source; values and combinations are checked when runs are built
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cem_core.config import field_names, flatten
+from cem_core.config import flatten
 from cem_core.errors import ConfigError
 from cem_core.names import check_experiment_name
+from cem_core.plugins import canonical, load_grid_plugins, parse_names
+from cem_core.runfiles import RunFileError, read_bytes
 from cemctl.grid.claims import parse_claims
+from cemctl.grid.fields import Scalar, check_field, check_scalar
 from cemctl.grid.kinds import DEFAULT_SCALE, FIGURE_KINDS, SCALES
 
 TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "claim", "seeds", "scale", "slurm")
@@ -48,9 +49,6 @@ METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse")  # what 
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
 EXTRA_KEYS = ("axes",)  # besides config keys
 SEED_KEY = "train.seed"
-
-Scalar = str | int | float | bool
-
 
 @dataclass
 class ExtraSpec:
@@ -147,38 +145,12 @@ def _check_keys(d: dict[str, Any], allowed: tuple[str, ...], where: str, path: s
             raise _err(f"{where}.{k}" if where else k, "unknown key", path, allowed=allowed)
 
 
-def check_field(key: str, path: str, where: str) -> None:
-    """Raise unless `key` is an addressable config field (names close matches, else the section's keys)."""
-    names = field_names()
-    if key in names:
-        return
-    section = key.split(".")[0]
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.75)
-    if close:
-        allowed: Any = close
-    elif section in ("model", "data", "train"):
-        allowed = field_names(section)
-    else:
-        allowed = ["task", "model.*", "data.*", "train.*"]
-    raise _err(key, f"unknown config key in {where}", path, allowed=allowed)
-
-
-def _check_scalar(key: str, value: Any, path: str, where: str) -> Scalar:
-    if isinstance(value, (dict, list)):
-        raise _err(key, f"must be a single value in {where}, got a {'table' if isinstance(value, dict) else 'list'}", path)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _err(key, f"must be a finite number, got {value} (in {where})", path)
-    if not isinstance(value, (str, int, float, bool)):
-        raise _err(key, f"must be a string, number or boolean, got {type(value).__name__} (in {where})", path)
-    return value
-
-
 def _config_table(value: Any, path: str, where: str) -> dict[str, Scalar]:
     flat = flatten(_check_table(value, where, path))
     out: dict[str, Scalar] = {}
     for k, v in flat.items():
         check_field(k, path, where)
-        out[k] = _check_scalar(k, v, path, where)
+        out[k] = check_scalar(k, v, path, where)
     return out
 
 
@@ -191,7 +163,7 @@ def _axes_table(value: Any, path: str, where: str, *, unique: bool = True) -> di
             raise _err(k, f"must be a list of values in {where}, got {type(v).__name__} {v!r}"[:200], path)
         if not v:
             raise _err(k, f"is an empty axis in {where} (give at least one value)", path)
-        values = [_check_scalar(k, x, path, where) for x in v]
+        values = [check_scalar(k, x, path, where) for x in v]
         if unique and len(set(map(repr, values))) != len(values):
             raise _err(k, f"has repeated values in {where}: {values}"[:200], path)
         out[k] = values
@@ -215,7 +187,7 @@ def _rule(flat: dict[str, Any], path: str, where: str) -> dict[str, list[Scalar]
     for k, v in flat.items():
         check_field(k, path, where)
         vals = v if isinstance(v, list) else [v]
-        rule[k] = [_check_scalar(k, x, path, where) for x in vals]
+        rule[k] = [check_scalar(k, x, path, where) for x in vals]
     return rule
 
 
@@ -256,8 +228,6 @@ def parse_toml(path: str | Path) -> tuple[dict[str, Any], str]:
     Only a regular file under `MAX_GRID_BYTES` is read, opened without blocking (a FIFO,
     a device or a link to one is refused, never waited on); an empty file is an error.
     """
-    from cem_core.runfiles import RunFileError, read_bytes
-
     try:
         raw = read_bytes(path, max_bytes=MAX_GRID_BYTES)
     except FileNotFoundError:
@@ -320,8 +290,6 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
     base = _config_table(doc.get("base", {}), spath, "base")
     base.update(_config_table(preset.get("base", {}), spath, f"scale.{scale}.base"))
     if plugins:  # every run names them: the trainer, report and status import them before reading its config
-        from cem_core.plugins import canonical
-
         base["plugins"] = canonical([*plugins, *filter(None, canonical(base.get("plugins", "")).split(","))])
     axes = _axes_table(doc.get("axes", {}), spath, "axes")
     axes.update(_axes_table(preset.get("axes", {}), spath, f"scale.{scale}.axes"))
@@ -383,14 +351,11 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
 def _plugins(value: Any, path: str) -> tuple[str, ...]:
     """`[experiment] plugins`: check the names, then import each (the grid's folder first on the import path) so
     that the variants they register are known before any run is validated; one line naming the plugin if not."""
-    from cem_core.plugins import add_search_path, load_plugins, parse_names
-
     if value is None:
         return ()
     try:
         names = parse_names(value, key="experiment.plugins")
-        add_search_path(Path(path).resolve().parent)
-        return load_plugins(names)
+        return load_grid_plugins(names, Path(path).resolve().parent)
     except ConfigError as e:
         key = e.key if e.key.startswith("experiment.") else f"experiment.{e.key}"
         raise ConfigError(key, e.message, value=e.value, allowed=e.allowed, source=path) from None

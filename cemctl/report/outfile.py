@@ -3,25 +3,28 @@
     write_owned_file(Path("runs.parquet"), lambda tmp: frame.to_parquet(tmp), force=False)
 
 Beside each file it writes, cemctl keeps a record `.<name>.cemctl.json` with the file's
-size and sha256. A later command replaces the file only when it still matches that
-record (cemctl wrote it and nobody changed it since); anything else in the way (a
-user's file, an edited export, a folder, a link, a device) is refused with one line
-naming `--force`, which replaces a regular file (never a folder, a link or a device).
-The new file is written beside the old one and renamed over it, so a failure never
-leaves half a file.
+size and sha256: a manifest of one file (`cem_core.runfiles.manifest`: the one shape and
+the one strict reader of what cemctl wrote; a record of the older shape is still read as
+cemctl's). A later command replaces the file only when it still matches that record
+(cemctl wrote it and nobody changed it since); anything else in the way (a user's file,
+an edited export, a folder, a link, a device) is refused with one line naming `--force`, which replaces a regular file (never a folder, a link or a device).
+The new file is written beside the old one and renamed over it (`cem_core.runfiles`'s
+one atomic write), so a failure never leaves half a file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 from cem_core.errors import CemError
+from cem_core.runfiles import RunFileError, atomic_write_path
+from cem_core.runfiles.manifest import FileEntry, ManifestError, file_digest, read_manifest, write_manifest
+
+RECORD_WHAT = "output"  # the purpose a record of one output file names
 
 
 class NotOurs(CemError):
@@ -32,27 +35,16 @@ def record_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.cemctl.json")
 
 
-def _digest(path: Path) -> tuple[int, str]:
-    from cem_core.runfiles.manifest import file_digest  # the one size-and-sha256 of a regular file
-
-    entry = file_digest(path)
-    return entry.size, entry.sha256
-
-
 def owned(path: Path) -> bool:
     """`path` is a regular file that still matches the record cemctl kept when it wrote it."""
-    from cem_core.runfiles import RunFileError, read_bytes
-
+    path = Path(path)
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False
-        rec = json.loads(read_bytes(record_path(path), max_bytes=1 << 16))
-    except (OSError, RunFileError, ValueError):
+        entry = read_manifest(path.parent, record_path(path).name, what=RECORD_WHAT).files.get(path.name)
+        return entry is not None and file_digest(path) == entry
+    except (OSError, RunFileError, ManifestError):
         return False
-    if not isinstance(rec, dict):
-        return False
-    size, sha = _digest(path)
-    return rec.get("size") == size and rec.get("sha256") == sha
 
 
 def check_writable(path: Path, *, force: bool = False) -> None:
@@ -75,19 +67,13 @@ def write_owned_file(path: Path, write: Callable[[Path], None], *, force: bool =
     """Write `path` through `write(tmp_path)` (atomically) and record it as cemctl's; returns `path`."""
     path = Path(path)
     check_writable(path, force=force)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        size, sha = _digest(tmp)
-        check_writable(path, force=force)  # nothing took its place meanwhile
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    from cem_core.runfiles import atomic_write_json
+    written: list[FileEntry] = []
 
-    atomic_write_json(record_path(path), {"file": path.name, "size": size, "sha256": sha, "written_at": time.time(),
-                                          "by": "cemctl"}, durable=False)
+    def last_check(tmp: Path) -> None:
+        written.append(file_digest(tmp))
+        check_writable(path, force=force)  # nothing took its place meanwhile
+
+    atomic_write_path(path, write, durable=False, pause=False, before_replace=last_check)
+    write_manifest(path.parent, what=RECORD_WHAT, name=record_path(path).name, files={path.name: written[0]},
+                   extra={"written_at": time.time()}, durable=False)
     return path

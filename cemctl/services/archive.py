@@ -30,6 +30,8 @@ from typing import Any, Sequence
 from cem_core import runfiles
 from cem_core.runfiles.files import ENVIRONMENT_FILE
 from cem_core.errors import CemError, ConfigError
+from cem_core.runfiles.manifest import ManifestError
+from cemctl.services.archive_manifest import read_archive_manifest
 
 FORMAT = "cemctl-archive"
 VERSION = 1
@@ -137,7 +139,6 @@ MAX_MEMBERS = 1_000_000
 CHUNK = 1 << 20
 STAGING_PREFIX = ".import-"
 STAGING_MARK = ".cemctl-import"  # the file that proves a staging folder is an import's own (removed when it is dead)
-SHA_RE = __import__("re").compile(r"^[0-9a-f]{64}$")
 
 
 def _open_regular(path: Path) -> Any:
@@ -226,7 +227,7 @@ def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, d
             raise ArchiveError(f"import: {path}: truncated or damaged archive ({e}); nothing was imported") from None
     if manifest_bytes is None:
         raise ArchiveError(f"import: {path}: no manifest.json (not a cemctl archive)")
-    return read_archive_manifest(manifest_bytes, path), staged
+    return read_manifest(manifest_bytes, path), staged
 
 
 def zlib_error() -> type:
@@ -235,64 +236,33 @@ def zlib_error() -> type:
     return zlib.error
 
 
-def read_archive_manifest(data: bytes, path: Path | str) -> dict[str, Any]:
-    """The archive manifest, its whole shape checked; anything else is one line naming the key (ArchiveError)."""
-    from cem_core.names import check_experiment_name, is_run_id
-
+def read_manifest(data: bytes, path: Path | str) -> dict[str, Any]:
+    """The archive manifest through the one strict reader of "cemctl wrote these bytes" records
+    (`cemctl.services.archive_manifest`: every shape checked, version 1 read too), then what import needs on top:
+    experiment names that can name a folder, run files that are run files. One line (ArchiveError) otherwise."""
+    from cem_core.names import check_experiment_name
     where = f"import: {path}: manifest.json"
     try:
-        m = json.loads(data)
-    except ValueError as e:
-        raise ArchiveError(f"{where}: not valid JSON ({e})") from None
-
-    def need(ok: bool, key: str, what: str) -> None:
-        if not ok:
-            raise ArchiveError(f"{where}: {key}: {what}")
-
-    need(isinstance(m, dict), "(top)", "must be a JSON object")
-    need(m.get("format") == FORMAT and m.get("version") == VERSION, "format/version",
-         f"must be {FORMAT!r} version {VERSION} (not a cemctl archive of this version)")
-    runs, exps = m.get("runs"), m.get("experiments")
-    need(isinstance(runs, dict), "runs", "must be an object of run id: {files}")
-    need(isinstance(exps, list) and bool(exps), "experiments", "must be a non-empty list")
-    for rid, r in runs.items():
-        need(isinstance(rid, str) and is_run_id(rid), f"runs.{str(rid)[:40]}", "must be a run id (12 hex characters)")
-        need(isinstance(r, dict) and isinstance(r.get("files"), dict), f"runs.{rid}", 'must be {"files": {...}}')
-        need(runfiles.CONFIG_FILE in r["files"], f"runs.{rid}.files", "must list config.json")
-        for name, meta in r["files"].items():
-            need(name in RUN_FILES, f"runs.{rid}.files.{str(name)[:40]}", f"allowed: {', '.join(RUN_FILES)}")
-            need(isinstance(meta, dict) and isinstance(meta.get("size"), int) and not isinstance(meta["size"], bool)
-                 and 0 <= meta["size"] <= MAX_MEMBER_BYTES and isinstance(meta.get("sha256"), str)
-                 and bool(SHA_RE.match(meta["sha256"])), f"runs.{rid}.files.{name}",
-                 'must be {"size": bytes, "sha256": 64 hex characters}')
+        m = read_archive_manifest(data, where).doc
+    except ManifestError as e:
+        raise ArchiveError(str(e)) from None
+    if not m["experiments"]:
+        raise ArchiveError(f"{where}: experiments must be a non-empty list")
     names = set()
-    for i, e in enumerate(exps):
-        key = f"experiments[{i}]"
-        need(isinstance(e, dict), key, "must be an object")
+    for i, e in enumerate(m["experiments"]):
         try:
             check_experiment_name(e.get("name"))
         except ConfigError as err:
-            raise ArchiveError(f"{where}: {key}.name: {err.message}") from None
-        need(e["name"] not in names, f"{key}.name", f"{e['name']!r} appears twice")
+            raise ArchiveError(f"{where}: experiments[{i}].name: {err.message}") from None
+        if e["name"] in names:
+            raise ArchiveError(f"{where}: experiments[{i}].name: {e['name']!r} appears twice")
         names.add(e["name"])
-        for k in ("description", "figure", "grid_file", "grid_text", "grid_sha256"):
-            need(isinstance(e.get(k, ""), str), f"{key}.{k}", "must be text")
-        need(isinstance(e.get("plans"), list) and bool(e["plans"]), f"{key}.plans", "must be a non-empty list")
-        for j, plan in enumerate(e["plans"]):
-            pk = f"{key}.plans[{j}]"
-            need(isinstance(plan, dict) and isinstance(plan.get("scale"), str), f"{pk}.scale", "must be text")
-            try:
-                ov = json.loads(plan.get("overrides_json") or "{}")
-            except (TypeError, ValueError):
-                ov = None
-            need(isinstance(ov, dict), f"{pk}.overrides_json", "must be a JSON object as text")
-            need(isinstance(plan.get("links"), list), f"{pk}.links", "must be a list")
-            for link in plan["links"]:
-                need(isinstance(link, dict) and link.get("run_id") in runs, f"{pk}.links",
-                     "every link must name a run of the archive's runs")
-                need(isinstance(link.get("axes", {}), dict) and isinstance(link.get("marks", []), list)
-                     and isinstance(link.get("position", 0), int), f"{pk}.links",
-                     "axes must be an object, marks a list, position a number")
+    for rid, r in m["runs"].items():
+        if runfiles.CONFIG_FILE not in r["files"]:
+            raise ArchiveError(f"{where}: runs.{rid}: no config.json listed")
+        for name in r["files"]:
+            if name not in RUN_FILES:
+                raise ArchiveError(f"{where}: runs/{rid}/{name[:40]}: not a run file (allowed: {', '.join(RUN_FILES)})")
     return m
 
 
@@ -353,10 +323,11 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         result = ImportResult(path, [e["name"] for e in manifest["experiments"]])
         configs: dict[str, RunConfig] = {}
         for rid in manifest["runs"]:
-            try:
-                cfg = RunConfig.from_dict(json.loads((stage / "runs" / rid / runfiles.CONFIG_FILE).read_bytes()))
-            except (ValueError, CemError):
-                raise ArchiveError(f"import: {path}: run {rid}: config.json is not a run config") from None
+            raw = (stage / "runs" / rid / runfiles.CONFIG_FILE).read_bytes()
+            try:  # the one reader of config.json
+                cfg = runfiles.parse_config(raw, f"{path}: runs/{rid}/{runfiles.CONFIG_FILE}").config
+            except ConfigError as e:
+                raise ArchiveError(f"import: {e}") from None
             if run_id(cfg) != rid:
                 raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
             configs[rid] = cfg

@@ -104,7 +104,7 @@ def target_configs(target: str, *, scale: str | None, overrides: dict[str, Any],
     if resolved.kind != "experiment":
         raise CemError(f"data prepare: {target!r} is a run; give its experiment or grid file")
     rows = list_runs(engine, experiment=resolved.name, scale=scale, in_grid_only=True)
-    return resolved.name, [(resolved.name, r.id, RunConfig.from_dict(json.loads(r.config_json))) for r in rows]
+    return resolved.name, [(resolved.name, r.id, runfiles.config_of_record(r.config_json, r.id)) for r in rows]
 
 
 @dataclass
@@ -268,8 +268,8 @@ def _recorded_runs(db_url: str) -> list[tuple[str, str, str, RunConfig]]:
         found = list(s.execute(q))
     for name, rid, state, config_json in found:
         try:
-            cfg = RunConfig.from_dict(json.loads(config_json))
-        except (ValueError, CemError):
+            cfg = runfiles.config_of_record(config_json, rid)
+        except CemError:
             continue
         rows.append((name, rid, state, cfg))
     return rows

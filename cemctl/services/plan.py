@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cem_core.errors import ConfigError
+from cem_core.plugins import sync_plugin_copy
 from cemctl.grid.estimate import DEFAULT_CPU_GFLOPS, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, run_cost
 from cemctl.grid.expand import Plan, load_grid
 from cemctl.grid.kinds import DEFAULT_SCALE
@@ -57,10 +58,8 @@ def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
         if os.path.islink(folder) and os.path.dirname(os.path.realpath(folder)) != real_root:
             raise RunFileError(f"{folder}: refused: a symlink out of the runs folder (to {os.path.realpath(folder)}); "
                                "remove the link or give another --runs-dir")
-    if plan.plugins:  # the jobs, status and report import the planned plugin code from the runs root
-        from cem_core.plugins import PLUGINS_DIR, copy_sources
-
-        copy_sources(plan.plugins, root / PLUGINS_DIR)
+    if plan.plugins:  # the copy the jobs import (launch snapshots it); never over an edit made in it
+        sync_plugin_copy(root, plan.plugins)
     written = 0
     for pr in plan.runs:
         path = root / pr.run_id / CONFIG_FILE
