@@ -263,6 +263,15 @@ def _build(data_cfg: DataConfig, source: Source, root: Path, base: Path, number:
             what = data_cfg.path or data_cfg.corpus
             raise ConfigError("data.path" if data_cfg.path else "data.corpus",
                               f"the corpus has no text: {what} holds no non-empty document", value=what)
+        empty = [s for s in ("val", "test") if not built["splits"].get(s, {}).get("tokens")]
+        if empty:  # a run would train its whole budget and fail at the end: refused now, before any run
+            what = data_cfg.path or data_cfg.corpus
+            n = built["documents_read"]
+            raise ConfigError("data.path" if data_cfg.path else "data.corpus",
+                              f"the corpus's {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty: "
+                              f"{what} has {n} document{'s' if n != 1 else ''}, and each goes to validation "
+                              f"(~{VAL_FRACTION:.0%}) or test (~{TEST_FRACTION:.0%}) by the hash of its id; give more "
+                              "documents (split long texts into several lines)", value=what)
         meta = {
             "format": FORMAT_VERSION,
             "corpus": source.name,

@@ -70,10 +70,28 @@ def _cmdline_has(pid: int, words: tuple[str, ...]) -> bool:
     return all(w in data for w in words)
 
 
-def process_matches(pid: int | None, start: str = "", token: str = "", *, legacy_words: tuple[str, ...] = ()) -> bool | None:
+def started_at(pid: int) -> float | None:
+    """The unix time a live process started (from /proc: boot time + start tick); None when it cannot be told."""
+    import os
+
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    try:
+        btime = next(int(line.split()[1]) for line in (_PROC / "stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def process_matches(pid: int | None, start: str = "", token: str = "", *, legacy_words: tuple[str, ...] = (),
+                    legacy_not_after: float | None = None) -> bool | None:
     """True when `pid` is alive and is the recorded process: same start time (when recorded) and the token in its
-    environment (when recorded; a record without either needs `legacy_words` in its command line). False when it
-    is gone or another process. None when this system has no /proc to tell."""
+    environment (when recorded). A record without either (an older cemctl's) needs every one of `legacy_words` in
+    the process's command line AND a process that started no later than `legacy_not_after` (the record's own
+    write time): never a match by the command line alone (a `tail -f` of the run's log names its folder too).
+    False when it is gone or another process. None when this system has no /proc to tell."""
     if not pid:
         return False
     if not proc_available():
@@ -86,7 +104,10 @@ def process_matches(pid: int | None, start: str = "", token: str = "", *, legacy
     if token and not _environ_has(pid, f"{TOKEN_ENV}={token}"):
         return False
     if not start and not token:
-        return _cmdline_has(pid, legacy_words) if legacy_words else False
+        if not legacy_words or legacy_not_after is None or not _cmdline_has(pid, legacy_words):
+            return False
+        began = started_at(pid)
+        return began is not None and began <= legacy_not_after + 2.0  # the record was written after it started
     return True
 
 

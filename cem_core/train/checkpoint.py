@@ -39,9 +39,40 @@ def save_checkpoint(ckpt_dir: str | os.PathLike[str], state: dict[str, Any], *, 
     step = int(state["step"])
     final = checkpoint_path(d, step)
     state = {**state, "format_version": FORMAT_VERSION}
-    atomic_write(final, lambda f: torch.save(state, f))  # a kill leaves no new checkpoint or a whole one
+    try:
+        atomic_write(final, lambda f: torch.save(state, f))  # a kill leaves no new checkpoint or a whole one
+    except (RuntimeError, OSError) as e:  # torch's own words for a full disk name no file ("file write failed")
+        if _no_space(e, d, _nbytes(state)):
+            import errno
+
+            raise OSError(errno.ENOSPC, "no space left on device writing a checkpoint", str(final)) from None
+        raise
     rotate(d, keep=keep)
     return final
+
+
+def _nbytes(obj: Any) -> int:
+    """The bytes of the tensors in a checkpoint state (what writing it needs, roughly)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
+def _no_space(e: BaseException, folder: Path, needed: int) -> bool:
+    """Whether a failed write failed for want of space (torch's own error names no errno: the free space tells)."""
+    import errno
+    import shutil
+
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return shutil.disk_usage(folder).free < needed + (1 << 20)
+    except OSError:
+        return False
 
 
 def rotate(ckpt_dir: str | os.PathLike[str], *, keep: int) -> None:

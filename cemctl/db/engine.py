@@ -115,7 +115,8 @@ def check_sqlite_file(path: Path) -> None:
     if header != b"SQLite format 3\x00":
         raise DatabaseError(f"--db: {str(path)!r} is not a SQLite database (file is not a database)")
     try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        extra = "&immutable=1" if disk_full(path) and not os.path.exists(f"{path}-shm") else ""  # no room for one
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{extra}", uri=True)
         try:
             tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
         finally:
@@ -129,6 +130,33 @@ def check_sqlite_file(path: Path) -> None:
 
 def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK) and os.access(path.parent if str(path.parent) else ".", os.W_OK)
+
+
+FULL_BELOW_BYTES = 256 << 10  # less free space than this: SQLite cannot even open its journal files
+
+
+def disk_full(path: Path) -> bool:
+    """Whether the file system holding `path` has (almost) no space left."""
+    import shutil
+
+    try:
+        return shutil.disk_usage(path if path.is_dir() else path.parent).free < FULL_BELOW_BYTES
+    except OSError:
+        return False
+
+
+_FULL_NOTED: set[str] = set()
+
+
+def _note_full(path: Path) -> None:
+    if str(path) in _FULL_NOTED:
+        return
+    _FULL_NOTED.add(str(path))
+    import logging
+
+    logging.getLogger("cemctl.notice").warning(
+        f"note: no space left on device for {path.parent}: the results database is read as it was last written, "
+        "nothing is written to it (free some space to sync, plan or launch)")
 
 
 def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S, create: bool = True,
@@ -160,10 +188,16 @@ def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIME
         if not exists and (asked_ro or not create):
             raise DatabaseError(f"--db: no results database at {str(path)!r} (plan an experiment first: "
                                 "cemctl plan FILE)")
-        readonly = asked_ro or (exists and not _writable(path))
+        full = exists and disk_full(path)  # a reader must still read: SQLite cannot make its -shm file there
+        # with the -shm file there (a writer has the database open) a read-only reader uses it, WAL included;
+        # without it the WAL was checkpointed when the last connection closed: the file alone is the database
+        no_shm = full and not os.path.exists(f"{path}-shm")
+        if full:
+            _note_full(path)
+        readonly = asked_ro or full or (exists and not _writable(path))
         if readonly:
-            # immutable: the folder may not allow the -shm/-wal files a WAL reader would create
-            mode = "ro&immutable=1" if not os.access(path.parent, os.W_OK) else "ro"
+            # immutable: the folder may not allow (or have room for) the -shm/-wal files a WAL reader would create
+            mode = "ro&immutable=1" if no_shm or not os.access(path.parent, os.W_OK) else "ro"
             url = f"sqlite:///file:{path.as_posix()}?mode={mode}&uri=true"
         else:
             url = u.set(database=str(path), query={}).render_as_string(hide_password=False)
@@ -214,7 +248,7 @@ def open_readonly_db(url: str) -> Engine:
     if target is not None:
         path, _ = target
         path = path if path.is_absolute() else path.resolve()
-        return open_db(f"sqlite:///file:{path.as_posix()}?mode=ro&uri=true", create=False)
+        return open_db(f"sqlite:///file:{path.as_posix()}?mode=ro&uri=true", create=False)  # disk full: immutable
     engine = open_db(url, create=False, migrate=False)
     from cemctl.db.migrations import check_current
 
@@ -239,7 +273,9 @@ def writer(engine: Engine) -> Engine:
 
 
 def _reason(e: DBAPIError) -> str:
-    return " ".join(str(e.orig).split())
+    text = " ".join(str(e.orig).split())
+    return text + " (no space left on device?)" if "disk I/O error" in text or "database or disk is full" in text \
+        else text
 
 
 def _name(engine: Engine) -> str:

@@ -85,6 +85,7 @@ def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> 
 
 
 CHUNK_BYTES = 8 << 20  # metrics.jsonl is read in chunks this size: memory stays bounded whatever the file's size
+MAX_LINE_BYTES = 1 << 20  # no metrics line is this long: a longer one is skipped (a bad line), never held whole
 
 
 def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
@@ -110,9 +111,17 @@ def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
             if not data:
                 break
             pos += len(data)
+            if carry is None:  # inside a line too long to keep: skip to its end
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data, carry = data[nl + 1:], b""
             data = carry + data
             cut = data.rfind(b"\n") + 1
             complete, carry = data[:cut], data[cut:]
+            if len(carry) > MAX_LINE_BYTES:
+                on_batch([None])  # one bad line
+                carry = None
             if not complete:
                 continue
             last = (last + complete[-_FINGERPRINT_BYTES:])[-_FINGERPRINT_BYTES:]
@@ -126,7 +135,7 @@ def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
                     obj = None
                 items.append(obj if isinstance(obj, dict) else None)
             on_batch(items)
-        new_offset = pos - len(carry)
+        new_offset = pos - len(carry or b"") if carry is not None else pos
         if len(last) < _FINGERPRINT_BYTES and new_offset > len(last):  # the bytes just before new_offset
             lo = max(0, new_offset - _FINGERPRINT_BYTES)
             f.seek(lo)

@@ -141,6 +141,15 @@ STAGING_PREFIX = ".import-"
 STAGING_MARK = ".cemctl-import"  # the file that proves a staging folder is an import's own (removed when it is dead)
 
 
+def _stage_done(name: str) -> None:
+    """Where the tests kill an import (`CEMCTL_TEST_KILL_IMPORT_AT=staged|checked|moved|planned`): SIGKILL, as a
+    user's Ctrl-\\ or an OOM killer would, to prove every stage leaves the project as before or finishable."""
+    if os.environ.get("CEMCTL_TEST_KILL_IMPORT_AT") == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _open_regular(path: Path) -> Any:
     """`path` opened for reading only if it is a regular file (a FIFO or a device is refused at once, never read)."""
     import stat as st
@@ -310,6 +319,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
     try:
         (stage / STAGING_MARK).write_text(f"{os.getpid()} {path}\n")
         manifest, staged = _stage_archive(path, stage)
+        _stage_done("staged")
         listed = {f"runs/{rid}/{name}": meta for rid, r in manifest["runs"].items() for name, meta in r["files"].items()}
         for name, got in staged.items():
             meta = listed.get(name)
@@ -333,13 +343,16 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
             configs[rid] = cfg
         _check_experiments(engine, manifest, path)
         _check_runs_here(engine, manifest, root, stage, result)
+        _stage_done("checked")
         for rid in manifest["runs"]:  # every check passed: the new runs go into place, each by one rename
             if rid not in result.present:
                 os.rename(stage / "runs" / rid, root / rid)
                 result.imported.append(rid)
+                _stage_done("moved")
         for exp in manifest["experiments"]:
             for plan in exp["plans"]:
                 record_plan(engine, _ImportedPlan(exp, plan, configs, path.name), root)
+        _stage_done("planned")
         sync_runs(engine, root, run_ids=list(manifest["runs"]))  # tags and notes too (tags.json)
         return result
     finally:

@@ -123,6 +123,13 @@ def make_slots(options: LocalOptions) -> list[Slot]:
     return cpu_slots(cores, options.workers)
 
 
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
 class LocalExecutor(Executor):
     """Runs jobs on this machine, in the foreground, `len(slots)` at a time."""
 
@@ -326,11 +333,14 @@ class LocalExecutor(Executor):
     def owns_process(cls, run_dir: Path, job: JobRecord) -> bool:
         """The recorded process (the job's, or while queued its orchestrator's) is alive and is the one recorded:
         same start time and, for the job, its token (a reused PID is never taken for it)."""
+        written = _mtime(Path(run_dir) / runfiles.JOB_FILE)  # an older record: its process started before it
         if job.state == "running":
             found = runfiles.process_matches(job.pid, job.pid_start, job.token,
-                                             legacy_words=(str(Path(run_dir).resolve()),))
+                                             legacy_words=(str(Path(run_dir).resolve()), "cem_core.train"),
+                                             legacy_not_after=written)
             return pid_alive(job.pid) if found is None else found
-        found = runfiles.process_matches(job.orchestrator_pid, job.orchestrator_start, legacy_words=("cemctl",))
+        found = runfiles.process_matches(job.orchestrator_pid, job.orchestrator_start, legacy_words=("cemctl",),
+                                         legacy_not_after=written)
         return pid_alive(job.orchestrator_pid) if found is None else found
 
     @classmethod

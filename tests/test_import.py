@@ -1,0 +1,237 @@
+"""`cemctl import` all or nothing (issue 33.4): only a regular file is opened, every shape checked before a run
+folder moves, a kill at any stage leaves the project as before or finishable by the next import, memory bounded."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_clean_error, cli, finish_run, subprocess_env, tiny_grid
+
+GRID = tiny_grid("imp", seeds="[0, 1]", extra='''
+[axes]
+"model.attention" = ["llama", "cem"]
+''')
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    (src / "imp.toml").write_text(GRID)
+    res = cli(src, "plan", str(src / "imp.toml"), "--json")
+    assert res.returncode == 0, res.output
+    for i, r in enumerate(json.loads(res.stdout)["runs"]):
+        finish_run(src / "runs" / r["run_id"], test_loss=1.5 + i / 100)
+    assert cli(src, "tag", "imp", "phase=final").returncode == 0
+    out = src / "imp.tar.gz"
+    assert cli(src, "archive", "imp", "-o", str(out)).returncode == 0
+    return out
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar}
+
+
+def _write(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _untouched(where: Path) -> None:
+    """Nothing of the archive was written: no run folder, no experiment, no staging left behind."""
+    runs = where / "runs"
+    assert not runs.exists() or not [p for p in runs.iterdir()], sorted(p.name for p in runs.iterdir())
+    if (where / "results.db").exists():
+        res = cli(where, "status", "--json")
+        assert not [e for e in json.loads(res.stdout)["experiments"] if e["name"] == "imp"]
+
+
+def test_a_fifo_or_a_device_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "a.tar.gz"
+    os.mkfifo(fifo)
+    res = cli(tmp_path, "import", str(fifo), subprocess=True, timeout=60)
+    assert_clean_error(res, contains="refused: a FIFO")
+    res = cli(tmp_path, "import", "/dev/zero", subprocess=True, timeout=60)
+    assert_clean_error(res, contains="refused: a device")
+    _untouched(tmp_path)
+
+
+def test_a_truncated_archive_is_named_so(archive, tmp_path):
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    assert_clean_error(cli(tmp_path, "import", str(cut)), contains="truncated or damaged archive")
+    _untouched(tmp_path)
+
+
+def _with_manifest(archive: Path, tmp_path: Path, edit) -> Path:  # noqa: ANN001
+    members = _members(archive)
+    manifest = json.loads(members["manifest.json"])
+    edit(manifest)
+    members["manifest.json"] = json.dumps(manifest).encode()
+    return _write(tmp_path / "edited.tar.gz", members)
+
+
+def _first_run(m: dict) -> str:
+    files = m.get("files") or {}
+    return next(k.split("/")[1] for k in files) if files else next(iter(m["runs"]))
+
+
+BAD_MANIFESTS = {
+    "runs is a list": lambda m: m.update(runs=[]) if "runs" in m else m.update(files=[]),
+    "experiments empty": lambda m: m.update(experiments=[]),
+    "experiments not a list": lambda m: m.update(experiments="x"),
+    "experiment name a path": lambda m: m["experiments"][0].update(name="../../etc"),
+    "plans not a list": lambda m: m["experiments"][0].update(plans={"a": 1}),
+    "a link to no run": lambda m: m["experiments"][0]["plans"][0]["links"].append({"run_id": "ffffffffffff"}),
+    "a scale that is a number": lambda m: m["experiments"][0]["plans"][0].update(scale=3),
+    "a bad sha256": lambda m: [v.update(sha256="x") for v in (m.get("files") or {}).values()]
+    or [f.update(sha256="x") for r in m.get("runs", {}).values() for f in r["files"].values()],
+    "not a cemctl archive": lambda m: m.update(format="zip", written_by="someone", what="photos"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_MANIFESTS))
+def test_every_bad_manifest_shape_is_one_line_and_writes_nothing(archive, tmp_path, case):
+    bad = _with_manifest(archive, tmp_path, BAD_MANIFESTS[case])
+    res = cli(tmp_path, "import", str(bad), subprocess=True)
+    line = assert_clean_error(res)
+    assert "internal error" not in line and "manifest" in line or "archive" in line, line
+    _untouched(tmp_path)
+
+
+def test_a_same_named_experiment_of_another_grid_is_not_taken_over(archive, tmp_path):
+    (tmp_path / "imp.toml").write_text(GRID.replace('seeds = [0, 1]', 'seeds = [5]'))  # same name, other grid
+    assert cli(tmp_path, "plan", str(tmp_path / "imp.toml")).returncode == 0
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    line = assert_clean_error(cli(tmp_path, "import", str(archive)), contains="is here already from another grid")
+    assert "nothing was imported" in line
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
+
+
+def test_the_runs_folder_the_project_recorded_is_used(archive, tmp_path):
+    """A project whose runs live elsewhere (--runs-dir at plan) imports there; its earlier runs never turn damaged."""
+    (tmp_path / "own.toml").write_text(tiny_grid("own", seeds="[9]"))  # no run in common with the archive
+    assert cli(None, "plan", str(tmp_path / "own.toml"), "--db", str(tmp_path / "results.db"), "--runs-dir",
+               str(tmp_path / "elsewhere"), cwd=tmp_path).returncode == 0
+    res = cli(None, "import", str(archive), "--db", str(tmp_path / "results.db"), cwd=tmp_path)
+    assert res.returncode == 0, res.output
+    assert not (tmp_path / "runs").exists() and len(list((tmp_path / "elsewhere").iterdir())) == 1 + 4
+    st = cli(None, "status", "--json", "--db", str(tmp_path / "results.db"), cwd=tmp_path)
+    states = {r["state"] for e in json.loads(st.stdout)["experiments"] for r in e["runs"]}
+    assert "damaged" not in states
+
+
+def _import(where: Path, archive: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    env = subprocess_env(**({"CEMCTL_TEST_KILL_IMPORT_AT": kill_at} if kill_at else {}))
+    return subprocess.run([sys.executable, "-m", "cemctl.cli", "import", str(archive), "--db",
+                           str(where / "results.db"), "--runs-dir", str(where / "runs")], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _snapshot(where: Path) -> dict:
+    st = json.loads(cli(where, "status", "--json", "--no-sync", "--columns", "run,state,test,tag.phase").stdout)
+    return {r["run_id"]: (r["state"], r["test_loss"], r.get("tag.phase")) for e in st["experiments"] for r in e["runs"]}
+
+
+@pytest.mark.parametrize("stage", ["staged", "checked", "moved", "planned"])
+def test_a_kill_at_any_stage_leaves_the_project_as_before_or_finishable(archive, tmp_path, stage):
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    assert _import(clean, archive).returncode == 0
+    want = _snapshot(clean)
+    assert len(want) == 4 and all(v[0] == "done" and v[2] == "final" for v in want.values())
+    where = tmp_path / "killed"
+    where.mkdir()
+    killed = _import(where, archive, kill_at=stage)
+    assert killed.returncode == -9, killed.stderr
+    if stage in ("staged", "checked"):  # before any run folder moved: the project is as before
+        runs = where / "runs"
+        assert not [p for p in runs.iterdir() if not p.name.startswith(".import-")] if runs.exists() else True
+    again = _import(where, archive)
+    assert again.returncode == 0, again.stderr
+    assert _snapshot(where) == want
+    assert not [p for p in (where / "runs").iterdir() if p.name.startswith(".import-")]  # the killed staging: gone
+
+
+class _Endless(io.RawIOBase):
+    """`size` bytes of one endless line, produced as they are read (never held whole)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # noqa: ANN001
+        n = min(len(b), self.left)
+        b[:n] = b"x" * n
+        self.left -= n
+        return n
+
+
+PEAK = ("import atexit, sys\n"
+        "def peak():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmHWM:'): print('VmHWM', int(line.split()[1]), file=sys.stderr)\n"
+        "atexit.register(peak)\n"
+        "from cemctl.cli import main\n"
+        "sys.argv = ['cemctl'] + sys.argv[1:]\n"
+        "main()\n")
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_on_a_large_archive(tmp_path):
+    """A 200 MiB member (a few hundred kB compressed, as a decompression bomb would be) is streamed to disk and its
+    lines read in chunks: the importing process's peak memory stays far below the member's size."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.toml").write_text(tiny_grid("big", seeds="[0]"))
+    rid = json.loads(cli(src, "plan", str(src / "big.toml"), "--json").stdout)["runs"][0]["run_id"]
+    finish_run(src / "runs" / rid)
+    assert cli(src, "archive", "big", "-o", str(src / "small.tar.gz")).returncode == 0
+    members = _members(src / "small.tar.gz")
+    size = 200 << 20
+    digest = hashlib.sha256()
+    stream = _Endless(size)
+    while chunk := stream.read(1 << 20):
+        digest.update(chunk)
+    manifest = json.loads(members["manifest.json"])
+    entry = {"size": size, "sha256": digest.hexdigest()}
+    if "files" in manifest:
+        manifest["files"][f"runs/{rid}/metrics.jsonl"] = entry
+    else:
+        manifest["runs"][rid]["files"]["metrics.jsonl"] = entry
+    members["manifest.json"] = json.dumps(manifest).encode()
+    members.pop(f"runs/{rid}/metrics.jsonl", None)
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(bomb, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(f"runs/{rid}/metrics.jsonl")
+        info.size = size
+        tar.addfile(info, io.BufferedReader(_Endless(size)))
+    assert bomb.stat().st_size < 2 << 20
+    where = tmp_path / "dst"
+    where.mkdir()
+    proc = subprocess.run([sys.executable, "-c", PEAK, "import", str(bomb), "--db", str(where / "results.db"),
+                           "--runs-dir", str(where / "runs")], cwd=where, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    peak_mib = int(proc.stderr.split("VmHWM")[-1].split()[0]) / 1024
+    assert peak_mib < 160, f"peak {peak_mib:.0f} MiB importing a {size >> 20} MiB member"
+    assert (where / "runs" / rid / "metrics.jsonl").stat().st_size == size
