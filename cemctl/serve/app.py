@@ -211,9 +211,9 @@ class Dashboard:
                 out[item.name] = (item.read_bytes(), STATIC_TYPES[suffix])
         return out
 
-    def render(self, template: str, status: int = 200, **ctx: Any) -> Response:
+    def render(self, template: str, code: int = 200, **ctx: Any) -> Response:
         html = self.env.get_template(template).render(**ctx)
-        return Response(status, html.encode())
+        return Response(code, html.encode())
 
     def json(self, obj: Any, status: int = 200) -> Response:
         return Response(status, json_text(obj).encode(), "application/json; charset=utf-8")
@@ -264,7 +264,8 @@ class Dashboard:
             return self.json({"error": message}, status)
         try:
             return self.render("error.html", status, status=status, reason=REASONS.get(status, "Error"),
-                               message=message, title=f"{status} {REASONS.get(status, 'Error')}")
+                               message=message, title=f"{status} {REASONS.get(status, 'Error')}",
+                               db=_shown_url(self.src.url), runs_root=str(self.src.runs_root))
         except Exception:  # noqa: BLE001 - a broken template still gives an escaped page
             import html
 
@@ -332,6 +333,8 @@ class Dashboard:
         from cemctl.services.dashboard.charts import CURVE_METRICS, CURVE_X, chart_options
 
         sel = self.selection(req)
+        for flag in ("logx", "logy", "clogx", "clogy"):
+            req.flag(flag)
         recs = T.experiment_records(self.src, name, sel.scale)
         meta = recs.experiments.get(name)
         table = T.runs_table(self.src, name, sel)
