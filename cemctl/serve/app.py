@@ -338,11 +338,12 @@ class Dashboard:
         recs = T.experiment_records(self.src, name, sel.scale)
         meta = recs.experiments.get(name)
         table = T.runs_table(self.src, name, sel)
-        opts = chart_options(self.src, name, sel)
+        opts = self.memo(("options", name, sel), lambda: chart_options(self.src, name, sel))
         metric = req.one("metric") or opts["metric"]
         if metric not in opts["metrics"]:
             raise HttpError(400, f"metric: {metric!r} is not one of {', '.join(opts['metrics'])}")
-        arms = T.arms_table(self.src, name, sel, metric, req.one("asort").strip())
+        asort = req.one("asort").strip()
+        arms = self.memo(("arms", name, sel, metric, asort), lambda: T.arms_table(self.src, name, sel, metric, asort))
         scales = sorted({r.get("scale") or "" for r in recs.records} - {""})
         chart_q = req.query(limit=None, sort=None, asort=None)
         return self.render("experiment.html", **self.base(
@@ -362,20 +363,29 @@ class Dashboard:
 
         return self.render("claims.html", **self.base(req, name=name, parts=claim_parts(self.src, name)))
 
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """`compute()` once per state of the database (the source's cache), keyed by what the page asked for."""
+        return self.src.cached(repr(key), compute)
+
     def metric_json(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import metric_chart
 
-        return self.json(metric_chart(self.src, name, self.selection(req), metric=req.one("metric") or None,
-                                      x=req.one("x") or None, hue=[h for v in req.many("hue") for h in v.split(",")],
-                                      panel=req.one("panel") or None, log_x=req.flag("logx"), log_y=req.flag("logy")))
+        sel = self.selection(req)
+        args = dict(metric=req.one("metric") or None, x=req.one("x") or None,
+                    hue=[h for v in req.many("hue") for h in v.split(",")], panel=req.one("panel") or None,
+                    log_x=req.flag("logx"), log_y=req.flag("logy"))
+        return self.json(self.memo(("metric", name, sel, sorted(args.items())),
+                                   lambda: metric_chart(self.src, name, sel, **args)))
 
     def curves_json(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import experiment_curves
 
-        return self.json(experiment_curves(self.src, name, self.selection(req), metric=req.one("cmetric") or "train_loss",
-                                           x=req.one("cx") or "tokens", chart_x=req.one("x") or None,
-                                           hue=[h for v in req.many("hue") for h in v.split(",")],
-                                           log_x=req.flag("clogx"), log_y=req.flag("clogy")))
+        sel = self.selection(req)
+        args = dict(metric=req.one("cmetric") or "train_loss", x=req.one("cx") or "tokens",
+                    chart_x=req.one("x") or None, hue=[h for v in req.many("hue") for h in v.split(",")],
+                    log_x=req.flag("clogx"), log_y=req.flag("clogy"))
+        return self.json(self.memo(("curves", name, sel, sorted(args.items())),
+                                   lambda: experiment_curves(self.src, name, sel, **args)))
 
     def parallel(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import chart_options
@@ -391,7 +401,9 @@ class Dashboard:
     def parallel_json(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import parallel
 
-        return self.json(parallel(self.src, name, self.selection(req), metric=req.one("metric") or None))
+        sel = self.selection(req)
+        metric = req.one("metric") or None
+        return self.json(self.memo(("parallel", name, sel, metric), lambda: parallel(self.src, name, sel, metric=metric)))
 
     def report_file(self, name: str, parts: list[str]) -> Response:
         from cemctl.services.dashboard.tables import report_file
