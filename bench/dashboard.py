@@ -55,12 +55,13 @@ def run(s: Settings) -> Section:
         largest = max((n for n in sizes if n != big.report_experiment), key=lambda n: sizes[n], default=None)
         one_run = next(r["run_id"] for r in recs.records if r["_experiment"] == big.report_experiment)
         pages: list[tuple[str, list[tuple[str, str]], bool]] = [
-            ("experiments (index)", [("page", "/")], False)]
+            ("experiments (index)", [("page", "/"), ("claims (every recorded run)", "/claims")], False)]
         for name in [big.report_experiment, largest]:
             if name is None:
                 continue
             label = f"experiment {name} ({sizes[name]:,} runs)"
             pages.append((label, [("page", f"/experiments/{name}"), ("live table refresh", f"/experiments/{name}/live"),
+                                  ("arms table", f"/experiments/{name}/arms"),
                                   ("metric chart data", f"/experiments/{name}/metric.json"),
                                   ("curves data", f"/experiments/{name}/curves.json")], True))
         pages.append((f"run {one_run}", [("page", f"/runs/{one_run}"), ("curves data", f"/runs/{one_run}/curves.json"),

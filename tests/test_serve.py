@@ -48,7 +48,8 @@ def _no_raw_markup(text: str) -> None:
 
 def test_every_page_answers_and_shows_strings_as_text(project, base):
     run0, failed = project.runs[0], project.runs[3]
-    pages = ["/", "/experiments/demo", "/experiments/demo/live", "/experiments/demo/claims",
+    pages = ["/", "/claims", "/experiments/demo", "/experiments/demo/live", "/experiments/demo/claims",
+             "/experiments/demo/arms?asort=-val_loss&metric=val_loss",
              "/experiments/demo/parallel", f"/runs/{run0}", f"/runs/{failed}",
              f"/compare?experiment=demo&item={project.runs[0]}&item={project.runs[1]}", "/compare",
              "/experiments/demo?sort=-test_loss&asort=-test_loss&x=train.lr&hue=model.attention&panel=attention&logx=1"]
@@ -82,8 +83,9 @@ def test_index_counts_states_and_experiment_page_has_every_section(project, base
     row = re.search(r'<a href="/experiments/demo">demo</a>.*?</tr>', index, re.S).group(0)
     assert ">18<" in row and "16 done" in row and "1 failed" in row and "1 planned" in row
     _, _, page = get(base, "/experiments/demo")
-    for section in ('id="runs"', 'id="arms"', 'id="metric-chart"', 'id="curves-chart"', 'id="claims-part"'):
+    for section in ('id="runs"', 'id="arms-part"', 'id="metric-chart"', 'id="curves-chart"', 'id="claims-part"'):
         assert section in page
+    _, _, page = get(base, "/experiments/demo/arms")
     arms = re.search(r'<table class="grid" id="arms">.*?</table>', page, re.S).group(0)
     assert arms.count("<tr>") == 7  # header + 6 arms
     assert "3/3" in arms and "2/3" in arms  # seeds done / planned (one failed, one planned)
@@ -119,7 +121,8 @@ def test_where_and_sort_select_like_the_command_line(project, base):
     ("/experiments/demo?sort=bogus_field", 400, "--sort"),
     ("/experiments/demo?limit=-1", 400, "limit"),
     ("/experiments/demo?metric=bogus", 400, "metric"),
-    ("/experiments/demo?asort=model.d_model", 400, "arms sort"),
+    ("/experiments/demo/arms?asort=model.d_model", 400, "arms sort"),
+    ("/experiments/demo?asort=nosuch", 400, "arms sort"),
     ("/experiments/demo/metric.json?x=model.d_model", 400, "does not vary"),
     ("/experiments/demo/curves.json?cmetric=evil", 400, "curve metric"),
     ("/experiments/demo?logx=maybe", 400, "logx"),
@@ -252,7 +255,7 @@ def test_live_record_state_follows_the_evidence():
 
 
 def test_compare_shows_differing_keys_and_differences_with_intervals(project, base):
-    arms = re.findall(r'name="item" value="([0-9a-f]{12})" form="compare-arms"', get(base, "/experiments/demo")[2])
+    arms = re.findall(r'name="item" value="([0-9a-f]{12})" form="compare-arms"', get(base, "/experiments/demo/arms")[2])
     assert len(arms) == 6
     _, _, page = get(base, f"/compare?experiment=demo&item={arms[0]}&item={arms[3]}")
     differing = re.search(r'<table class="grid" id="differing">.*?</table>', page, re.S).group(0)

@@ -179,6 +179,7 @@ def test_compare_picked_arms_shows_the_differing_keys(browser, base):
     try:
         page = p.open(base + "/experiments/demo")
         button = page.locator("#compare-arms button")
+        page.wait_for_selector("#arms input[type=checkbox]")
         assert button.is_disabled()
         boxes = page.locator("#arms input[type=checkbox]")
         boxes.nth(0).check()

@@ -34,7 +34,8 @@ def start(url: str, runs_root: Path | str | None, *, host: str = "127.0.0.1", po
 def warm_up(app: Any) -> None:
     """Import what the pages use and compile the templates now, so the first page a user opens is not the one
     that pays for pandas, scipy and Jinja (about a second on a laptop)."""
-    import cemctl.report.arms  # noqa: F401 - pandas, the arms table
+    import pandas  # noqa: F401
+    import cemctl.report.arms  # noqa: F401 - the arms table
     import cemctl.report.generic  # noqa: F401
     import cemctl.report.stats  # noqa: F401
     import cemctl.services.dashboard.charts  # noqa: F401
@@ -43,5 +44,5 @@ def warm_up(app: Any) -> None:
     from scipy import stats  # noqa: F401 - the t intervals
 
     for name in ("index.html", "experiment.html", "live.html", "run.html", "compare.html", "parallel.html",
-                 "claims.html", "error.html"):
+                 "claims.html", "arms.html", "claims_summary.html", "error.html"):
         app.env.get_template(name)

@@ -276,6 +276,8 @@ class Dashboard:
         seg = segments(req.path)
         if not seg:
             return self.index(req)
+        if seg == ["claims"]:
+            return self.all_claims(req)
         head, rest = seg[0], seg[1:]
         if head == "static" and len(rest) == 1 and rest[0] in self.static:
             body, ctype = self.static[rest[0]]
@@ -288,7 +290,7 @@ class Dashboard:
             if sub[0] == "report" and len(sub) >= 2:
                 return self.report_file(name, sub[1:])
             if len(sub) == 1:
-                page = {"live": self.live, "claims": self.claims, "metric.json": self.metric_json,
+                page = {"live": self.live, "arms": self.arms, "claims": self.claims, "metric.json": self.metric_json,
                         "curves.json": self.curves_json, "parallel": self.parallel,
                         "parallel.json": self.parallel_json}.get(sub[0])
                 if page is not None:
@@ -310,9 +312,10 @@ class Dashboard:
     # ------------------------------------------------------------------ helpers
     def selection(self, req: Request) -> Any:
         from cemctl.services.dashboard import Selection
+        from cemctl.services.dashboard.tables import ROW_LIMIT
 
         sel = Selection(where=req.many("where"), sort=req.one("sort").strip(),
-                        limit=req.number("limit", 500, 0, 1_000_000), scale=req.one("scale") or None)
+                        limit=req.number("limit", ROW_LIMIT, 0, 1_000_000), scale=req.one("scale") or None)
         sel.conds()  # a malformed condition or an unknown field: 400 with the allowed forms
         sel.order()
         return sel
@@ -328,6 +331,12 @@ class Dashboard:
         rows = experiments_overview(self.src)
         return self.render("index.html", **self.base(req, title="Experiments", rows=rows, now=time.time()))
 
+    def all_claims(self, req: Request) -> Response:
+        from cemctl.services.dashboard.tables import claim_verdicts, claims_by_experiment
+
+        rows = claim_verdicts(self.src)
+        return self.render("claims_summary.html", **self.base(req, rows=rows, by_exp=claims_by_experiment(self.src)))
+
     def experiment(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard import tables as T
         from cemctl.services.dashboard.charts import CURVE_METRICS, CURVE_X, chart_options
@@ -335,6 +344,10 @@ class Dashboard:
         sel = self.selection(req)
         for flag in ("logx", "logy", "clogx", "clogy"):
             req.flag(flag)
+        if req.one("asort"):
+            from cemctl.records.fields import resolve
+
+            resolve(req.one("asort").strip().lstrip("-"), what="arms sort")
         recs = T.experiment_records(self.src, name, sel.scale)
         meta = recs.experiments.get(name)
         table = T.runs_table(self.src, name, sel)
@@ -342,12 +355,10 @@ class Dashboard:
         metric = req.one("metric") or opts["metric"]
         if metric not in opts["metrics"]:
             raise HttpError(400, f"metric: {metric!r} is not one of {', '.join(opts['metrics'])}")
-        asort = req.one("asort").strip()
-        arms = self.memo(("arms", name, sel, metric, asort), lambda: T.arms_table(self.src, name, sel, metric, asort))
         scales = sorted({r.get("scale") or "" for r in recs.records} - {""})
         chart_q = req.query(limit=None, sort=None, asort=None)
         return self.render("experiment.html", **self.base(
-            req, title=name, name=name, meta=meta, table=table, arms=arms, opts=opts, metric=metric, scales=scales,
+            req, title=name, name=name, meta=meta, table=table, opts=opts, metric=metric, scales=scales,
             sel=sel, report=T.report_files(self.src, name), base_path=f"/experiments/{quote(name, safe='')}", curve_metrics=CURVE_METRICS, curve_xs=CURVE_X,
             chart_q=chart_q, hue=req.many("hue")))
 
@@ -356,6 +367,20 @@ class Dashboard:
 
         table = runs_table(self.src, name, self.selection(req))
         return self.render("live.html", **self.base(req, name=name, table=table,
+                                                    base_path=f"/experiments/{quote(name, safe='')}"))
+
+    def arms(self, req: Request, name: str) -> Response:
+        from cemctl.services.dashboard import tables as T
+        from cemctl.services.dashboard.charts import chart_options
+
+        sel = self.selection(req)
+        opts = self.memo(("options", name, sel), lambda: chart_options(self.src, name, sel))
+        metric = req.one("metric") or opts["metric"]
+        if metric not in opts["metrics"]:
+            raise HttpError(400, f"metric: {metric!r} is not one of {', '.join(opts['metrics'])}")
+        asort = req.one("asort").strip()
+        arms = self.memo(("arms", name, sel, metric, asort), lambda: T.arms_table(self.src, name, sel, metric, asort))
+        return self.render("arms.html", **self.base(req, name=name, arms=arms, metric=metric,
                                                     base_path=f"/experiments/{quote(name, safe='')}"))
 
     def claims(self, req: Request, name: str) -> Response:

@@ -95,12 +95,12 @@ def _arms(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def chart_options(src: "Source", name: str, sel: "Selection") -> dict[str, Any]:
     """The choices of the experiment's charts: varying keys (x, hue, panel), metrics, and the grid's defaults."""
-    from cemctl.services.dashboard.tables import experiment_records, metric_choices, select, varying_axes
+    from cemctl.services.dashboard.tables import experiment_axes, experiment_records, metric_choices, select
 
     recs = experiment_records(src, name, sel.scale)
     meta = recs.experiments.get(name)
     chosen = select(recs.records, sel)
-    keys = [k for k in varying_axes(meta, recs.records) if k != "train.seed"]
+    keys = [k for k in experiment_axes(src, name, sel.scale) if k != "train.seed"]
     return {"keys": keys, "metrics": metric_choices(recs.records), "x": meta.x if meta and meta.x in keys else None,
             "hue": [h for h in (meta.hue if meta else ()) if h in keys], "metric": meta.metric if meta else "test_loss",
             "n": len(chosen)}
@@ -114,14 +114,14 @@ def metric_chart(src: "Source", name: str, sel: "Selection", *, metric: str | No
     from cem_core.arms import config_of
     from cemctl.records.fields import resolve
     from cemctl.report.arms import t_interval
-    from cemctl.services.dashboard.tables import experiment_records, header, metric_choices, select, varying_axes
+    from cemctl.services.dashboard.tables import experiment_axes, experiment_records, header, metric_choices, select
 
     recs = experiment_records(src, name, sel.scale)
     meta = recs.experiments.get(name)
     nuisance = meta.nuisance if meta else ("train.seed",)
     order = meta.axes if meta else []
     chosen = select(recs.records, sel)
-    keys = [k for k in varying_axes(meta, recs.records) if k not in nuisance]
+    keys = [k for k in experiment_axes(src, name, sel.scale) if k not in nuisance]
     metrics = metric_choices(recs.records)
     metric = _check("metric", metric or (meta.metric if meta else None) or "test_loss", metrics, "metric") or metrics[0]
     x = resolve(x, keys, what="x") if x else None
@@ -291,13 +291,13 @@ def experiment_curves(src: "Source", name: str, sel: "Selection", *, metric: str
     chart colours them (`chart_x`, `hue`: its x and hue keys)."""
     from cem_core.arms import config_of
     from cemctl.records.fields import resolve
-    from cemctl.services.dashboard.tables import experiment_records, select, varying_axes
+    from cemctl.services.dashboard.tables import experiment_axes, experiment_records, select
 
     recs = experiment_records(src, name, sel.scale)
     meta = recs.experiments.get(name)
     nuisance = meta.nuisance if meta else ("train.seed",)
     chosen = select(recs.records, sel)
-    keys = [k for k in varying_axes(meta, recs.records) if k not in nuisance]
+    keys = [k for k in experiment_axes(src, name, sel.scale) if k not in nuisance]
     chart_x = resolve(chart_x, keys, what="x") if chart_x else default_chart_x(meta, chosen, keys)
     hue = [resolve(h, keys, what="hue") for h in hue if h] or [h for h in (meta.hue if meta else ()) if h in keys]
     arms = _arms(chosen)
@@ -418,12 +418,12 @@ def parallel(src: "Source", name: str, sel: "Selection", *, metric: str | None =
     """Parallel coordinates: one axis per varying key of the experiment (numbers on a linear or log scale, other
     values as categories) and the metric; one line per run meeting the selection that has the metric."""
     from cemctl.records import formats
-    from cemctl.services.dashboard.tables import experiment_records, header, metric_choices, select, varying_axes
+    from cemctl.services.dashboard.tables import experiment_axes, experiment_records, header, metric_choices, select
 
     recs = experiment_records(src, name, sel.scale)
     meta = recs.experiments.get(name)
     chosen = select(recs.records, sel)
-    keys = [k for k in varying_axes(meta, recs.records) if k != "train.seed"]
+    keys = [k for k in experiment_axes(src, name, sel.scale) if k != "train.seed"]
     metrics = metric_choices(recs.records)
     metric = _check("metric", metric or (meta.metric if meta else None), metrics, "metric") or metrics[0]
     rows = [r for r in chosen if _finite(r.get(metric))]

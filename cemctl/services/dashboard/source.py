@@ -81,6 +81,13 @@ class Source:
                 out.append(None)
         return tuple(out)
 
+    def peek(self, key: str) -> Any:
+        """The cached answer for `key` if the database has not changed since it was computed, else None."""
+        token = self.token()
+        with self._lock:
+            hit = self._cache.get(key)
+        return hit[1] if hit is not None and hit[0] == token else None
+
     def cached(self, key: str, compute: Callable[[], T]) -> T:
         """`compute()` once per database state (`token`); concurrent requests may compute it twice (harmless)."""
         token = self.token()

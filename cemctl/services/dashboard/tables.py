@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cemctl.records.load import ExperimentMeta, RunRecords
     from cemctl.services.dashboard.source import Source
 
-ROW_LIMIT = 500  # runs shown in a table unless the URL asks for more (limit=0: all)
+ROW_LIMIT = 200  # runs shown in a table unless the URL asks for more (limit=0: all)
 RUN_COLUMNS = ("state", "progress", "train_loss", "val_loss", "test_loss", "tokens_per_s", "elapsed_s", "eta_s",
                "reason")
 LIVE_REFRESH_S = 3.0  # the live table's refresh while runs are queued or running
@@ -138,6 +138,12 @@ def select(records: Sequence[dict[str, Any]], sel: Selection) -> list[dict[str, 
     return [r for r in records if matches(conds, r)] if conds else list(records)
 
 
+def experiment_axes(src: "Source", name: str, scale: str | None = None) -> list[str]:
+    """`varying_axes` of the whole experiment (cached with its records): the keys its tables and charts offer."""
+    recs = experiment_records(src, name, scale)
+    return src.cached(f"axes:{name}:{scale}", lambda: varying_axes(recs.experiments.get(name), recs.records))
+
+
 def varying_axes(meta: "ExperimentMeta | None", records: Sequence[dict[str, Any]]) -> list[str]:
     """The config keys that vary among the records (the grid's axes first, in its order), nuisance keys last out."""
     from cem_core.arms import varying_keys
@@ -146,7 +152,8 @@ def varying_axes(meta: "ExperimentMeta | None", records: Sequence[dict[str, Any]
     order = meta.axes if meta is not None else []
     from cem_core.arms import config_of
 
-    keys = varying_keys([config_of(r) for r in records], nuisance, order)
+    firsts = list({r.get("arm") or r["run_id"]: r for r in reversed(records)}.values())  # one run per arm: the
+    keys = varying_keys([config_of(r) for r in firsts], nuisance, order)  # keys that vary among the arms
     ordered = [k for k in order if k in keys] + [k for k in keys if k not in order]
     seeds = {r.get("train.seed") for r in records}
     return ordered + (["train.seed"] if len(seeds) > 1 else [])
@@ -171,8 +178,8 @@ def experiments_overview(src: "Source", now: float | None = None) -> list[Experi
     from cemctl.services.status import status_snapshot
 
     now = time.time() if now is None else now
-    statuses = status_snapshot(src.engine, src.runs_root, None, sync=False, now=now)
-    verdicts = claims_by_experiment(src, compute=True)
+    statuses = src.cached("overview", lambda: status_snapshot(src.engine, src.runs_root, None, sync=False, now=now))
+    verdicts = claims_by_experiment(src, compute=False)  # the claims fragment computes them (seconds at 10k runs)
     rows = []
     for st in statuses:
         runs = live_copy(src, st.runs, now)
@@ -222,7 +229,6 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
     from cemctl.services.status import sort_records
 
     recs = experiment_records(src, name, sel.scale)
-    meta = recs.experiments.get(name)
     runs = live_copy(src, recs.records, now)
     chosen = select(runs, sel)
     order = sel.order()
@@ -239,7 +245,7 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
             idx = sorted(range(len(chosen)), key=lambda i: (STATE_PRIORITY.get(chosen[i]["state"], 9), i))
             shown = [chosen[i] for i in sorted(idx[:sel.limit])]
         note = f"showing {len(shown):,} of {len(chosen):,} runs"
-    axes = varying_axes(meta, recs.records)
+    axes = experiment_axes(src, name, sel.scale)
     tags = sorted({k for r in chosen for k in r if k.startswith("tag.")})
     names = ["run_id", *axes, *RUN_COLUMNS, *tags, "note"]
     if not any(r.get("note") for r in chosen):
@@ -277,7 +283,7 @@ def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: 
         return ArmsTable(metric, [], [], arm_sort)
     frame = records_frame(chosen)
     table = arms_table_of(frame, metric=metric)
-    keys = [k for k in varying_axes(recs.experiments.get(name), chosen) if k in table.columns and k != "train.seed"]
+    keys = [k for k in experiment_axes(src, name, sel.scale) if k in table.columns and k != "train.seed"]
     fmt = formats.by_kind(_kind(metric))
     rows = []
     for r in table.to_dict("records"):
@@ -349,8 +355,9 @@ def claims_result(src: "Source") -> Any:
 
 
 def claims_by_experiment(src: "Source", compute: bool = True) -> dict[str, str]:
-    """{experiment: '2 holds, 1 inconclusive'}: the Holm-adjusted verdicts of the claim parts it declares."""
-    result = claims_result(src) if compute else None
+    """{experiment: '2 holds, 1 inconclusive'}: the Holm-adjusted verdicts of the claim parts it declares (with
+    `compute=False`: only if the claims of this state of the database were computed already, else {})."""
+    result = claims_result(src) if compute else src.peek("claims")
     if result is None or result.parts.empty or "source" not in result.parts.columns:
         return {}
     out: dict[str, str] = {}
@@ -358,6 +365,15 @@ def claims_by_experiment(src: "Source", compute: bool = True) -> dict[str, str]:
         counts = Counter(group["verdict_holm"])
         out[str(name)] = ", ".join(f"{n} {v}" for v, n in counts.most_common())
     return out
+
+
+def claim_verdicts(src: "Source") -> list[dict[str, str]]:
+    """One row per (claim, scale): its Holm-adjusted verdict and statement (`cemctl claims`' summary)."""
+    result = claims_result(src)
+    if result is None or result.claims.empty:
+        return []
+    return [{k: str(r.get(k, "")) for k in ("claim", "scale", "verdict", "statement")}
+            for r in result.claims.to_dict("records")]
 
 
 @dataclass
