@@ -160,7 +160,14 @@
       }
     });
     var xScale = {time: false};
-    if (c.log_x && c.x.every(function (v) { return v === null || v > 0; })) xScale.distr = 3;
+    var logTicks = null;
+    if (c.log_x && c.x.every(function (v) { return v === null || v > 0; })) {
+      xScale.distr = 3;
+      var xs = c.x.filter(function (v) { return v !== null; });
+      var xmin = Math.min.apply(null, xs), xmax = Math.max.apply(null, xs);
+      xScale.range = function () { return [xmin / 1.25, xmax * 1.25]; };
+      if (xs.length <= 12) logTicks = xs;  // a grid's few values: a tick at each
+    }
     if (cats) xScale.range = function () { return [-0.5, cats.length - 0.5]; };
     var yScale = {};
     if (c.log_y && lo > 0) {
@@ -176,11 +183,12 @@
     var longCats = cats && (cats.length > 5 || cats.some(function (t) { return String(t).length > 10; }));
     var xAxis = {label: c.x_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"},
                  values: cats ? function (u, splits) { return splits.map(function (v) { return cats[v] !== undefined ? cats[v] : ""; }); }
-                              : function (u, splits) { return splits.map(fmt); }};
+                              : function (u, splits) { return splits.map(function (v) { return v === null ? "" : fmt(v); }); }};
     if (cats) xAxis.splits = function () { return cats.map(function (_, k) { return k; }); };
+    if (logTicks) xAxis.splits = function () { return logTicks; };
     if (longCats) { xAxis.rotate = -28; xAxis.size = 80; }
     var yAxis = {label: c.y_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"}, size: 62,
-                 values: function (u, splits) { return splits.map(fmt); }};
+                 values: function (u, splits) { return splits.map(function (v) { return v === null ? "" : fmt(v); }); }};
     var opts = {
       width: Math.max(260, box.clientWidth || parent.clientWidth || 600),
       height: chartHeight(),
@@ -332,8 +340,15 @@
           a.categories.forEach(function (c, i) { var t = norm(k, i); var s = String(c); ctx.fillText(s.length > 14 ? s.slice(0, 13) + "…" : s, x, yOf(t) - 3); });
         } else {
           var s = scales[k];
-          var top = s.log ? Math.pow(10, s.max) : s.max, bot = s.log ? Math.pow(10, s.min) : s.min;
-          ctx.fillText(fmt(top), x, yOf(1) - 4); ctx.fillText(fmt(bot), x, yOf(0) + 13);
+          var distinct = {};
+          lines.forEach(function (l) { distinct[l.values[k]] = true; });
+          var vals = Object.keys(distinct).map(Number);
+          if (vals.length <= 8 && k !== metricIdx) {  // a grid axis: every value it takes
+            vals.forEach(function (v) { ctx.fillText(fmt(v), x + 22, yOf(norm(k, v)) + 4); });
+          } else {
+            var top = s.log ? Math.pow(10, s.max) : s.max, bot = s.log ? Math.pow(10, s.min) : s.min;
+            ctx.fillText(fmt(top), x, yOf(1) - 4); ctx.fillText(fmt(bot), x, yOf(0) + 13);
+          }
         }
         if (brush[k]) {
           ctx.fillStyle = "rgba(42,111,219,0.18)";
