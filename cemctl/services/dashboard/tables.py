@@ -557,18 +557,15 @@ def compare_view(src: "Source", items: Sequence[str], *, experiment: str | None 
             diffs.append(text)
         rows.append({"name": col, "header": header(col), "help": describe(col), "cells": cells, "diffs": diffs})
     state = [{"text": i.text, "kind": i.kind, "name": i.name, "runs": i.run_ids,
-              "states": ", ".join(f"{n} {s}" for s, n in Counter(i.runs["state"]).most_common())} for i in cmp.items]
+              "states": ", ".join(f"{n} {s}" for s, n in Counter(r.get("state") for r in i.runs).most_common())} for i in cmp.items]
     return CompareView(state, [(k, list(v)) for k, v in cmp.differing], rows, cmp.identical)
 
 
 def _item_values(item: Any, col: str) -> list[float]:
-    import pandas as pd
-
-    if col not in item.runs.columns:
-        return []
-    rows = item.runs[item.runs["state"].eq("done")] if item.kind == "arm" else item.runs
-    vals = pd.to_numeric(rows[col], errors="coerce").astype(float)
-    return [float(v) for v in vals if math.isfinite(v)]
+    """The finite values of `col` over the item's runs (an arm: its finished seeds)."""
+    rows = [r for r in item.runs if r.get("state") == "done"] if item.kind == "arm" else list(item.runs)
+    vals = [r.get(col) for r in rows]
+    return [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 
 
 def _fmt_of(col: str) -> Any:
