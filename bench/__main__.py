@@ -20,7 +20,7 @@ from bench import env
 from bench.settings import Settings
 from bench.table import Section, write_results
 
-BENCHMARKS = ("train", "variants", "mfu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest", "data")
+BENCHMARKS = ("train", "variants", "mfu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest", "data", "serve")
 GPU_BENCHMARKS = ("gpu", "gpu_attention", "gpu_memory")
 
 
@@ -44,7 +44,14 @@ def _runners() -> dict[str, Callable[[Settings, dict[str, Section]], Section]]:
         "cli": orchestration("cli"),
         "ingest": orchestration("ingest"),
         "data": lambda s, done: data_prepare.run(s),
+        "serve": lambda s, done: _serve(s),
     }
+
+
+def _serve(s: Settings) -> Section:
+    from bench import dashboard
+
+    return dashboard.run(s)
 
 
 def parse_args(argv: list[str]) -> tuple[Settings, list[str]]:

@@ -7,7 +7,7 @@ import importlib
 import typer
 
 # Order is the order of `cemctl --help`.
-COMMAND_MODULES = ("demo", "plan", "data", "launch", "status", "report", "claims", "compare", "export", "tag", "archive",
+COMMAND_MODULES = ("demo", "plan", "data", "launch", "status", "serve", "report", "claims", "compare", "export", "tag", "archive",
                    "sync", "logs", "cancel", "eval", "keys")
 
 

@@ -57,6 +57,7 @@ class ExperimentMeta:
     x: str | None = None
     hue: tuple[str, ...] = ()
     metric: str = "test_loss"
+    description: str = ""  # the grid's [experiment] description, as written (shown escaped)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def _meta(exp: Any, axes: list[str]) -> ExperimentMeta:
 
     o = options_from_text(exp.grid_text, exp.grid_path)
     return ExperimentMeta(exp.name, tuple(dict.fromkeys(["train.seed", *o.nuisance])), axes, exp.figure,
-                          exp.grid_path, o.x, o.hue, o.metric)
+                          exp.grid_path, o.x, o.hue, o.metric, exp.description or "")
 
 
 def _unknown(engine: "Engine", name: str) -> CemError:
@@ -103,13 +104,15 @@ def _unknown(engine: "Engine", name: str) -> CemError:
 def load_records(engine: "Engine", experiment: str | None = None, *, scale: str | None = None,
                  per_experiment: bool = False, per_scale: bool = False, config: bool = True, arms: bool = True, tags: bool = True,
                  results: bool = True, outdated: bool = True, environment: bool = True, history: bool = True,
-                 runs_root: Path | str | None = None, now: float | None = None) -> RunRecords:
+                 runs_root: Path | str | None = None, now: float | None = None,
+                 run_ids: Sequence[str] | None = None) -> RunRecords:
     """The records of the runs (see the module docstring). `config`/`arms`/`tags`/`results`/`outdated`: what to
     read beyond the run's state and progress (all by default; `cemctl status` asks only for what it shows).
     `environment`: what the run trained on (its environment.json, `cemctl.db.environment`).
     `runs_root`: the folder `run_dir` is made from (default: the one the database recorded). Raises CemError for an
     unknown experiment (listing the known ones). `per_scale` (with `experiment=None`): one record per run and scale
-    it was planned at (`cemctl claims` across scales)."""
+    it was planned at (`cemctl claims` across scales). `run_ids`: only these runs (a run page); their arms are then
+    labelled among them alone, so ask for the experiment instead where the label matters."""
     from sqlalchemy import literal, null, select
 
     from cemctl.db.engine import read_session
@@ -154,11 +157,16 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
             q = q.join(Experiment, Experiment.id == ExperimentRun.experiment_id).where(Experiment.name == experiment)
         if scale is not None:
             q = q.where(ExperimentRun.scale == scale)
+        wanted = list(dict.fromkeys(run_ids)) if run_ids is not None else None
+        if wanted is not None:
+            q = q.where(ExperimentRun.run_id.in_(wanted))
         linked = list(s.execute(q))
         lone: list[Any] = []
         if experiment is None and scale is None:
             oq = joined(select(literal(None), literal(""), literal(0), literal("{}"), literal("[]"), null(),
                                literal(1), *cols).select_from(Run)).where(Run.id.not_in(select(ExperimentRun.run_id)))
+            if wanted is not None:
+                oq = oq.where(Run.id.in_(wanted))
             lone = list(s.execute(oq.order_by(Run.created_at)))
     root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
     root_text = str(Path(os.path.abspath(root))) if root is not None else None
