@@ -529,9 +529,9 @@ COMPARE_METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "train_loss",
 def compare_view(src: "Source", items: Sequence[str], *, experiment: str | None = None,
                  where: Sequence[str] = ()) -> CompareView:
     """Runs or arms side by side (`cemctl.services.compare`: only the config keys that differ), each metric with
-    the difference to the first item and, for arms of two or more finished seeds, its 95% Welch interval."""
-    from cemctl.report.stats import welch_estimate
-    from cemctl.services.compare import compare
+    the difference to the first item and its 95% interval, computed as `cemctl compare` computes it
+    (`cemctl.services.compare.difference`: paired by seed when both arms share seeds and parameters, else Welch)."""
+    from cemctl.services.compare import compare, difference
 
     if experiment is not None:
         experiment_records(src, experiment)  # an unknown experiment is a 404 with the known ones
@@ -548,12 +548,15 @@ def compare_view(src: "Source", items: Sequence[str], *, experiment: str | None 
             if j == 0 or not vals or not per[0]:
                 diffs.append("")
                 continue
-            est = welch_estimate([(1.0, vals), (-1.0, per[0])])
-            lo, hi = est.interval()
-            sign = "+" if est.effect >= 0 else ""
-            text = f"{sign}{fmt(est.effect) if col not in ('test_loss', 'val_loss', 'train_loss') else f'{est.effect:.4f}'}"
-            if math.isfinite(lo) and math.isfinite(hi):
-                text += f" [{lo:+.4g}, {hi:+.4g}]"
+            d = difference(cmp.items[0], cmp.items[j], col)
+            if d is None:
+                diffs.append("")
+                continue
+            effect = d["effect"]
+            sign = "+" if effect >= 0 else ""
+            text = sign + (f"{effect:.4f}" if col in ("test_loss", "val_loss", "train_loss") else fmt(effect))
+            if d["low"] is not None and d["high"] is not None:
+                text += f" [{d['low']:+.4g}, {d['high']:+.4g}] {'paired' if d['method'] == 'paired t' else 'Welch'}"
             diffs.append(text)
         rows.append({"name": col, "header": header(col), "help": describe(col), "cells": cells, "diffs": diffs})
     state = [{"text": i.text, "kind": i.kind, "name": i.name, "runs": i.run_ids,
