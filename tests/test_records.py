@@ -171,3 +171,17 @@ def test_unknown_fields_name_the_closest_ones(project):
     assert "'nope'" in res.output  # every unknown name, not only the first
     assert_clean_error(cli(project["where"], "export", "own", "--where", "attn_stat=h", "-o", "x.csv"),
                        contains="did you mean")
+
+
+def test_the_grid_eta_is_the_running_runs_own_plus_the_queued_ones_at_the_finished_ones_pace():
+    from cemctl.records.progress import grid_eta_s
+
+    done = [{"state": "done", "wall_time_s": w} for w in (100.0, 200.0)]  # 150 s per run
+    running = [{"state": "running", "eta_s": 30.0}, {"state": "running", "eta_s": 90.0}]
+    queued = [{"state": "queued"}] * 4
+    # two slots: (30 + 90 + 4 x 150) / 2 = 360 s; never less than the longest running run alone
+    assert grid_eta_s(done + running + queued) == pytest.approx(360.0)
+    assert grid_eta_s(done + running) == pytest.approx(90.0)
+    assert grid_eta_s(done + running + queued, workers=4) == pytest.approx(180.0)
+    assert grid_eta_s(done) is None  # nothing left
+    assert grid_eta_s(running + queued) is None  # queued runs and no finished one to time them by

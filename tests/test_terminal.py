@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cli, on_pty, tiny_grid
+from tests.helpers import assert_clean_error, cli, on_pty, tiny_grid
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
 LOSS = re.compile(r"\b\d+\.\d{4}\b")
@@ -73,10 +73,25 @@ def test_status_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_status_watch_on_a_terminal_leaves_on_ctrl_c(project: Path, size: tuple[int, int]) -> None:
-    screen = on_pty(["status", "--watch", "--interval-s", "0.2"], project, cols=size[0], rows=size[1], cwd=project,
-                    ctrl_c_when=lambda raw: b"2 runs" in raw, timeout_s=60)
+    screen = on_pty(["status", "--watch", "--follow", "--interval-s", "0.2"], project, cols=size[0], rows=size[1],
+                    cwd=project, ctrl_c_when=lambda raw: b"2 runs" in raw, timeout_s=60)
     screen.assert_clean(0)
     assert "2 runs" in screen.text
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_status_watch_ends_by_itself_once_nothing_is_queued_or_running(project: Path, size: tuple[int, int]) -> None:
+    """issue 37.5: --watch kept refreshing after everything ended; --follow is the way to keep going."""
+    screen = on_pty(["status", "--watch", "--interval-s", "0.2"], project, cols=size[0], rows=size[1], cwd=project,
+                    timeout_s=60)  # no Ctrl-C: it must end on its own
+    screen.assert_clean(0)
+    assert "2 runs" in screen.text and max(len(ln) for ln in screen.text.splitlines()) <= size[0]
+
+
+@pytest.mark.parametrize("interval", ["1e-9", "0", "-1", "1e308", "nan"])
+def test_status_watch_interval_is_bounded(project: Path, interval: str) -> None:
+    res = cli(project, "status", "--watch", "--interval-s", interval)
+    assert_clean_error(res, contains="--interval-s: must be between 0.2 and 3600 seconds")
 
 
 @pytest.mark.parametrize("size", SIZES)

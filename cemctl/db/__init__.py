@@ -21,32 +21,33 @@ Read:
 Tables and columns: `cemctl.db.models` (and docs/design.md, "Results database").
 """
 
-from cemctl.db.engine import DatabaseError, open_db, read_session, retry_locked, write_session
-from cemctl.db.ingest import DEFAULT_HEARTBEAT_TIMEOUT_S, IngestStats, ingest_run, set_state, sync_runs
-from cemctl.db.migrations import CURRENT_VERSION
-from cemctl.db.models import (
-    ACTIVE_STATES,
-    RESULT_STATES,
-    RUN_STATES,
-    TERMINAL_STATES,
-    Experiment,
-    ExperimentRun,
-    Metric,
-    Result,
-    Run,
-    RunEvent,
-)
-from cemctl.db.runs import (
-    get_experiment,
-    get_run,
-    list_experiments,
-    list_runs,
-    RecordedPlan,
-    record_plan,
-    run_axes,
-    run_config,
-    run_events,
-)
+import importlib
+from typing import Any
+
+# Names are imported on first use (PEP 562): `from cemctl.db.engine import ...` must not pay for the ingest, the
+# migrations and the plan writer (`cemctl status` imports only what it reads with).
+_HOMES = {
+    "DatabaseError": "engine", "open_db": "engine", "read_session": "engine", "retry_locked": "engine",
+    "write_session": "engine",
+    "DEFAULT_HEARTBEAT_TIMEOUT_S": "ingest", "IngestStats": "ingest", "ingest_run": "ingest", "set_state": "ingest",
+    "sync_runs": "ingest",
+    "CURRENT_VERSION": "migrations",
+    "ACTIVE_STATES": "models", "RESULT_STATES": "models", "RUN_STATES": "models", "TERMINAL_STATES": "models",
+    "Experiment": "models", "ExperimentRun": "models", "Metric": "models", "Result": "models", "Run": "models",
+    "RunEvent": "models",
+    "get_experiment": "runs", "get_run": "runs", "list_experiments": "runs", "list_runs": "runs",
+    "RecordedPlan": "runs", "record_plan": "runs", "run_axes": "runs", "run_config": "runs", "run_events": "runs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'cemctl.db' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"cemctl.db.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ACTIVE_STATES", "CURRENT_VERSION", "DEFAULT_HEARTBEAT_TIMEOUT_S", "DatabaseError", "Experiment",

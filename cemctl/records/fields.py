@@ -27,7 +27,8 @@ TAG_PREFIX = "tag."
 TAG_FIELD = re.compile(r"^tag\.[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 # Where a field's value comes from (what the loader must read to have it).
-SOURCES = ("link", "state", "progress", "result", "arm", "notes", "tags", "code", "environment", "history", "config")
+SOURCES = ("link", "state", "progress", "result", "extras", "arm", "notes", "tags", "code", "environment", "history",
+           "config")
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,9 @@ RUN_FIELDS: tuple[Field, ...] = (
        aliases=("test",)),
     _f("test_ppl", "ppl", "result", "test perplexity: exp(test_loss)", short="test ppl", aliases=("ppl",)),
     _f("val_ppl", "ppl", "result", "validation perplexity: exp(val_loss)", short="val ppl"),
-    _f("test_rmse", "float", "result", "test root-mean-square error (the GP regression task)"),
-    _f("val_rmse", "float", "result", "validation root-mean-square error (the GP regression task)"),
-    _f("bayes_rmse", "float", "result", "the Bayes-optimal test RMSE of the GP sample (the GP regression task)"),
+    _f("test_rmse", "float", "extras", "test root-mean-square error (the GP regression task)"),
+    _f("val_rmse", "float", "extras", "validation root-mean-square error (the GP regression task)"),
+    _f("bayes_rmse", "float", "extras", "the Bayes-optimal test RMSE of the GP sample (the GP regression task)"),
     _f("params_total", "count", "result", "parameters, embeddings included", unit="parameters", short="params",
        aliases=("params",)),
     _f("params_non_embedding", "count", "result", "parameters without the embedding and output head",

@@ -49,15 +49,39 @@ ENDED_STATES = ("done", "diverged", "failed", "damaged")  # an outcome: kept whe
 
 @dataclass
 class ExperimentMeta:
+    """What the experiment's grid says about its runs: its axes (in file order) and its `[experiment]` options
+    (nuisance keys, x, hue, metric), the latter read from the grid's recorded text on first use."""
+
     name: str
-    nuisance: tuple[str, ...] = ("train.seed",)
     axes: list[str] = field(default_factory=list)  # the grid's varied keys, in file order
     figure: str = ""
     grid_path: str = ""
-    x: str | None = None
-    hue: tuple[str, ...] = ()
-    metric: str = "test_loss"
     description: str = ""  # the grid's [experiment] description, as written (shown escaped)
+    grid_text: str = field(default="", repr=False)
+    _options: Any = field(default=None, repr=False)
+
+    def _opts(self) -> Any:
+        if self._options is None:
+            from cemctl.grid.spec import options_from_text
+
+            self._options = options_from_text(self.grid_text, self.grid_path)
+        return self._options
+
+    @property
+    def nuisance(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(["train.seed", *self._opts().nuisance]))
+
+    @property
+    def x(self) -> str | None:
+        return self._opts().x
+
+    @property
+    def hue(self) -> tuple[str, ...]:
+        return tuple(self._opts().hue)
+
+    @property
+    def metric(self) -> str:
+        return self._opts().metric
 
 
 @dataclass
@@ -87,11 +111,7 @@ class RunRecords:
 
 
 def _meta(exp: Any, axes: list[str]) -> ExperimentMeta:
-    from cemctl.grid.spec import options_from_text
-
-    o = options_from_text(exp.grid_text, exp.grid_path)
-    return ExperimentMeta(exp.name, tuple(dict.fromkeys(["train.seed", *o.nuisance])), axes, exp.figure,
-                          exp.grid_path, o.x, o.hue, o.metric, exp.description or "")
+    return ExperimentMeta(exp.name, axes, exp.figure, exp.grid_path, exp.description or "", exp.grid_text or "")
 
 
 def _unknown(engine: "Engine", name: str) -> CemError:
@@ -103,7 +123,8 @@ def _unknown(engine: "Engine", name: str) -> CemError:
 
 def load_records(engine: "Engine", experiment: str | None = None, *, scale: str | None = None,
                  per_experiment: bool = False, per_scale: bool = False, config: bool = True, arms: bool = True, tags: bool = True,
-                 results: bool = True, outdated: bool = True, environment: bool = True, history: bool = True,
+                 results: bool = True, extras: bool = True, outdated: bool = True, environment: bool = True,
+                 history: bool = True,
                  runs_root: Path | str | None = None, now: float | None = None,
                  run_ids: Sequence[str] | None = None) -> RunRecords:
     """The records of the runs (see the module docstring). `config`/`arms`/`tags`/`results`/`outdated`: what to
@@ -129,7 +150,7 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
                 Result.params_non_embedding, Result.flops_per_token, Result.train_flops, Result.tokens, Result.steps,
                 Result.wall_time_s, Result.error, Result.diverged_step, Result.code_fingerprint]
     cols = [*run_cols, *(res_cols if results else []),
-            *([Result.result_json] if results else []),
+            *([Result.result_json] if results and extras else []),
             *([Run.config_json] if need_config else []),
             *([RunTags.tags_json, RunTags.notes_json] if tags else []),
             *([getattr(RunEnvironment, c) for c in ENV_COLUMNS] if environment else [])]
@@ -190,7 +211,7 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
     for key, row in picked:
         in_grid = bool(row[6])
         rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now,
-                      environment=environment)
+                      environment=environment, extras=extras)
         if not in_grid and rec["state"] not in ENDED_STATES:
             continue  # left the grid before it ran: it never will
         exp_name = exps[row[0]].name if row[0] in exps else ""
@@ -201,7 +222,7 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
         out.append(rec)
     for row in lone:
         rec = _record(row[n_link:], cols, results=results, need_config=need_config, tags=tags, now=now,
-                      environment=environment)
+                      environment=environment, extras=extras)
         rec["experiment"] = ""
         rec["_experiment"] = NO_EXPERIMENT if per_experiment else ""
         _link_fields(rec, row, True, root_text)
@@ -263,6 +284,67 @@ def _add_history(engine: "Engine", out: list[dict[str, Any]]) -> None:
         r["previous_code_fingerprint"] = rows[-1]["code_fingerprint"]
 
 
+@dataclass
+class Summary:
+    """What a table of an experiment's runs needs besides the rows it shows (`summarize`)."""
+
+    counts: dict[str, int] = field(default_factory=dict)  # state -> runs (every run of it)
+    total: int = 0
+    picked: list[str] = field(default_factory=list)  # the run ids shown, in priority order (at most the limit)
+
+
+def summarize(engine: "Engine", experiment: str | None = None, *, scale: str | None = None, limit: int = 50,
+              priority: dict[str, int] | None = None) -> dict[str, Summary]:
+    """{experiment name (NO_EXPERIMENT for runs no experiment links): Summary} in two queries, without reading
+    every run: the runs counted by state (the same runs `load_records` returns: a run an edited grid left before
+    it ran is not counted) and the `limit` runs shown first (by `priority` of their state, then grid order).
+    `cemctl status` reads only those through `load_records(run_ids=...)`, so a 10,000-run project costs no more
+    than a small one."""
+    from sqlalchemy import case, func, or_, select
+
+    from cemctl.db.engine import read_session
+    from cemctl.db.models import Experiment, ExperimentRun, Run
+    from cemctl.db.runs import in_grid_case, join_latest, latest_plans
+
+    order = case(priority or {}, value=Run.state, else_=len(priority or {}) + 1)
+    latest = latest_plans()
+    links = join_latest(select(
+        ExperimentRun.experiment_id.label("eid"), ExperimentRun.run_id.label("rid"),
+        func.max(in_grid_case(latest)).label("in_grid"), func.min(ExperimentRun.position).label("position")), latest)
+    if scale is not None:
+        links = links.where(ExperimentRun.scale == scale)
+    links = links.group_by(ExperimentRun.experiment_id, ExperimentRun.run_id).subquery()
+    kept = or_(links.c.in_grid == 1, Run.state.in_(ENDED_STATES))
+    out: dict[str, Summary] = {}
+    with read_session(engine) as s:
+        names = dict(s.execute(select(Experiment.id, Experiment.name)).all())
+        if experiment is not None and experiment not in names.values():
+            raise _unknown(engine, experiment)
+        eids = [i for i, n in names.items() if experiment is None or n == experiment]
+        for eid, state, n in s.execute(select(links.c.eid, Run.state, func.count()).join(Run, Run.id == links.c.rid)
+                                       .where(kept, links.c.eid.in_(eids)).group_by(links.c.eid, Run.state)):
+            sm = out.setdefault(names[eid], Summary())
+            sm.counts[state] = n
+            sm.total += n
+        if limit > 0:
+            rank = func.row_number().over(partition_by=links.c.eid, order_by=(order, links.c.position)).label("rank")
+            ranked = (select(links.c.eid, links.c.rid, rank).join(Run, Run.id == links.c.rid)
+                      .where(kept, links.c.eid.in_(eids)).subquery())
+            for eid, rid in s.execute(select(ranked.c.eid, ranked.c.rid).where(ranked.c.rank <= limit)
+                                      .order_by(ranked.c.eid, ranked.c.rank)):
+                out.setdefault(names[eid], Summary()).picked.append(rid)
+        if experiment is None and scale is None:
+            lone = Run.id.not_in(select(ExperimentRun.run_id))
+            for state, n in s.execute(select(Run.state, func.count()).where(lone).group_by(Run.state)):
+                sm = out.setdefault(NO_EXPERIMENT, Summary())
+                sm.counts[state] = n
+                sm.total += n
+            if NO_EXPERIMENT in out and limit > 0:
+                out[NO_EXPERIMENT].picked = list(s.scalars(select(Run.id).where(lone)
+                                                           .order_by(order, Run.created_at).limit(limit)))
+    return out
+
+
 def _axes_of(text: Any) -> dict[str, Any]:
     try:
         axes = json.loads(text or "{}")
@@ -276,7 +358,7 @@ def _link_fields(rec: dict[str, Any], row: Any, in_grid: bool, root: str | None)
     rec["position"] = row[2] or 0
     rec["_axes"] = _axes_of(row[3])
     try:
-        marks = json.loads(row[4] or "[]")
+        marks = json.loads(row[4]) if row[4] and row[4] != "[]" else []
     except ValueError:
         marks = []
     rec["marks"] = "; ".join(str(m) for m in marks) if isinstance(marks, list) else ""
@@ -291,7 +373,7 @@ ENV_COLUMNS = ("cpu_model", "gpu_model", "device", "torch_version", "python_vers
 
 
 def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_config: bool, tags: bool,
-            now: float, environment: bool = False) -> dict[str, Any]:
+            now: float, environment: bool = False, extras: bool = True) -> dict[str, Any]:
     (rid, state, reason, last_step, total_steps, tokens, train_loss, val_loss, rate, started, finished, heartbeat,
      executor, job_id, attempts, error, host, _created, params, params_ne, fpt) = row[:21]
     i = 21
@@ -303,8 +385,9 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
                  "code_fingerprint")
         res = dict(zip(names, row[i:i + len(names)]))
         i += len(names)
-        result_json = row[i]
-        i += 1
+        if extras:
+            result_json = row[i]
+            i += 1
     config_json = None
     if need_config:
         config_json = row[i]

@@ -23,9 +23,8 @@ from sqlalchemy.engine import Engine
 
 from cem_core import runfiles
 from cem_core.runfiles import FINAL_STATES, RUN_STATES
-from cemctl.db import read_session, set_state, sync_runs
+from cemctl.db.engine import read_session
 from cemctl.db.models import Experiment, ExperimentRun, Run
-from cemctl.executors import jobs_alive
 from cemctl.records import NO_EXPERIMENT, ExperimentMeta
 
 MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below SQLite's limit)
@@ -78,11 +77,20 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
     from cemctl.records.where import describe
 
     wanted = set(sources([*fields, *(c.key for c in where), *([sort[0]] if sort else [])]))
+    fast = limit > 0 and not where and not sort and not arms and states is None
+    picked = None
+    if fast:  # the counts by SQL, and only the runs shown read: a 10,000-run project costs what a small one does
+        from cemctl.records.load import summarize
+
+        summary = summarize(engine, experiment, scale=scale, limit=limit, priority=STATE_PRIORITY)
+        picked = {(name, rid) for name, sm in summary.items() for rid in sm.picked}
     recs = load_records(engine, experiment, scale=scale, per_experiment=True, runs_root=runs_root,
                         config=bool(wanted & {"config"}) or arms, arms=arms or bool(wanted & {"arm"}),
                         tags=bool(wanted & {"tags", "notes"}), environment="environment" in wanted,
-                        history="history" in wanted, outdated=True,
-                        now=now)
+                        history="history" in wanted, extras="extras" in wanted, outdated=not fast, now=now,
+                        run_ids=sorted({rid for _, rid in picked}) if picked is not None else None)
+    if picked is not None:
+        recs.records = [r for r in recs.records if (r["_experiment"], r["run_id"]) in picked]
     by_name: dict[str, ExperimentStatus] = {}
     for name, meta in recs.experiments.items():
         by_name[name] = ExperimentStatus(name, meta=meta)
@@ -91,6 +99,21 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
         exp.runs.append(r)
     if experiment is None and NO_EXPERIMENT in by_name:  # runs no experiment links: listed last
         by_name[NO_EXPERIMENT] = by_name.pop(NO_EXPERIMENT)
+    if fast:
+        from cemctl.db.outdated import outdated_by_experiment, outdated_runs
+
+        stale_code = outdated_runs(engine)  # finished runs with another fingerprint than this code's: usually none
+        by_exp = outdated_by_experiment(engine, stale_code, scale=scale) if stale_code else {}
+        for name, sm in summary.items():
+            exp = by_name.setdefault(name, ExperimentStatus(name))
+            exp.state_counts, exp.total_runs = dict(sm.counts), sm.total
+            exp.outdated = by_exp.get(name, []) if name != NO_EXPERIMENT else sorted(
+                rid for rid in sm.picked if rid in stale_code)
+            for r in exp.runs:
+                r["outdated"] = r["run_id"] in stale_code
+        if experiment is None and NO_EXPERIMENT in by_name:
+            by_name[NO_EXPERIMENT] = by_name.pop(NO_EXPERIMENT)
+        return [e for e in by_name.values() if e.runs or e.name != NO_EXPERIMENT or e.total_runs]
     out = [e for e in by_name.values() if e.runs or e.name != NO_EXPERIMENT]
     for exp in out:
         exp.outdated = sorted(r["run_id"] for r in exp.runs if r.get("outdated"))
@@ -170,6 +193,8 @@ def refresh(
         if reconcile:
             reconcile_queued(engine, [], runs_root=runs_root)
         return
+    from cemctl.db.ingest import sync_runs  # only when something changed: a status with nothing to sync never loads it
+
     sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=run_ids)
     if reconcile:
         reconcile_queued(engine, run_ids, runs_root=runs_root)
@@ -211,6 +236,9 @@ def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
                and (state == "queued" or (job.state == "running" and job.executor == "local" and job.host == here))]
     if not records:
         return []
+    from cemctl.db.ingest import set_state
+    from cemctl.executors import jobs_alive
+
     alive = jobs_alive([(rdir, job) for _, rdir, job in records])
     gone: list[str] = []
     for (rid, rdir, job), answer in zip(records, alive):
