@@ -162,7 +162,10 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
         [k for k in candidates if k not in arch and k not in order]
     modes = {k: _mode(series, k) for k in ordered} if modal else {}
 
+    family_varies = any(k in candidates for k in ("model.attention", "model.mlp"))
+
     def render(c: Mapping[str, Any], keys: Sequence[str], plain: bool = False) -> str:
+        plain = plain or not family_varies  # the variant is the same for every series: name what differs only
         if modal:
             keys = [k for k in keys if json_key(c.get(k)) != modes[k]]
             if not keys:
