@@ -211,10 +211,11 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
         "/ planned, mean \u00b1 sample s.d. and 95% t interval over the seeds, parameters, tokens, training FLOPs, "
         "tokens/s and wall time (means over the seeds); arms.csv has every number at full precision.",
         csv=table, lead=True))
-    from cemctl.report.generic import Palette, default_x, varying
+    from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
 
     x = opts.x or default_x(runs, varying(runs, opts.nuisance), info.axes)
     palette = Palette(runs, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance) if not runs.empty else None
+    runs.attrs[PALETTE_ATTR] = palette  # the figure kinds colour their series the same way (report.generic.Palette)
     fig = metric_figure(runs, x=x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
                         nuisance=opts.nuisance, palette=palette)
     if fig is not None:

@@ -52,6 +52,7 @@ def _numeric(values: Sequence[Any]) -> bool:
 
 
 LINESTYLES = ("-", "--", ":", "-.")
+PALETTE_ATTR = "cemctl_palette"  # where a report leaves its Palette on the runs frame, for the figure kinds
 
 
 class Palette:
@@ -79,7 +80,12 @@ class Palette:
                                  if rest else ["all runs"] * len(configs)))
         from cemctl.records.labels import value_text
 
-        x_text = [value_text(x, c.get(x)) if x in keys else "" for c in configs]
+        def x_name(c: dict) -> str:  # the hue already names the variant: a recursion depth is just "T=2"
+            if x in ("model.attn_steps", "model.mlp_steps"):
+                return f"T={c.get(x)}"
+            return value_text(x, c.get(x))
+
+        x_text = [x_name(c) if x in keys else "" for c in configs]
         self.curve_style_of = {aid: ", ".join(p for p in (xt, self.style_of[aid] if rest else "") if p) or "all runs"
                                for aid, xt in zip(arms[ARM], x_text)}
         hues = list(dict.fromkeys(self.hue_of.values()))

@@ -19,22 +19,34 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def arm_names(agg: "pd.DataFrame") -> list[str]:
-    """The paper's variant names when they are distinct per arm, else the arm labels."""
-    names = list(agg["variant"])
-    if len(set(names)) == len(names):
-        return names
-    return list(agg["arm_label"])
+    """Each arm named by the one labelling path (`cemctl.records.labels.series_names`)."""
+    from cemctl.report.aggregate import series_labels
+
+    return list(series_labels(agg, []))
 
 
-def perplexity_chart(agg: "pd.DataFrame", names: list[str]) -> FigurePart:
-    """Horizontal point chart of test perplexity per arm, mean +- s.d."""
+def _colors(runs: "pd.DataFrame", agg: "pd.DataFrame") -> list[str]:
+    """Each arm's colour in the report's other figures (its palette, `report.generic.Palette`)."""
+    from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
+
+    palette = runs.attrs.get(PALETTE_ATTR)
+    if palette is None and "arm" in runs.columns:
+        palette = Palette(runs, x=default_x(runs, varying(runs)))
+    if palette is None or "arm" not in agg.columns:
+        return [style.CYCLE[i % len(style.CYCLE)] for i in range(len(agg))]
+    return [palette.color[palette.hue_of[a]] for a in agg["arm"]]
+
+
+def perplexity_chart(agg: "pd.DataFrame", names: list[str], colors: list[str] | None = None) -> FigurePart:
+    """Horizontal point chart of test perplexity per arm, mean +- s.d. (each arm in its colour of the report)."""
     from matplotlib.ticker import NullLocator
 
+    colors = colors or [style.CYCLE[i % len(style.CYCLE)] for i in range(len(agg))]
     order = sorted(range(len(agg)), key=lambda i: -float(agg["mean"].iloc[i]))
     fig, (ax,) = style.new_figure(1, panel_w=6.4, panel_h=max(2.2, 0.42 * len(agg) + 0.8))
     for y, i in enumerate(order):
         r = agg.iloc[i]
-        color = style.LLAMA_COLOR if r["role"] == "llama" else style.CEM_COLOR
+        color = colors[i]
         if int(r["n"]) >= 2:
             ax.errorbar([r["mean"]], [y], xerr=[r["std"]], fmt="o", color=color, capsize=3, markersize=7)
         else:
@@ -48,7 +60,8 @@ def perplexity_chart(agg: "pd.DataFrame", names: list[str]) -> FigurePart:
     ax.set_ylabel("arm")
     ax.set_title("test perplexity per arm", fontsize=10)
     style.figure_legend(fig, [ax], agg["n"])
-    return FigurePart("test_perplexity", fig, f"Test perplexity per arm (Llama pink, CEM blue). {style.SPREAD_NOTE}.")
+    return FigurePart("test_perplexity", fig, f"Test perplexity per arm (in its colour of the training curves). "
+                      f"{style.SPREAD_NOTE}.")
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
@@ -58,7 +71,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         parts.notes.append("curves: no finished runs")
         return parts
     names = arm_names(agg)
-    parts.figures.append(perplexity_chart(agg, names))
+    parts.figures.append(perplexity_chart(agg, names, _colors(runs, agg)))
     table = agg.assign(arm=names)[["arm", "params_total", "tokens", "mean", "std", "n", "seeds"]]
     table = table.rename(columns={"params_total": "params", "mean": "test ppl (mean)", "std": "test ppl (s.d.)",
                                   "n": "n seeds"}).sort_values("test ppl (mean)")
