@@ -91,7 +91,6 @@ def _first_run(m: dict) -> str:
 
 BAD_MANIFESTS = {
     "runs is a list": lambda m: m.update(runs=[]) if "runs" in m else m.update(files=[]),
-    "experiments empty": lambda m: m.update(experiments=[]),
     "experiments not a list": lambda m: m.update(experiments="x"),
     "experiment name a path": lambda m: m["experiments"][0].update(name="../../etc"),
     "plans not a list": lambda m: m["experiments"][0].update(plans={"a": 1}),

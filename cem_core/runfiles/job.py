@@ -25,6 +25,7 @@ from cem_core.runfiles.files import (
     JOB_FILE,
     METRICS_FILE,
     RESULT_FILE,
+    RESULT_STATES,
     RunFileError,
     atomic_write_json,
     confined_path,
@@ -98,8 +99,6 @@ def read_result(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """result.json if it is a JSON object with a terminal state (a run that ended: never started over), else None.
     Whether it is a *valid* result is `cem_core.runfiles.results.result_problem` (the launcher and ingest both ask:
     a done result without a finite test loss is damaged, skipped with the reason)."""
-    from cem_core.runfiles.files import RESULT_STATES
-
     result = run_json(run_dir, RESULT_FILE)
     return result if result is not None and result.get("state") in RESULT_STATES else None
 

@@ -255,8 +255,6 @@ def read_manifest(data: bytes, path: Path | str) -> dict[str, Any]:
         m = read_archive_manifest(data, where).doc
     except ManifestError as e:
         raise ArchiveError(str(e)) from None
-    if not m["experiments"]:
-        raise ArchiveError(f"{where}: experiments must be a non-empty list")
     names = set()
     for i, e in enumerate(m["experiments"]):
         try:
@@ -313,9 +311,11 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
     if is_readonly(engine):
         raise ArchiveError(f"import: {url} is read-only here: nothing was imported")
     root = resolve_runs_root(engine, runs_root)  # the runs folder the project recorded, not a bare ./runs
+    made_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale_stagings(root)
-    stage = Path(runfiles_mkdtemp(root))
+    stage = Path(runfiles_mkdtemp(root))  # inside the runs folder: each run goes into place by one rename
+    done = False
     try:
         (stage / STAGING_MARK).write_text(f"{os.getpid()} {path}\n")
         manifest, staged = _stage_archive(path, stage)
@@ -354,9 +354,15 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                 record_plan(engine, _ImportedPlan(exp, plan, configs, path.name), root)
         _stage_done("planned")
         sync_runs(engine, root, run_ids=list(manifest["runs"]))  # tags and notes too (tags.json)
+        done = True
         return result
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        if made_root and not done:  # a refused import leaves no runs folder it made either
+            try:
+                root.rmdir()
+            except OSError:
+                pass
 
 
 def runfiles_mkdtemp(root: Path) -> str:
