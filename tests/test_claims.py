@@ -18,7 +18,6 @@ import pytest
 from cem_core.errors import ConfigError
 from cemctl.grid.claims import parse_claims
 from cemctl.grid.spec import parse_grid
-from cemctl.report.arms import with_arms
 from cemctl.report.claims import PooledArms, claim_verdicts, evaluate_claims
 from tests.synthetic import synthetic_from_grid
 from tests.helpers import assert_clean_error, cli, finish_run, tiny_grid
@@ -43,7 +42,15 @@ def designed_loss(r: dict) -> float:
         loss += 0.04 * (m_t - 1)  # claim 3 CONTRADICTED: T=2 hurts the CEM MLP here
     if attn == "reuse":
         loss += -0.05 * (a_t - 1)  # claim 5 (attention): reuse gains as much as recursion
-    best = 0.004 if (attn == "cem" and mlp == "cem") else 0.002  # claim 6: full CEM prefers a higher lr
+    # each arm's best learning rate lies inside its cpu lr profile (claim 6: full CEM prefers a higher lr)
+    if attn == "cem" and mlp == "cem":
+        best = 0.0028
+    elif attn == "cem":
+        best = 0.002
+    elif mlp in ("cem", "cem_param_matched", "reuse") or attn == "reuse":
+        best = 0.0028
+    else:
+        best = 0.002  # Llama
     loss += 0.05 * math.log2(float(r["train.lr"]) / best) ** 2
     return loss
 
@@ -100,31 +107,40 @@ def test_each_part_gets_the_verdict_its_design_implies(table, part, label, verdi
     assert (row["label"], row["verdict"]) == (label, verdict), row.to_dict()
 
 
-def test_estimates_paired_pooled_and_bootstrapped_as_declared(table):
-    paired = _part(table, "CEM attention T=2 - T=1 (diag preconditioner)")
-    assert paired["method"] == "paired t" and paired["df"] == 2 and paired["n"] == 3
-    assert paired["effect"] == pytest.approx(-0.05, abs=0.002)
-    pooled = _part(table, "CEM MLP T=1 - gated MLP")
-    frame = _frame(GRIDS + ("fig3b", "t2_ablation"))
-    fig2b = frame[frame["experiment"].str.split(", ").map(lambda names: "fig2b" in names)]
-    arms = with_arms(fig2b)["arm"].nunique()
-    assert 2 < arms < with_arms(frame)["arm"].nunique()
-    assert pooled["method"] == "pooled t" and pooled["df"] == 2 * arms  # every arm of fig2b, 3 seeds each
+def test_estimates_tuned_pooled_welch_and_bootstrapped_as_the_rule_says(table):
+    tuned = _part(table, "CEM attention T=2 - T=1 (diag preconditioner)")
+    assert (tuned["at"], tuned["variance"], tuned["method"]) == ("own optimum", "welch", "Welch jackknife t")
+    assert tuned["variance_rule"] == "rule: each arm tuned to its own optimum" and tuned["n"] == 3
+    assert tuned["effect"] == pytest.approx(-0.05, abs=0.003)
+    assert tuned["optima"] == "0.002 / 0.002"  # each arm's designed optimum, found from its own profile
+    assert len(tuned["runs"].split(",")) == 3 * (5 + 4)  # T=2: five rates, T=1: four
+    # the fixed-lr contrast beside it: the same arms at 4e-3, the within-arm variance pooled over the two arms
+    assert tuned["other_at"] == "lr 0.004" and tuned["other_effect"] == pytest.approx(-0.05, abs=0.003)
+    interaction = _part(table, "attention: low-rank gain")
+    assert interaction["method"] == "Welch jackknife t" and interaction["df"] > 2
+    welch = _part(table, "CEM MLP T=1 - gated MLP")
+    assert welch["variance_rule"] == "rule: the arms differ in model.mlp" and welch["method"] == "Welch jackknife t"
     boot = _part(table, "optimal log2(lr): full CEM - Llama")
-    assert boot["method"] == "bootstrap" and boot["effect"] == pytest.approx(1.0, abs=0.15)
+    assert boot["method"] == "bootstrap" and boot["effect"] == pytest.approx(0.5, abs=0.15)
     assert set(boot["runs"].split(",")) and len(boot["runs"].split(",")) == 3 * (7 + 6)
+    optimal = _part(table, "optimal test loss: full CEM - Llama")
+    assert optimal["at"] == "own optimum" and optimal["method"] == "Welch jackknife t"
 
 
 def test_an_unstable_arm_of_another_experiment_leaves_a_pooled_part_alone():
     """Regression: the variance was pooled over every arm at the scale, so the T=2 ablation's start-at-RMSNorm arm
-    (seeds at 1.48, 2.06, 2.10 in the cpu runs) widened every unpaired part of fig2a-2d about threefold."""
+    (seeds at 1.48, 2.06, 2.10 in the cpu runs) widened every unpaired part of fig2a-2d about threefold; a pooled
+    part now pools over its own declared arms only."""
     frame = _frame(GRIDS + ("fig3b", "t2_ablation"))
-    claims = _claims(GRIDS + ("fig3b", "t2_ablation"))
-    before = _part(evaluate_claims(frame, claims), "CEM MLP T=1 - gated MLP")
+    arms = _claims(GRIDS + ("fig3b", "t2_ablation"))[2].parts[2].arms  # claim 3's attention interaction, at 4e-3
+    fixed = parse_claims([{"id": "3", "statement": "s", "part": [{
+        "name": "fixed", "statistic": "interaction", "expect": "lower", "arms": arms}]}], "x.toml")
+    before = evaluate_claims(frame, fixed).iloc[0]
+    assert before["method"] == "pooled t" and before["df"] == 4 * 2  # its four arms of three seeds
     wild = frame["model.attn_start"].astype(str).eq("norm") & frame["experiment"].eq("t2_ablation")
     assert wild.sum() >= 3
     frame.loc[wild, "test_loss"] += [0.6 * (i % 2) for i in range(int(wild.sum()))]
-    after = _part(evaluate_claims(frame, claims), "CEM MLP T=1 - gated MLP")
+    after = evaluate_claims(frame, fixed).iloc[0]
     assert after["method"] == "pooled t" and after["df"] == before["df"]
     assert (after["ci95_low"], after["ci95_high"]) == pytest.approx((before["ci95_low"], before["ci95_high"]))
 
@@ -176,7 +192,7 @@ def test_arms_that_differ_in_a_key_the_selectors_do_not_name_are_refused():
     frame = frame[((frame["model.attention"] == "cem") & (frame["model.attn_steps"] == 2) & (frame["train.lr"] == 0.002))
                   | ((frame["model.attention"] == "llama") & (frame["train.lr"] == 0.004))]
     sloppy = parse_claims([{"id": "x", "statement": "s", "part": [{
-        "name": "different lrs", "expect": "lower",
+        "name": "different lrs", "expect": "lower", "changes": ["model.attention", "model.mlp"],
         "arms": [{"model.attention": "cem", "model.mlp": "cem", "model.attn_steps": 2},
                  {"model.attention": "llama", "model.mlp": "llama"}]}]}], "x.toml")
     with pytest.raises(PooledArms, match="differ in train.lr"):

@@ -10,7 +10,12 @@
     expect = "lower"                  # lower | higher | close (the statistic's sign, or within +-margin)
     margin = "1%"                     # % of the reference arm's loss, a number in the statistic's unit,
                                       # or "0.5 octave" for an lr_optimum
-    paired = true                     # the arms are the same model at initialisation (pair by seed)
+    at = "own_optimum"                # the primary contrast: each arm at its own optimal lr (its lr profile:
+                                      # the runs matching the selector without train.lr) | "fixed" (default:
+                                      # the selectors' train.lr); the other one is shown beside it
+    variance = "pooled"               # paired | pooled (within the declared arms) | welch; default: the rule
+    changes = ["model.attn_steps", "model.attn_step_size"]   # a part whose arms differ in more than one key
+                                      # (an interaction: two) must say so
     reference = 2                     # the arm a relative margin is taken from (default: the last)
 
 Statistics: `difference` = loss(arm 1) - loss(arm 2); `interaction` = (a1 - a2) - (a3 - a4);
@@ -18,6 +23,14 @@ Statistics: `difference` = loss(arm 1) - loss(arm 2); `interaction` = (a1 - a2) 
 learning-rate sweep: train.lr is not pinned); `optimal_loss` = the loss at arm 1's optimum
 - at arm 2's. Each `arms` entry is a selector (config keys and values); at evaluation
 time it must match exactly one arm per setting (`cemctl.report.claims`).
+
+The variance rule (`variance_model`), from the design and never from the results: a declared `variance`
+(or the older `paired = true`, which means "paired") is used as declared; otherwise arms that differ in a
+sublayer kind (`model.attention`, `model.mlp`: different models may differ in their seed-to-seed spread) or
+that are each tuned to their own optimum (each arm's optimum carries its own tuning noise) are compared by
+Welch; arms of one kind at a fixed learning rate pool their within-arm variance over the declared arms. The
+cpu archive's seed effect correlates 0.03 across arms, so pairing by seed would halve the degrees of freedom
+for nothing: a grid pairs only by saying so.
 """
 
 from __future__ import annotations
@@ -32,8 +45,20 @@ from cemctl.grid.fields import check_field, check_scalar
 
 STATISTICS = {"difference": 2, "interaction": 4, "lr_optimum": 2, "optimal_loss": 2}  # name -> number of arms
 EXPECTS = ("lower", "higher", "close")
+AT = ("own_optimum", "fixed")
+VARIANCE = ("paired", "pooled", "welch")
 CLAIM_KEYS = ("id", "statement", "part")
-PART_KEYS = ("name", "statistic", "arms", "expect", "margin", "paired", "reference")
+PART_KEYS = ("name", "statistic", "arms", "expect", "margin", "paired", "reference", "at", "variance", "changes")
+LR = "train.lr"
+SWEEP_STATISTICS = ("lr_optimum", "optimal_loss")  # statistics of learning-rate profiles (train.lr not pinned)
+# The settings of a sublayer: when the arms differ in the sublayer's kind, they come with it (Llama attention has
+# no KQ diagonal to match CEM's), and a part is not said to change them as well.
+ATTENTION_KEYS = ("model.attn_steps", "model.attn_step_size", "model.attn_precond", "model.attn_precond_rank",
+                  "model.kq_diagonal", "model.cem_position", "model.attn_start")
+MLP_KEYS = ("model.mlp_steps", "model.mlp_step_size", "model.mlp_precond", "model.mlp_precond_rank",
+            "model.param_match_factor")
+KIND_KEYS = {"model.attention": ATTENTION_KEYS, "model.mlp": MLP_KEYS}
+CHANGES_ALLOWED = {"difference": 1, "interaction": 2, "lr_optimum": 1, "optimal_loss": 1}
 _MARGIN = re.compile(r"^\s*(?P<value>\d+(\.\d+)?)\s*(?P<unit>%|octaves?|nats?)?\s*$")
 
 
@@ -53,9 +78,29 @@ class PartSpec:
     arms: list[dict[str, Any]]
     expect: str
     margin: Margin
-    paired: bool = False
+    paired: bool = False  # the declared variance model is "paired" (kept for older callers)
     reference: int = 0  # index into arms
     source: str = ""  # the experiment (grid) that declares it
+    at: str = "fixed"  # the primary contrast: "own_optimum" (each arm at its own optimal lr) | "fixed"
+    variance: str = ""  # declared variance model ("" = the rule decides: `variance_model`)
+    changes: tuple[str, ...] = ()  # the keys the grid says its arms differ in (when more than one)
+
+    @property
+    def tuned(self) -> bool:
+        """Each arm at its own optimum (an lr profile per arm) is the primary contrast."""
+        return self.at == "own_optimum" or self.statistic == "optimal_loss"
+
+    @property
+    def fixed_lr(self) -> float | None:
+        """The learning rate every selector pins (the fixed contrast), or None."""
+        lrs = {sel.get(LR) for sel in self.arms}
+        return float(lrs.pop()) if len(lrs) == 1 and None not in lrs else None  # type: ignore[arg-type]
+
+    def declaration(self) -> dict[str, Any]:
+        """What the grid declares for this part (its hash says whether the declaration changed)."""
+        return {"name": self.name, "statistic": self.statistic, "arms": self.arms, "expect": self.expect,
+                "margin": [self.margin.value, self.margin.relative], "reference": self.reference, "at": self.at,
+                "variance": self.variance or ("paired" if self.paired else ""), "changes": sorted(self.changes)}
 
     @property
     def unit(self) -> str:
@@ -72,6 +117,35 @@ class ClaimSpec:
     statement: str
     parts: list[PartSpec] = field(default_factory=list)
     source: str = ""  # the grid file that declares it
+
+
+def changed_keys(selectors: list[dict[str, Any]]) -> list[str]:
+    """The keys a part's arms differ in (set differently, or set in some selectors only), a sublayer's own
+    settings folded into its kind when the kind differs (Llama vs CEM attention is one change)."""
+    keys = set().union(*selectors) if selectors else set()
+    differ = {k for k in keys if len({repr(sel.get(k, "<unset>")) for sel in selectors}) > 1}
+    for kind, own in KIND_KEYS.items():
+        if kind in differ:
+            differ -= set(own)
+    return sorted(differ)
+
+
+def variance_model(part: "PartSpec", tuned: bool | None = None) -> tuple[str, str]:
+    """(model, why) of a part's contrast by the rule in the module docstring: declared, else from the design.
+    `tuned`: of its own-optimum (True) or fixed-lr (False) contrast (default: the primary one)."""
+    tuned = part.tuned if tuned is None else tuned
+    if part.statistic == "lr_optimum":
+        return "bootstrap", "an optimum's location is bootstrapped over seeds"
+    if part.variance:
+        return part.variance, "declared"
+    if part.paired:
+        return "paired", "declared (paired = true)"
+    kinds = [k for k in KIND_KEYS if len({repr(sel.get(k, "<unset>")) for sel in part.arms}) > 1]
+    if kinds:
+        return "welch", f"rule: the arms differ in {' and '.join(kinds)}"
+    if tuned:
+        return "welch", "rule: each arm tuned to its own optimum"
+    return "pooled", "rule: arms of one kind at one learning rate"
 
 
 def _err(key: str, message: str, path: str, **kw: Any) -> ConfigError:
@@ -92,6 +166,12 @@ def parse_margin(value: Any, statistic: str, where: str, path: str) -> Margin:
     if unit == "octave" and statistic != "lr_optimum":
         raise _err(where, "octaves are for lr_optimum parts; give '1%' or a number of nats", path)
     return Margin(amount)
+
+
+def check_field(key: str, path: str, where: str) -> None:
+    from cemctl.grid.spec import check_field as check
+
+    check(key, path, where)
 
 
 def _selector(item: Any, where: str, path: str) -> dict[str, Any]:
@@ -154,7 +234,7 @@ def _part(raw: Any, where: str, path: str) -> PartSpec:
         raise _err(f"{where}.arms", f"a {statistic} needs {STATISTICS[statistic]} arm selectors, got "
                    f"{len(arms) if isinstance(arms, list) else type(arms).__name__}", path)
     selectors = [_selector(a, f"{where}.arms[{k}]", path) for k, a in enumerate(arms)]
-    if statistic in ("lr_optimum", "optimal_loss") and any("train.lr" in s for s in selectors):
+    if statistic in SWEEP_STATISTICS and any(LR in s for s in selectors):
         raise _err(f"{where}.arms", "an lr sweep statistic takes the learning rate from the runs: do not pin train.lr",
                    path)
     expect = raw.get("expect")
@@ -165,9 +245,128 @@ def _part(raw: Any, where: str, path: str) -> PartSpec:
     paired = raw.get("paired", False)
     if not isinstance(paired, bool):
         raise _err(f"{where}.paired", "must be true or false", path)
-    if paired and statistic in ("lr_optimum", "optimal_loss"):
-        raise _err(f"{where}.paired", "an lr sweep statistic is bootstrapped over seeds, not paired", path)
+    if paired and statistic == "lr_optimum":
+        raise _err(f"{where}.paired", "an lr_optimum is bootstrapped over seeds, not paired", path)
     reference = raw.get("reference", len(selectors))
     if not isinstance(reference, int) or isinstance(reference, bool) or not 1 <= reference <= len(selectors):
         raise _err(f"{where}.reference", f"must be an arm number from 1 to {len(selectors)}", path)
-    return PartSpec(name.strip(), statistic, selectors, expect, margin, paired, reference - 1)
+    at = raw.get("at", "own_optimum" if statistic == "optimal_loss" else "fixed")
+    if at not in AT:
+        raise _err(f"{where}.at", f"unknown contrast {at!r}", path, allowed=AT)
+    if statistic == "lr_optimum" and "at" in raw:
+        raise _err(f"{where}.at", "an lr_optimum compares the optima themselves; `at` is for loss contrasts", path)
+    if statistic == "optimal_loss" and at != "own_optimum":
+        raise _err(f"{where}.at", "an optimal_loss is each arm at its own optimum", path, allowed=("own_optimum",))
+    variance = raw.get("variance", "")
+    if variance != "" and variance not in VARIANCE:
+        raise _err(f"{where}.variance", f"unknown variance model {variance!r}", path, allowed=VARIANCE)
+    if variance and statistic == "lr_optimum":
+        raise _err(f"{where}.variance", "an lr_optimum is bootstrapped over seeds; it takes no variance model", path)
+    if variance and paired and variance != "paired":
+        raise _err(f"{where}.variance", f"says {variance!r} but paired = true; give one of them", path)
+    changes = raw.get("changes", [])
+    if not isinstance(changes, list) or not all(isinstance(k, str) for k in changes):
+        raise _err(f"{where}.changes", "must be a list of config keys, e.g. [\"model.attn_steps\"]", path)
+    for k in changes:
+        check_field(k, path, f"{where}.changes")
+    differ = changed_keys(selectors)
+    if changes and sorted(set(changes)) != differ:
+        raise _err(f"{where}.changes", f"lists {sorted(set(changes))} but the arms differ in {differ}", path)
+    if len(differ) > CHANGES_ALLOWED[statistic] and not changes:
+        one = "an interaction two" if statistic == "interaction" else "one"
+        raise _err(f"{where}.arms", f"the arms differ in {len(differ)} keys ({', '.join(differ)}); a {statistic} "
+                   f"changes {one}: split the part, or say so with changes = {_toml_list(differ)}", path)
+    return PartSpec(name.strip(), statistic, selectors, expect, margin, paired or variance == "paired",
+                    reference - 1, at=at, variance=variance or ("paired" if paired else ""),
+                    changes=tuple(sorted(set(changes))))
+
+
+def _toml_list(keys: list[str]) -> str:
+    return "[" + ", ".join(f'"{k}"' for k in keys) + "]"
+
+
+# ---------------------------------------------------------------------------------------------- lr profiles
+
+HALF_OCTAVE = 0.5
+MIN_PROFILE = 3  # learning rates an arm's profile needs before its optimum is estimated
+
+
+def half_octave(lr: float, steps: int) -> float:
+    """lr moved by `steps` half-octaves on the grids' ladder (0.001 x 2^(k/2): 0.0007, 0.001, 0.0014, 0.002,
+    0.0028, 0.004, 0.0057, ...), written as the grids write it (two significant digits, one when that is
+    within 2%)."""
+    import math
+
+    k = round(2 * math.log2(lr / 1e-3)) + steps
+    value = 1e-3 * 2 ** (k / 2)
+    exp = int(math.floor(math.log10(value)))
+    one = round(value, -exp)
+    return one if abs(one - value) <= 0.02 * value else round(value, 1 - exp)
+
+
+def profile_advice(lrs: list[float], *, low_edge: bool = False, high_edge: bool = False) -> list[float]:
+    """The learning rates to add to a profile: half-octave neighbours until it has MIN_PROFILE points, and one
+    more beyond an edge the optimum sits at."""
+    have = sorted(set(lrs))
+    add: list[float] = []
+    if not have:
+        return add
+    lo, hi, step = have[0], have[-1], 0
+    while len(have) + len(add) < MIN_PROFILE:  # alternate below and above the points there are
+        step += 1
+        add.append(half_octave(lo, -((step + 1) // 2)) if step % 2 else half_octave(hi, step // 2))
+    if low_edge:
+        add.append(half_octave(min(have + add), -1))
+    if high_edge:
+        add.append(half_octave(max(have + add), 1))
+    return sorted(set(add) - set(have))
+
+
+def _selector_matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
+    import math
+
+    for key, want in selector.items():
+        have = config.get(key)
+        if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(have, (int, float)) \
+                and not isinstance(have, bool):
+            if not math.isclose(float(have), float(want), rel_tol=1e-12):
+                return False
+        elif str(have) != str(want):
+            return False
+    return True
+
+
+def profile_notes(runs: list[tuple[dict[str, Any], str]], claims: list[ClaimSpec], scale: str) -> list[str]:
+    """For every part whose primary contrast is at each arm's own optimum: the arms whose lr profile among the
+    planned runs (flat config, setting) has fewer than MIN_PROFILE rates or gaps wider than half an octave,
+    with the rates to add (`cemctl plan` shows them; the grid is not edited). Arms no planned run matches are
+    left to the grid that plans them."""
+    import math
+
+    notes: list[str] = []
+    for claim in claims:
+        for part in claim.parts:
+            if not part.tuned:
+                continue
+            for k, selector in enumerate(part.arms):
+                free = {key: v for key, v in selector.items() if key != LR}
+                by_setting: dict[str, set[float]] = {}
+                for config, setting in runs:
+                    if _selector_matches(config, free):
+                        by_setting.setdefault(setting, set()).add(float(config.get(LR) or 0))
+                for setting, lrs in sorted(by_setting.items()):
+                    where = f"claim {claim.id}, {part.name!r}, arm {k + 1} ({scale}{'/' + setting if setting else ''})"
+                    have = sorted(lrs)
+                    gaps = [(a, b) for a, b in zip(have, have[1:]) if math.log2(b / a) > HALF_OCTAVE * 1.15]
+                    if len(have) < MIN_PROFILE:
+                        add = profile_advice(have)
+                        notes.append(f"{where}: its own-optimum profile has {len(have)} learning rate"
+                                     f"{'s' if len(have) != 1 else ''} ({', '.join(f'{v:g}' for v in have)}), "
+                                     f"needs {MIN_PROFILE} at half-octave spacing: extend the profile with train.lr = "
+                                     f"{', '.join(f'{v:g}' for v in add)}")
+                    elif gaps:
+                        fill = [half_octave(a, 1) for a, _ in gaps]
+                        notes.append(f"{where}: gaps wider than half an octave in its profile "
+                                     f"({', '.join(f'{a:g}-{b:g}' for a, b in gaps)}): add train.lr = "
+                                     f"{', '.join(f'{v:g}' for v in fill)}")
+    return notes

@@ -1,42 +1,53 @@
 """Claims decided honestly (`cemctl claims`, and the claims table of every report).
 
-    table = evaluate_claims(runs, claims)     # runs: runs frame with `scale` (cemctl.report.frame + arms)
+    page = evaluate_page(runs, claims)        # runs: runs frame with `scale` (cemctl.report.frame + arms)
+    page.parts, page.robustness               # one row per (claim part, scale); the same contrasts elsewhere
+    table = evaluate_claims(runs, claims)     # page.parts
     verdicts = claim_verdicts(table)          # claims: ClaimSpec from the grids' [[claim]] tables
 
-The plan, fixed before any number is seen (it is printed on every claims page):
+The plan, fixed before any number is seen (it is printed on every claims page; docs/claims.md):
 
-- Arms. A part's selectors must each match exactly one arm (every config value but the
-  seed) per setting (scale and model size); a selector matching two is refused with the
-  arms it matched, and the arms a part compares may differ only in the keys its
-  selectors set differently. No two configurations are ever pooled into one cell.
-- Estimate. `paired = true` parts (the arms are the same model at initialisation) take
-  the per-seed contrast and a paired t interval. Others take the contrast of the arm
-  means with the within-arm variance pooled over the stratum: the finished arms of the
-  experiment that declares the part, at that scale and size (df = the sum of seeds - 1;
-  other experiments' arms, e.g. a sweep's extreme rates, are not assumed to share its
-  variance), falling back to Welch when nothing can be pooled. Learning-rate optima are
-  bootstrapped over seeds, once every rate of both sweeps has at least two finished seeds
-  (an optimum at the edge of the sweep is censored: the interval is open on that side).
+- Arms. A part's selectors must each match exactly one arm (every config value but the seed) per
+  setting (scale and model size); a selector matching two is refused with the arms it matched, and the
+  arms a part compares may differ only in the keys its selectors set differently. No two configurations
+  are ever pooled into one cell. A part changes one key (an interaction two) unless its grid lists more
+  in `changes` (checked at plan, `cemctl.grid.claims`).
+- Contrast. `at = "fixed"`: the arms at the learning rate the selectors pin. `at = "own_optimum"`: each
+  arm at its own optimum, from its lr profile (`cemctl.report.tuned`: the Akima optimum of the seed-mean
+  profile, a jackknife over seeds for the tuning's noise). The primary contrast decides; the other is
+  shown beside it, and a part where the two labels differ is flagged.
+- Variance. The part's declared model, else the rule (`cemctl.grid.claims.variance_model`): `paired`
+  (the per-seed contrast), `pooled` (the within-arm variance pooled over the part's own arms), `welch`.
+  Learning-rate optima are bootstrapped over seeds, once every rate of both sweeps has two finished
+  seeds (an optimum at the edge of the sweep is censored: the interval is open on that side).
   Several sizes: the mean of the per-size effects.
-- Decision. A part's 95% interval is placed against 0 and its margin (a % of the
-  reference arm's loss, or stated units): `lower` / `higher` (the interval excludes 0),
-  `close` (within +-margin), `not close` (wholly beyond it), else inconclusive. The
-  verdict says what that means for the part's expectation: holds, contradicted (the
-  opposite, or for a directional claim: no difference as large as the margin), or
-  inconclusive; `not run` without runs.
-- Multiplicity. Holm's step-down procedure over all parts of the page at one scale
-  (family-wise error 5%); each part shows its unadjusted and its adjusted verdict and
-  interval, and the claim's verdict uses the adjusted ones.
+- Decision. A part's 95% interval is placed against 0 and its margin (a % of the reference arm's loss,
+  or stated units): `lower` / `higher` (the interval excludes 0), `close` (within +-margin), `not close`
+  (wholly beyond it), else inconclusive. The verdict says what that means for the part's expectation:
+  holds, contradicted (the opposite, or for a directional claim: no difference as large as the margin),
+  or inconclusive; `not run` without runs.
+- Sequential parts. A part whose experiment was launched `--until-decided` is analysed over its recorded
+  looks with the group-sequential design of `cemctl.report.sequential` (alpha spending; repeated
+  confidence intervals); the others at the one look there is.
+- Multiplicity. Holm's step-down procedure over the primary contrasts of all parts of the page at one
+  scale (family-wise error 5%); each part shows its unadjusted and its adjusted verdict and interval,
+  and the claim's verdict uses the adjusted ones. Secondary contrasts and robustness rows are not in the
+  family: they are read as sensitivity, never as verdicts.
+- Robustness. Where the runs hold the same contrast under another value of one key the part pins but
+  does not contrast (a preconditioner, a step size, a learning rate), it is a secondary row with its own
+  95% interval, and the part gets a one-line summary of whether the sign holds across them.
+- Convergence. Each arm's end-of-training slope of the validation loss (per 10% of the budget, from the
+  metrics); a part whose arms still fall faster than its margin per 10% is `not converged`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from cem_core.errors import ConfigError
-from cemctl.grid.claims import ClaimSpec, PartSpec
+from cemctl.grid.claims import KIND_KEYS, LR, ClaimSpec, PartSpec, profile_advice, variance_model
 from cemctl.report.stats import (
     BootEstimate,
     Estimate,
@@ -47,6 +58,7 @@ from cemctl.report.stats import (
     paired_estimate,
     pooled_estimate,
     pooled_variance,
+    sd_range,
     seeds_for_power,
     welch_estimate,
 )
@@ -54,14 +66,18 @@ from cemctl.report.stats import (
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from cemctl.report.sequential import Design
+
 VALUE = "test_loss"
 EXPERIMENT = "experiment"  # the runs frame's experiments linking a run, joined by ', '
-LR = "train.lr"
 SEED = "train.seed"
 SETTING = "model.size"
 ALPHA = 0.05
 MIN_SWEEP_SEEDS = 2  # finished seeds every rate of a sweep needs before its optimum is bootstrapped
 BOOTSTRAP = 2000  # resamples of each learning-rate sweep (the smallest p a bootstrap part can have: 1/2001)
+MAX_POWER_SEEDS = 1000  # `--power` searches seed counts up to this
+DECIDED = ("holds", "contradicted")
+DECISIVE = ("lower", "higher", "close", "not close")
 
 
 class PooledArms(ConfigError):
@@ -69,15 +85,9 @@ class PooledArms(ConfigError):
 
 
 def _matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
-    for key, want in selector.items():
-        have = config.get(key)
-        if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(have, (int, float)) \
-                and not isinstance(have, bool):
-            if not math.isclose(float(have), float(want), rel_tol=1e-12, abs_tol=0.0):
-                return False
-        elif str(have) != str(want):
-            return False
-    return True
+    from cemctl.grid.claims import _selector_matches
+
+    return _selector_matches(config, selector)
 
 
 @dataclass
@@ -88,6 +98,7 @@ class Arm:
     values: dict[int, float]  # seed -> loss
     run_ids: list[str]
     experiments: frozenset[str] = frozenset()  # the experiments (grids) whose plans link its runs
+    seed_runs: dict[int, str] = field(default_factory=dict)  # seed -> run id
 
     @property
     def losses(self) -> list[float]:
@@ -103,46 +114,34 @@ def _arms(rows: "pd.DataFrame") -> list[Arm]:
         values = {int(s): float(v) for s, v in zip(g[SEED], g[VALUE])}
         names = frozenset(n.strip() for v in (g[EXPERIMENT] if EXPERIMENT in g.columns else ())
                           for n in str(v).split(",") if n.strip() and str(v) != "nan")
-        out.append(Arm(aid, str(g["arm_label"].iloc[0]), cfg, values, list(g["run_id"]), names))
+        out.append(Arm(aid, str(g["arm_label"].iloc[0]), cfg, values, list(g["run_id"]), names,
+                       {int(s): str(r) for s, r in zip(g[SEED], g["run_id"])}))
     return out
 
 
-def _stratum(part: PartSpec, arms: list[Arm]) -> list[Arm]:
-    """The arms whose within-arm variance a part pools: those of the experiment that declares the part, at the
-    part's scale and size (every arm there when the runs name no experiment, e.g. one grid's report). Arms of other
-    experiments are left out: a sweep's extreme learning rates or another grid's unstable variant would otherwise
-    set every part's variance."""
-    if part.source and any(part.source in a.experiments for a in arms):
-        return [a for a in arms if part.source in a.experiments]
-    return arms
-
-
-ATTENTION_KEYS = ("model.attn_steps", "model.attn_step_size", "model.attn_precond", "model.attn_precond_rank",
-                  "model.kq_diagonal", "model.cem_position", "model.attn_start")
-MLP_KEYS = ("model.mlp_steps", "model.mlp_step_size", "model.mlp_precond", "model.mlp_precond_rank",
-            "model.param_match_factor")
-
-
-def _contrast_keys(part: PartSpec) -> set[str]:
+def _contrast_keys(selectors: Sequence[dict[str, Any]]) -> set[str]:
     """The keys a part's arms may differ in: those its selectors set differently; a different attention (MLP)
     kind also brings that sublayer's own settings (Llama attention has no KQ diagonal to match CEM's)."""
     keys: set[str] = set()
-    for k in set().union(*part.arms):
-        values = {repr(sel.get(k, "<unset>")) for sel in part.arms}
-        if len(values) > 1:
+    for k in set().union(*selectors):
+        if len({repr(sel.get(k, "<unset>")) for sel in selectors}) > 1:
             keys.add(k)
-    if "model.attention" in keys:
-        keys.update(ATTENTION_KEYS)
-    if "model.mlp" in keys:
-        keys.update(MLP_KEYS)
+    for kind, own in KIND_KEYS.items():
+        if kind in keys:
+            keys.update(own)
     return keys
 
 
-def _select(part: PartSpec, arms: list[Arm], setting: str) -> list[list[Arm]] | None:
-    """Per selector, its arms at this setting (one, or one per learning rate for a sweep); None if one is missing."""
+def _select(part: PartSpec, arms: list[Arm], setting: str, *, sweep: bool,
+            selectors: Sequence[dict[str, Any]] | None = None) -> list[list[Arm]] | None:
+    """Per selector, its arms at this setting (one, or one per learning rate for a sweep or an lr profile); None
+    if one is missing. A sweep's selectors are matched without their train.lr."""
+    selectors = list(selectors or part.arms)
+    contrast = _contrast_keys(selectors)
+    if sweep:
+        selectors = [{k: v for k, v in sel.items() if k != LR} for sel in selectors]
     chosen: list[list[Arm]] = []
-    sweep = part.statistic in ("lr_optimum", "optimal_loss")
-    for i, selector in enumerate(part.arms):
+    for i, selector in enumerate(selectors):
         hits = [a for a in arms if _matches(a.config, selector)]
         if not hits:
             return None
@@ -156,7 +155,7 @@ def _select(part: PartSpec, arms: list[Arm], setting: str) -> list[list[Arm]] | 
                                  f"{setting}{where}: " + " | ".join(a.label for a in same)
                                  + "; pin the keys that tell them apart")
         chosen.append(sorted(hits, key=lambda a: float(a.config.get(LR) or 0)) if sweep else hits)
-    allowed = _contrast_keys(part) | ({LR} if sweep else set())
+    allowed = contrast | ({LR} if sweep else set())
     first = chosen[0][0].config
     for group in chosen[1:]:
         for other in group:
@@ -170,35 +169,74 @@ def _select(part: PartSpec, arms: list[Arm], setting: str) -> list[list[Arm]] | 
     return chosen
 
 
-def _estimate_setting(part: PartSpec, chosen: list[list[Arm]], stratum: list[Arm],
-                      rng: Any) -> tuple[Estimate | None, list[str], float, dict[str, Any]]:
-    """(estimate, run ids, reference loss, details) of the part at one setting."""
-    runs = [rid for group in chosen for a in group for rid in a.run_ids]
-    info: dict[str, Any] = {}
-    if part.statistic in ("lr_optimum", "optimal_loss"):
-        est, ref = _sweep_estimate(part, chosen, rng, info)
-        return est, runs, ref, info
-    arms = [group[0] for group in chosen]
-    ref = sum(arms[part.reference].losses) / len(arms[part.reference].losses)
-    if part.paired:
-        common = sorted(set.intersection(*[set(a.values) for a in arms]))
-        diffs = [sum(c * a.values[s] for c, a in zip(part.coefs, arms)) for s in common]
-        info["paired_sd"] = _sd(diffs)
-        return (paired_estimate(diffs) if diffs else None), runs, ref, info
-    groups = [(c, a.losses) for c, a in zip(part.coefs, arms)]
-    s2, df = pooled_variance([a.losses for a in stratum])
-    info.update(pooled_sd=math.sqrt(s2) if df else math.nan, stratum_arms=sum(len(a.values) >= 2 for a in stratum),
-                arm_sds=[_sd(a.losses) for a in arms])
-    if df > 0:
-        return pooled_estimate(groups, s2, df), runs, ref, info
-    return welch_estimate(groups), runs, ref, info
-
-
 def _sd(values: Sequence[float]) -> float:
     if len(values) < 2:
         return math.nan
     m = sum(values) / len(values)
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+# ---------------------------------------------------------------------------------------------- one contrast
+
+
+@dataclass
+class Estimated:
+    """A part's contrast (combined over the settings it has runs at)."""
+
+    est: Estimate | None
+    runs: list[str] = field(default_factory=list)
+    refs: list[float] = field(default_factory=list)  # the reference arm's loss per setting
+    info: dict[str, Any] = field(default_factory=dict)
+    why: str = ""  # why there is no estimate, when there is none
+    arm_runs: list[list[str]] = field(default_factory=list)  # per arm: the runs at the arm's (optimal) rate
+    settings: int = 0
+
+
+def _fixed(part: PartSpec, chosen: list[list[Arm]], model: str) -> tuple[Estimate | None, float, dict[str, Any]]:
+    arms = [group[0] for group in chosen]
+    ref = sum(arms[part.reference].losses) / len(arms[part.reference].losses)
+    info: dict[str, Any] = {"arm_sds": [_sd(a.losses) for a in arms]}
+    if model == "paired":
+        common = sorted(set.intersection(*[set(a.values) for a in arms]))
+        diffs = [sum(c * a.values[s] for c, a in zip(part.coefs, arms)) for s in common]
+        info["paired_sd"] = _sd(diffs)
+        return (paired_estimate(diffs) if diffs else None), ref, info
+    groups = [(c, a.losses) for c, a in zip(part.coefs, arms)]
+    if model == "pooled":
+        s2, df = pooled_variance([a.losses for a in arms])
+        info.update(pooled_sd=math.sqrt(s2) if df else math.nan, stratum_arms=sum(len(a.values) >= 2 for a in arms))
+        if df > 0:
+            return pooled_estimate(groups, s2, df), ref, info
+    return welch_estimate(groups), ref, info
+
+
+def _tuned(part: PartSpec, chosen: list[list[Arm]], model: str
+           ) -> tuple[Estimate | None, float, dict[str, Any], str, list[list[str]]]:
+    from cemctl.report.tuned import Profile, tuned_estimate
+
+    profiles = []
+    for k, group in enumerate(chosen):
+        table = {float(a.config.get(LR) or 0): dict(a.values) for a in group}
+        prof = Profile.of(table, [r for a in group for r in a.run_ids])
+        if isinstance(prof, str):
+            return None, math.nan, {}, f"arm {k + 1}: {prof}", []
+        profiles.append(prof)
+    est, tinfo = tuned_estimate(profiles, part.coefs, model)
+    by_lr = [{float(a.config.get(LR) or 0): a for a in group} for group in chosen]
+    near = []
+    for arms_at, prof, lr in zip(by_lr, profiles, tinfo.optima):
+        best = min(prof.lrs, key=lambda x: abs(math.log(x / lr)))
+        near.append(list(arms_at[best].run_ids))
+    info: dict[str, Any] = {"optima": tinfo.optima, "edges": tinfo.edges, "seed_optima": tinfo.seed_optima,
+                            "profiles": [p.lrs for p in profiles], "tuned_losses": tinfo.losses,
+                            "arm_sds": [math.sqrt(p.jackknife_var() * p.n) for p in profiles],
+                            "spacing": max(p.spacing_octaves() for p in profiles)}
+    if model == "paired":
+        info["paired_sd"] = est.se * math.sqrt(est.n) if est.n else math.nan
+    if model == "pooled":
+        info.update(pooled_sd=est.se * math.sqrt(est.n / sum(c * c for c in part.coefs)) if est.n else math.nan,
+                    stratum_arms=len(profiles))
+    return est, tinfo.losses[part.reference], info, "", near
 
 
 def _sweep_stat(lrs: list[float], means: list[float], statistic: str) -> tuple[float, bool, bool]:
@@ -234,17 +272,17 @@ def _sweep_estimate(part: PartSpec, chosen: list[list[Arm]], rng: Any, info: dic
             stats.append(_sweep_stat(lrs, means, part.statistic)[0])
         samples[b] = stats[0] - stats[1]
     censored = ""
-    if part.statistic == "lr_optimum":  # an optimum at the sweep's edge is a bound, not a value
-        (_, lo0, hi0), (_, lo1, hi1) = point
-        if hi0 or lo1:
-            censored = "high"  # arm 1's optimum could be higher still (or arm 2's lower): the effect is at least this
-        if lo0 or hi1:
-            censored = "low" if not censored else "both"
-        steps = [abs(math.log2(b) - math.log2(a)) for lrs, _ in sweeps for a, b in zip(lrs, lrs[1:])]
-        info["grid_octaves"] = min(steps) if steps else math.nan
-        info["optima"] = [round(2 ** p[0], 6) for p in point]
+    (_, lo0, hi0), (_, lo1, hi1) = point
+    if hi0 or lo1:
+        censored = "high"  # arm 1's optimum could be higher still (or arm 2's lower): the effect is at least this
+    if lo0 or hi1:
+        censored = "low" if not censored else "both"
+    steps = [abs(math.log2(b) - math.log2(a)) for lrs, _ in sweeps for a, b in zip(lrs, lrs[1:])]
+    info["grid_octaves"] = min(steps) if steps else math.nan
+    info["optima"] = [round(2 ** p[0], 6) for p in point]
+    info["edges"] = ["low" if lo else ("high" if hi else "") for _, lo, hi in point]
     est = BootEstimate(effect, samples, n=min(len(v) for _, vals in sweeps for v in vals), censored=censored)
-    ref_lrs, ref_vals = sweeps[part.reference]
+    ref_vals = sweeps[part.reference][1]
     ref = min(float(v.mean()) for v in ref_vals)
     return est, ref
 
@@ -253,44 +291,234 @@ def _combine(estimates: list[Estimate]) -> Estimate:
     """The mean of per-setting estimates (independent settings)."""
     if len(estimates) == 1:
         return estimates[0]
+    censored = ",".join(sorted({e.censored for e in estimates if getattr(e, "censored", "")}))
+    censored = "both" if ("low" in censored and "high" in censored) or "both" in censored else censored
     if all(isinstance(e, TEstimate) for e in estimates):
-        se = math.sqrt(sum(e.se ** 2 for e in estimates)) / len(estimates)  # type: ignore[union-attr]
+        se = math.sqrt(sum(e.se ** 2 for e in estimates)) / len(estimates)
         return TEstimate(sum(e.effect for e in estimates) / len(estimates), se,
-                         min(e.df for e in estimates), estimates[0].method, min(e.n for e in estimates))  # type: ignore[union-attr]
+                         min(e.df for e in estimates), estimates[0].method, min(e.n for e in estimates), censored)
     import numpy as np
 
-    samples = np.mean([e.samples for e in estimates], axis=0)  # type: ignore[union-attr]
-    censored = ",".join(sorted({e.censored for e in estimates if e.censored}))  # type: ignore[union-attr]
+    samples = np.mean([e.samples for e in estimates], axis=0)
     return BootEstimate(sum(e.effect for e in estimates) / len(estimates), samples, n=min(e.n for e in estimates),
                         censored=censored)
 
 
+def estimate_part(part: PartSpec, arms_by: Mapping[str, list[Arm]], *, tuned: bool, rng: Any, scale: str = "",
+                  selectors: Sequence[dict[str, Any]] | None = None) -> Estimated:
+    """The part's contrast at every setting with runs (`tuned`: each arm at its own optimum)."""
+    sweep = tuned or part.statistic == "lr_optimum"
+    model, _ = variance_model(part, tuned)
+    out = Estimated(None)
+    ests: list[Estimate] = []
+    infos: list[dict[str, Any]] = []
+    for s, arms in arms_by.items():
+        chosen = _select(part, arms, f"{scale or '-'}/{s}", sweep=sweep, selectors=selectors)
+        if chosen is None:
+            continue
+        runs = [rid for group in chosen for a in group for rid in a.run_ids]
+        if part.statistic == "lr_optimum":
+            info: dict[str, Any] = {}
+            est, ref = _sweep_estimate(part, chosen, rng, info)
+            near = [[r for a in group for r in a.run_ids] for group in chosen]
+        elif tuned:
+            est, ref, info, why, near = _tuned(part, chosen, model)
+            out.why = out.why or why
+        else:
+            est, ref, info = _fixed(part, chosen, model)
+            near = [list(group[0].run_ids) for group in chosen]
+        if est is None:
+            continue
+        ests.append(est)
+        out.runs += runs
+        out.refs.append(ref)
+        infos.append(info)
+        out.arm_runs = [a + b for a, b in zip(out.arm_runs, near)] if out.arm_runs else near
+    if ests:
+        out.est, out.settings, out.why = _combine(ests), len(ests), ""
+        out.info = infos[0] if len(infos) == 1 else {}
+        out.info["model"] = model
+    elif not out.why:
+        out.why = "no runs" if not out.runs else "not enough finished seeds"
+    return out
+
+
+def _margin(part: PartSpec, refs: Sequence[float]) -> float:
+    if part.margin.relative:
+        return part.margin.value * abs(sum(refs) / len(refs)) if refs else math.nan
+    return part.margin.value
+
+
 def _interval(est: Estimate, level: float) -> tuple[float, float]:
     low, high = est.interval(level)
-    if isinstance(est, BootEstimate) and est.censored:
-        if est.censored in ("high", "both"):
-            high = math.inf
-        if est.censored in ("low", "both"):
-            low = -math.inf
+    censored = getattr(est, "censored", "")
+    if censored in ("high", "both"):
+        high = math.inf
+    if censored in ("low", "both"):
+        low = -math.inf
     return low, high
 
 
-def _power(part: PartSpec, est: Estimate | None, margin: float, info: dict[str, Any]) -> int | None:
-    if est is None or not isinstance(est, TEstimate) or not margin > 0:
+# ---------------------------------------------------------------------------------------------- power, convergence
+
+
+def power_needs(est: Estimate | None, info: Mapping[str, Any], expect: str, margin: float, coefs: Sequence[float],
+                level: float) -> dict[str, Any]:
+    """Seeds per arm for 80% power at the margin: at the part's Holm level, at 5%, and at the ends of the 80%
+    confidence interval of the s.d. the estimate rests on (optimistic, pessimistic)."""
+    none = {"seeds_for_80pct_power": None, "seeds_unadjusted": None, "seeds_low": None, "seeds_high": None}
+    if est is None or not margin > 0 or not math.isfinite(margin) or isinstance(est, BootEstimate):
+        return none
+    model = info.get("model", "welch")
+    df = float(getattr(est, "df", math.nan))
+    if model == "paired":
+        sd, kw = info.get("paired_sd", math.nan), {"method": "paired t"}
+    elif model == "pooled":
+        sd, kw = info.get("pooled_sd", math.nan), {"method": "pooled t", "coefs": tuple(coefs),
+                                                   "stratum_arms": int(info.get("stratum_arms", len(coefs)))}
+    else:
+        sds = [float(s) for s in info.get("arm_sds", [])]
+        if not sds or not all(math.isfinite(s) for s in sds):
+            return none
+        sd, kw = 1.0, {"method": "Welch", "coefs": tuple(coefs)}
+    if not math.isfinite(sd):
+        return none
+    lo, hi = sd_range(sd, df) if math.isfinite(df) and df > 0 else (math.nan, math.nan)
+
+    def need(scale: float, alpha: float) -> int | None:
+        if not math.isfinite(scale):
+            return None
+        if kw["method"] == "Welch":
+            return seeds_for_power(max_n=MAX_POWER_SEEDS, expect=expect, margin=margin, alpha=alpha,
+                                   arm_sds=[s * scale for s in info["arm_sds"]], **kw)
+        return seeds_for_power(max_n=MAX_POWER_SEEDS, expect=expect, margin=margin, alpha=alpha, sd=sd * scale, **kw)
+
+    level = level if math.isfinite(level) else ALPHA
+    return {"seeds_for_80pct_power": need(1.0, level), "seeds_unadjusted": need(1.0, ALPHA),
+            "seeds_low": need(lo / sd if math.isfinite(lo) else math.nan, level),
+            "seeds_high": need(hi / sd if math.isfinite(hi) else math.nan, level)}
+
+
+def convergence(arm_runs: Sequence[Sequence[str]], slopes: Mapping[str, float] | None, margin: float
+                ) -> tuple[float, str]:
+    """(the fastest fall among the arms per 10% of the budget, nats; 'converged' | 'not converged' | '')."""
+    if not slopes or not arm_runs:
+        return math.nan, ""
+    falls = []
+    for runs in arm_runs:
+        known = [slopes[r] for r in runs if r in slopes and math.isfinite(slopes[r])]
+        if known:
+            falls.append(-sum(known) / len(known))
+    if not falls:
+        return math.nan, ""
+    fastest = max(falls)
+    if not (math.isfinite(margin) and margin > 0):
+        return fastest, ""
+    return fastest, "not converged" if fastest > margin else "converged"
+
+
+# ---------------------------------------------------------------------------------------------- robustness
+
+
+def _variants(part: PartSpec, tuned: bool) -> list[str]:
+    """The keys whose other values make robustness rows: pinned (to one value) by the selectors, not contrasted,
+    not the seed, and not the learning rate of an own-optimum contrast."""
+    contrast = _contrast_keys(part.arms)
+    keys = []
+    for k in sorted({k for sel in part.arms for k in sel} - contrast - {SEED}):
+        if tuned and k == LR:
+            continue
+        if len({repr(sel[k]) for sel in part.arms if k in sel}) == 1:
+            keys.append(k)
+    return keys
+
+
+def robustness(part: PartSpec, arms_by: Mapping[str, list[Arm]], *, tuned: bool, rng: Any, scale: str,
+               margin: float) -> list[dict[str, Any]]:
+    """The part's contrast under every other value of one key it pins but does not contrast, where the runs hold
+    one arm per selector: a row each (own 95% interval, unadjusted label)."""
+    if part.statistic == "lr_optimum":
+        return []
+    rows = []
+    present = [a.config for arms in arms_by.values() for a in arms]
+    for key in _variants(part, tuned):
+        base = next(sel[key] for sel in part.arms if key in sel)
+        values = sorted({v for cfg in present if (v := cfg.get(key)) is not None and str(v) != str(base)}, key=str)
+        for value in values:
+            selectors = [dict(sel, **{key: value}) if key in sel else dict(sel) for sel in part.arms]
+            try:
+                e = estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale, selectors=selectors)
+            except PooledArms:
+                continue
+            if e.est is None:
+                continue
+            d = decide(e.est, part.expect, margin if math.isfinite(margin) else 0.0, ALPHA)
+            low, high = _interval(e.est, 1 - ALPHA)
+            rows.append({"key": key, "value": value, "effect": e.est.effect, "ci95_low": low, "ci95_high": high,
+                         "method": e.est.method, "n": e.est.n, "label": d.label, "runs": ",".join(sorted(set(e.runs)))})
+    return rows
+
+
+def sign_summary(effect: float, label: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line: does the sign of the part's effect hold in the other settings?"""
+    if not rows or not math.isfinite(effect):
+        return ""
+    sign = 1 if effect > 0 else -1
+    same = [r for r in rows if (r["effect"] > 0) == (sign > 0)]
+    against = [r for r in rows if r["label"] in ("lower", "higher") and (r["label"] == "higher") != (sign > 0)]
+    text = f"sign {'+' if sign > 0 else '-'} in {len(same) + 1} of {len(rows) + 1} settings"
+    if len(same) < len(rows):
+        text += "; other sign: " + ", ".join(f"{r['key'].split('.')[-1]}={r['value']} {r['effect']:+.3f}"
+                                             for r in rows if r not in same)
+    if against:
+        text += f" ({len(against)} decided so)"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- the page
+
+
+@dataclass
+class Page:
+    parts: "pd.DataFrame"  # one row per (part, scale)
+    robustness: "pd.DataFrame"  # one row per (part, scale, other setting of one key)
+
+
+def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms: list[dict[str, list[Arm]]], *,
+                tuned: bool, rng: Any, scale: str) -> Estimate | None:
+    """The part over the design's looks (and the runs there are now, when they add seeds)."""
+    from cemctl.report.sequential import Look, SeqEstimate
+
+    if not isinstance(current.est, TEstimate):
         return None
-    expect = part.expect
-    if est.method == "paired t":
-        return seeds_for_power(expect=expect, margin=margin, method="paired t", sd=info.get("paired_sd", math.nan))
-    if est.method == "pooled t":
-        return seeds_for_power(expect=expect, margin=margin, method="pooled t", sd=info.get("pooled_sd", math.nan),
-                               coefs=part.coefs, stratum_arms=int(info.get("stratum_arms", 0)))
-    return seeds_for_power(expect=expect, margin=margin, method="Welch", coefs=part.coefs,
-                           arm_sds=info.get("arm_sds", []))
+    looks: list[Look] = []
+    for arms_by in look_arms:
+        try:
+            e = estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale).est
+        except PooledArms:
+            continue
+        if isinstance(e, TEstimate) and math.isfinite(e.se) and e.se > 0 and (not looks or e.n > looks[-1].n):
+            looks.append(Look(e.effect, e.se, e.df, e.n, e.method))
+    cur = current.est
+    if math.isfinite(cur.se) and cur.se > 0 and (not looks or cur.n > looks[-1].n):
+        looks.append(Look(cur.effect, cur.se, cur.df, cur.n, cur.method))
+    if not looks:
+        return None
+    return SeqEstimate(looks, design.max_seeds, censored=cur.censored)
 
 
-def evaluate_claims(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: Sequence[str] | None = None,
-                    power: bool = False, seed: int = 0) -> "pd.DataFrame":
-    """One row per (claim part, scale): the estimate and interval, unadjusted and Holm-adjusted decisions."""
+def _fmt_lrs(values: Sequence[float]) -> str:
+    return " / ".join(f"{v:.2g}" for v in values)
+
+
+def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: Sequence[str] | None = None,
+                  power: bool = False, seed: int = 0, slopes: Mapping[str, float] | None = None,
+                  declared: Mapping[tuple[str, str, str], str] | None = None,
+                  designs: Sequence["Design"] = ()) -> Page:
+    """Every part at every scale: the primary contrast (unadjusted and Holm-adjusted), the other contrast beside
+    it, robustness rows, convergence (`slopes`: run id -> change of the validation loss per 10% of the budget),
+    the registration label (`declared`: (experiment, claim, part) -> label) and, for parts of an experiment
+    launched `--until-decided` (`designs`), the group-sequential analysis over its looks."""
     import numpy as np
     import pandas as pd
 
@@ -304,53 +532,102 @@ def evaluate_claims(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales
 
         done = with_arms(done)
     present = list(scales) if scales is not None else sorted(set(done["scale"].astype(str))) or [""]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    robust_rows: list[dict[str, Any]] = []
     for scale in present:
         at = done[done["scale"].astype(str) == scale]
         settings = sorted(set(at[SETTING].astype(str))) if SETTING in at.columns and not at.empty else []
-        arms_by = {s: _arms(at[at[SETTING].astype(str) == s]) for s in settings}
+
+        def arms_of(frame: "pd.DataFrame") -> dict[str, list[Arm]]:
+            return {s: _arms(frame[frame[SETTING].astype(str) == s]) for s in settings}
+
+        arms_by = arms_of(at)
+        scale_designs = [d for d in designs if d.scale == scale]
+        look_arms = {id(d): [arms_of(at[at["run_id"].isin(ids)]) for ids in d.looks] for d in scale_designs}
         family = []
         for claim in claims:
             for part in claim.parts:
                 rng = np.random.default_rng([seed, len(rows)])
-                ests, used, refs, infos = [], [], [], []
-                for s in settings:
-                    chosen = _select(part, arms_by[s], f"{scale or '-'}/{s}")
-                    if chosen is None:
-                        continue
-                    est, ids, ref, info = _estimate_setting(part, chosen, _stratum(part, arms_by[s]), rng)
-                    if est is not None:
-                        ests.append(est)
-                        used += ids
-                        refs.append(ref)
-                        infos.append(info)
-                est = _combine(ests) if ests else None
-                margin = part.margin.value * abs(sum(refs) / len(refs)) if part.margin.relative and refs else \
-                    (part.margin.value if not part.margin.relative else math.nan)
-                d = decide(est, part.expect, margin if math.isfinite(margin) else 0.0, ALPHA)
+                source = part.source or claim.source
+                tuned = part.tuned and part.statistic != "lr_optimum"
+                prim = estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale)
+                design = next((d for d in scale_designs if (source, claim.id, part.name) in d.family), None)
+                sequential = ""
+                if design is not None and prim.est is not None:
+                    seq = _sequential(part, prim, design, look_arms[id(design)], tuned=tuned, rng=rng, scale=scale)
+                    if seq is not None:
+                        prim.est = seq
+                        sequential = f"{len(seq.looks)} look{'s' if len(seq.looks) != 1 else ''} at " + \
+                            ", ".join(str(lk.n) for lk in seq.looks) + f" of {design.max_seeds} seeds"
+                other = Estimated(None, why="")
+                if part.statistic in ("difference", "interaction") and (tuned or part.fixed_lr is not None):
+                    try:
+                        other = estimate_part(part, arms_by, tuned=not tuned, rng=rng, scale=scale)
+                    except PooledArms as e:
+                        other = Estimated(None, why=str(e))
+                est = prim.est
+                margin = _margin(part, prim.refs or other.refs)
+                use_margin = margin if math.isfinite(margin) else 0.0
+                d = decide(est, part.expect, use_margin, ALPHA)
                 low, high = _interval(est, 1 - ALPHA) if est is not None else (math.nan, math.nan)
-                info = infos[0] if len(infos) == 1 else {}
+                od = decide(other.est, part.expect, use_margin, ALPHA) if other.est is not None else None
+                olow, ohigh = _interval(other.est, 1 - ALPHA) if other.est is not None else (math.nan, math.nan)
+                model, why = variance_model(part, tuned)
+                info = prim.info
+                edges = info.get("edges") or []
+                advice = []
+                for k, edge in enumerate(edges):
+                    if edge and tuned:
+                        add = profile_advice(info["profiles"][k], low_edge=edge == "low", high_edge=edge == "high")
+                        advice.append(f"arm {k + 1}'s optimum is at the {edge} edge of its profile: extend the "
+                                      f"profile with train.lr = {', '.join(f'{v:g}' for v in add)}")
+                fall, conv = convergence(prim.arm_runs, slopes, margin if part.unit == "nats" else math.nan)
+                vrows = robustness(part, arms_by, tuned=tuned, rng=rng, scale=scale, margin=margin)
+                for r in vrows:
+                    robust_rows.append({"claim": claim.id, "part": part.name, "scale": scale, **r})
+                p_of = min(d.candidates, key=d.candidates.get) if d.candidates else ""
                 row = {
                     "claim": claim.id, "statement": claim.statement, "part": part.name, "scale": scale,
                     "statistic": part.statistic, "unit": part.unit, "expect": part.expect, "margin": margin,
                     "margin_rule": part.margin.describe(part.unit),
+                    "at": ("own optimum" if tuned else (f"lr {part.fixed_lr:g}" if part.fixed_lr else "fixed"))
+                    if part.statistic != "lr_optimum" else "optima",
+                    "variance": model, "variance_rule": why,
                     "effect": est.effect if est is not None else math.nan, "ci95_low": low, "ci95_high": high,
                     "method": est.method if est is not None else "", "df": getattr(est, "df", math.nan),
-                    "n": est.n if est is not None else 0, "sizes": len(ests), "p": d.p, "label": d.label,
-                    "verdict": d.verdict, "censored": getattr(est, "censored", "") if est is not None else "",
-                    "grid_octaves": info.get("grid_octaves", math.nan), "runs": ",".join(sorted(set(used))),
-                    "source": part.source or claim.source,
+                    "n": est.n if est is not None else 0, "sizes": prim.settings, "p": d.p, "p_of": p_of,
+                    "label": d.label, "verdict": d.verdict,
+                    "censored": getattr(est, "censored", "") if est is not None else "",
+                    "grid_octaves": info.get("grid_octaves", math.nan), "runs": ",".join(sorted(set(prim.runs))),
+                    "source": source, "why_not_run": prim.why if est is None else "",
+                    "optima": _fmt_lrs(info["optima"]) if info.get("optima") else "",
+                    "seed_optima": "; ".join(_fmt_lrs(v) for v in info.get("seed_optima", [])),
+                    "advice": "; ".join(advice),
+                    "other_at": ("lr " + f"{part.fixed_lr:g}" if tuned else "own optimum") if od is not None else "",
+                    "other_effect": other.est.effect if other.est is not None else math.nan,
+                    "other_low": olow, "other_high": ohigh, "other_label": od.label if od is not None else "",
+                    "other_verdict": od.verdict if od is not None else "",
+                    "disagree": bool(od is not None and d.label != od.label
+                                     and any(lab in DECISIVE for lab in (d.label, od.label))),
+                    "robustness": sign_summary(est.effect if est is not None else math.nan, d.label, vrows),
+                    "fall_per_10pct": fall, "convergence": conv,
+                    "declared": (declared or {}).get((source, claim.id, part.name), ""),
+                    "sequential": sequential,
                 }
                 if power:
-                    row["seeds_for_80pct_power"] = _power(part, est, margin, info)
+                    row["_power"] = (est, info)
                 rows.append(row)
                 family.append((len(rows) - 1, est, part, margin))
         ps = [rows[i]["p"] for i, *_ in family]
         adjusted, levels = holm(ps), holm_levels(ps, ALPHA)
         for (i, est, part, margin), p_adj, level in zip(family, adjusted, levels):
+            if power:
+                e, info = rows[i].pop("_power")
+                rows[i].update(power_needs(e, info, part.expect, margin, part.coefs,
+                                           level if math.isfinite(level) else ALPHA / max(1, len(family))))
             if est is None or not math.isfinite(p_adj):
                 rows[i].update(p_holm=math.nan, holm_low=math.nan, holm_high=math.nan, label_holm=rows[i]["label"],
-                               verdict_holm=rows[i]["verdict"])
+                               verdict_holm=rows[i]["verdict"], holm_level=math.nan)
                 continue
             low, high = _interval(est, 1 - level)
             if p_adj <= ALPHA:
@@ -358,8 +635,21 @@ def evaluate_claims(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales
                 label, verdict = d.label, d.verdict
             else:
                 label, verdict = "inconclusive", "inconclusive"
-            rows[i].update(p_holm=p_adj, holm_low=low, holm_high=high, label_holm=label, verdict_holm=verdict)
-    return pd.DataFrame(rows)
+            rows[i].update(p_holm=p_adj, holm_low=low, holm_high=high, label_holm=label, verdict_holm=verdict,
+                           holm_level=level)
+    parts = pd.DataFrame(rows)
+    if power and not parts.empty and "seeds_for_80pct_power" in parts.columns:
+        parts["seeds_for_80pct_power"] = parts["seeds_for_80pct_power"].astype(object)
+    robust = pd.DataFrame(robust_rows, columns=["claim", "part", "scale", "key", "value", "effect", "ci95_low",
+                                                "ci95_high", "method", "n", "label", "runs"])
+    return Page(parts, robust)
+
+
+def evaluate_claims(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: Sequence[str] | None = None,
+                    power: bool = False, seed: int = 0, **kw: Any) -> "pd.DataFrame":
+    """One row per (claim part, scale): the estimate and interval, unadjusted and Holm-adjusted decisions
+    (`evaluate_page(...).parts`)."""
+    return evaluate_page(runs, claims, scales=scales, power=power, seed=seed, **kw).parts
 
 
 def claim_verdicts(table: "pd.DataFrame") -> "pd.DataFrame":

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -33,8 +33,9 @@ class TEstimate:
     effect: float
     se: float
     df: float
-    method: str  # "paired t" | "pooled t" | "Welch"
+    method: str  # "paired t" | "pooled t" | "Welch" | "... jackknife t" (an own-optimum contrast)
     n: int  # seeds per arm (the smallest), or pairs
+    censored: str = ""  # "" | "low" | "high" | "both": the side(s) the interval is open on (an optimum at an edge)
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
         if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
@@ -45,9 +46,12 @@ class TEstimate:
         return self.effect - half, self.effect + half
 
     def p_above(self, threshold: float) -> float:
-        """One-sided p-value for 'the true effect exceeds threshold' (small when the effect is well above it)."""
+        """One-sided p-value for 'the true effect exceeds threshold' (small when the effect is well above it);
+        1 when the interval is open below (nothing bounds the effect from below)."""
         if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
             return math.nan
+        if self.censored in ("low", "both"):
+            return 1.0
         from scipy import stats
 
         return float(stats.t.sf((self.effect - threshold) / self.se, self.df))
@@ -55,6 +59,8 @@ class TEstimate:
     def p_below(self, threshold: float) -> float:
         if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
             return math.nan
+        if self.censored in ("high", "both"):
+            return 1.0
         from scipy import stats
 
         return float(stats.t.cdf((self.effect - threshold) / self.se, self.df))
@@ -79,14 +85,18 @@ class BootEstimate:
 
     def p_above(self, threshold: float) -> float:
         s = self.samples[np.isfinite(self.samples)]
+        if s.size and self.censored in ("low", "both"):
+            return 1.0
         return (float(np.sum(s <= threshold)) + 1) / (s.size + 1) if s.size else math.nan
 
     def p_below(self, threshold: float) -> float:
         s = self.samples[np.isfinite(self.samples)]
+        if s.size and self.censored in ("high", "both"):
+            return 1.0
         return (float(np.sum(s >= threshold)) + 1) / (s.size + 1) if s.size else math.nan
 
 
-Estimate = TEstimate | BootEstimate
+Estimate = Any  # TEstimate | BootEstimate | cemctl.report.sequential.SeqEstimate (anything with `label_ps`)
 
 
 def _mean(x: Sequence[float]) -> float:
@@ -157,6 +167,9 @@ def label_ps(est: Estimate, expect: str, margin: float) -> dict[str, float]:
     """Each decisive label the part can take, with the p-value of its test (two-sided intervals, so 2x one side):
     'lower' (the interval below 0), 'higher' (above 0), 'close' (within +-margin), and for a `close`
     expectation 'not close' (wholly beyond the margin on one side)."""
+    if hasattr(est, "label_ps"):  # a sequential estimate: each label's p over its looks
+        return est.label_ps(expect, margin)
+
     def two_sided(p: float) -> float:
         return min(1.0, 2 * p) if math.isfinite(p) else math.nan
 
@@ -244,8 +257,11 @@ def _power_t(expect: str, margin: float, se: float, df: float, alpha: float) -> 
         room = margin - crit * s
         return (2 * stats.norm.cdf(room / se) - 1) * stats.chi2.pdf(x, df) if room > 0 else 0.0
 
-    upper = df * (margin / (crit * se)) ** 2
-    return float(integrate.quad(integrand, 0, upper, limit=200)[0])
+    upper = min(df * (margin / (crit * se)) ** 2, float(stats.chi2.isf(1e-13, df)))
+    lower = float(stats.chi2.ppf(1e-13, df))  # the chi-square mass lies in between (narrow when df is large)
+    if upper <= lower:
+        return 0.0
+    return float(integrate.quad(integrand, lower, upper, limit=200)[0])
 
 
 def power_at(n: int, *, expect: str, margin: float, method: str, alpha: float = 0.05, sd: float = math.nan,
@@ -266,9 +282,27 @@ def power_at(n: int, *, expect: str, margin: float, method: str, alpha: float = 
 
 
 def seeds_for_power(target: float = 0.8, max_n: int = 64, **kw: object) -> int | None:
-    """The fewest seeds per arm (2..max_n) reaching `target` power; None if even max_n does not."""
-    for n in range(2, max_n + 1):
+    """The fewest seeds per arm (2..max_n) reaching `target` power; None if even max_n does not (power grows with
+    the seeds: a bisection)."""
+    def enough(n: int) -> bool:
         p = power_at(n, **kw)  # type: ignore[arg-type]
-        if math.isfinite(p) and p >= target:
-            return n
-    return None
+        return math.isfinite(p) and p >= target
+
+    if not enough(max_n):
+        return None
+    lo, hi = 1, max_n  # enough(hi), not enough(lo) (n = 1 has no power)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
+
+
+def sd_range(sd: float, df: float, level: float = 0.8) -> tuple[float, float]:
+    """The `level` confidence interval of a standard deviation estimated with df degrees of freedom."""
+    from scipy import stats
+
+    if not (math.isfinite(sd) and df > 0):
+        return math.nan, math.nan
+    lo = sd * math.sqrt(df / float(stats.chi2.ppf(0.5 + level / 2, df)))
+    hi = sd * math.sqrt(df / float(stats.chi2.ppf(0.5 - level / 2, df)))
+    return lo, hi
