@@ -29,9 +29,10 @@ The plan, fixed before any number is seen (it is printed on every claims page; d
 - Sequential parts. A part whose experiment was launched `--until-decided` is analysed over its recorded
   looks with the group-sequential design of `cemctl.report.sequential` (alpha spending; repeated
   confidence intervals); the others at the one look there is.
-- Multiplicity. Holm's step-down procedure over the primary contrasts of all parts of the page at one
-  scale (family-wise error 5%); each part shows its unadjusted and its adjusted verdict and interval,
-  and the claim's verdict uses the adjusted ones. Secondary contrasts and robustness rows are not in the
+- Multiplicity. A step-down procedure over the primary contrasts of all parts of the page at one scale
+  (family-wise error 5%): Holm's over the parts' label hypotheses, each part counted by how many of its
+  hypotheses can still be true (Shaffer's S1; `cemctl.report.sequential.step_down`). Each part shows its
+  unadjusted and its adjusted verdict and interval, and the claim's verdict uses the adjusted ones. Secondary contrasts and robustness rows are not in the
   family: they are read as sensitivity, never as verdicts.
 - Robustness. Where the runs hold the same contrast under another value of one key the part pins but
   does not contrast (a preconditioner, a step size, a learning rate), it is a secondary row with its own
@@ -53,8 +54,6 @@ from cemctl.report.stats import (
     Estimate,
     TEstimate,
     decide,
-    holm,
-    holm_levels,
     paired_estimate,
     pooled_estimate,
     pooled_variance,
@@ -421,11 +420,11 @@ def convergence(arm_runs: Sequence[Sequence[str]], slopes: Mapping[str, float] |
 
 
 def _variants(part: PartSpec, tuned: bool) -> list[str]:
-    """The keys whose other values make robustness rows: pinned (to one value) by the selectors, not contrasted,
-    not the seed, and not the learning rate of an own-optimum contrast."""
-    contrast = _contrast_keys(part.arms)
+    """The keys whose other values make robustness rows: pinned to one value by every selector that names them
+    (a sublayer's settings pinned on its CEM arms only count), not the seed, not the learning rate of an
+    own-optimum contrast, and not a sublayer kind."""
     keys = []
-    for k in sorted({k for sel in part.arms for k in sel} - contrast - {SEED}):
+    for k in sorted({k for sel in part.arms for k in sel} - {SEED} - set(KIND_KEYS)):
         if tuned and k == LR:
             continue
         if len({repr(sel[k]) for sel in part.arms if k in sel}) == 1:
@@ -614,35 +613,59 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                     "declared": (declared or {}).get((source, claim.id, part.name), ""),
                     "sequential": sequential,
                 }
+                row["_ps"] = dict(d.candidates)
                 if power:
                     row["_power"] = (est, info)
                 rows.append(row)
                 family.append((len(rows) - 1, est, part, margin))
-        ps = [rows[i]["p"] for i, *_ in family]
-        adjusted, levels = holm(ps), holm_levels(ps, ALPHA)
-        for (i, est, part, margin), p_adj, level in zip(family, adjusted, levels):
-            if power:
-                e, info = rows[i].pop("_power")
-                rows[i].update(power_needs(e, info, part.expect, margin, part.coefs,
-                                           level if math.isfinite(level) else ALPHA / max(1, len(family))))
-            if est is None or not math.isfinite(p_adj):
-                rows[i].update(p_holm=math.nan, holm_low=math.nan, holm_high=math.nan, label_holm=rows[i]["label"],
-                               verdict_holm=rows[i]["verdict"], holm_level=math.nan)
-                continue
-            low, high = _interval(est, 1 - level)
-            if p_adj <= ALPHA:
-                d = decide(est, part.expect, margin if math.isfinite(margin) else 0.0, level)
-                label, verdict = d.label, d.verdict
-            else:
-                label, verdict = "inconclusive", "inconclusive"
-            rows[i].update(p_holm=p_adj, holm_low=low, holm_high=high, label_holm=label, verdict_holm=verdict,
-                           holm_level=level)
+        _adjust(rows, family, power)
     parts = pd.DataFrame(rows)
     if power and not parts.empty and "seeds_for_80pct_power" in parts.columns:
         parts["seeds_for_80pct_power"] = parts["seeds_for_80pct_power"].astype(object)
     robust = pd.DataFrame(robust_rows, columns=["claim", "part", "scale", "key", "value", "effect", "ci95_low",
                                                 "ci95_high", "method", "n", "label", "runs"])
     return Page(parts, robust)
+
+
+def _adjust(rows: list[dict[str, Any]], family: list[tuple[int, Estimate | None, PartSpec, float]],
+            power: bool) -> None:
+    """The adjusted columns of one scale's parts: the step-down over their label hypotheses
+    (`cemctl.report.sequential.step_down`), each part's label at the level it was decided at."""
+    import numpy as np
+
+    from cemctl.report.sequential import LABELS, step_down
+    from cemctl.report.stats import CONTRADICTS, HOLDS
+
+    live = [(i, est, part, margin) for i, est, part, margin in family
+            if est is not None and math.isfinite(rows[i]["p"])]
+    if live:
+        ps = {lab: np.array([rows[i]["_ps"].get(lab, np.nan) for i, *_ in live]) for lab in LABELS}
+        margins = [margin if math.isfinite(margin) else 0.0 for *_, margin in live]
+        decided, labels, adjusted, levels = step_down(ps, [part.expect for _, _, part, _ in live], margins, ALPHA)
+        result = {i: (bool(d), str(lab), float(pa), float(lv))
+                  for (i, *_), d, lab, pa, lv in zip(live, decided, labels, adjusted, levels)}
+    else:
+        result = {}
+    for i, est, part, margin in family:
+        row = rows[i]
+        row.pop("_ps", None)
+        decided_, label, p_adj, level = result.get(i, (False, "", math.nan, math.nan))
+        if power:
+            e, info = row.pop("_power")
+            row.update(power_needs(e, info, part.expect, margin, part.coefs,
+                                   level if math.isfinite(level) else ALPHA / max(1, len(family))))
+        if i not in result:
+            row.update(p_holm=math.nan, holm_low=math.nan, holm_high=math.nan, label_holm=row["label"],
+                       verdict_holm=row["verdict"], holm_level=math.nan)
+            continue
+        low, high = _interval(est, 1 - level)
+        if decided_:
+            verdict = "holds" if label in HOLDS[part.expect] else \
+                ("contradicted" if label in CONTRADICTS[part.expect] else "inconclusive")
+        else:
+            label, verdict = "inconclusive", "inconclusive"
+        row.update(p_holm=p_adj, holm_low=low, holm_high=high, label_holm=label, verdict_holm=verdict,
+                   holm_level=level)
 
 
 def evaluate_claims(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: Sequence[str] | None = None,

@@ -249,7 +249,10 @@ def _power_t(expect: str, margin: float, se: float, df: float, alpha: float) -> 
     crit = float(stats.t.ppf(1 - alpha / 2, df))
     if expect in (LOWER, HIGHER):
         nc = margin / se
-        return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+        power = float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+        if not math.isfinite(power):  # scipy's noncentral t fails far in the tail: the normal limit
+            power = float(stats.norm.sf(crit - nc) + stats.norm.cdf(-crit - nc))
+        return min(1.0, power)
 
     # close at a true 0: |effect| + crit * s < margin, effect ~ N(0, se^2), s = se * sqrt(chi2_df / df)
     def integrand(x: float) -> float:
