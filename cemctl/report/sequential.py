@@ -231,7 +231,6 @@ def step_down(label_ps: Mapping[str, Any], expects: Sequence[str], margins: Sequ
         return empty, np.full(shape, "", dtype=object), np.ones(shape), np.full(shape, np.nan)
     p = np.stack([h[2] for h in hyps], axis=-1)  # (..., H)
     part = np.array([h[0] for h in hyps])
-    kind = [h[1] for h in hyps]
     members = np.bincount(part, minlength=m)
     order = np.argsort(p, axis=-1, kind="stable")
     flat_p = np.take_along_axis(p, order, axis=-1)
