@@ -46,6 +46,7 @@ class Profile:
     values: np.ndarray  # (seeds, lrs) losses
     run_ids: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # why rates or seeds were left out
+    _cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, table: Mapping[float, Mapping[int, float]], run_ids: Sequence[str] = ()) -> "Profile | str":
@@ -71,28 +72,33 @@ class Profile:
     def n(self) -> int:
         return len(self.seeds)
 
-    def optimum(self) -> tuple[float, float, str]:
-        """(lr, loss, edge) of the seed-mean profile's Akima minimum; edge '' | 'low' | 'high'."""
+    def _minima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The Akima minima of the seed-mean profile, of each leave-one-seed-out mean profile and of each seed's
+        own profile, in one batch: rows 0, 1..n, n+1..2n."""
         from cemctl.report.optimum import akima_minima
 
-        lr, loss, at_edge = akima_minima(self.lrs, self.values.mean(axis=0))
+        if getattr(self, "_cache", None) is None:
+            n = self.n
+            total = self.values.sum(axis=0, keepdims=True)
+            batch = np.concatenate([total / n, (total - self.values) / (n - 1), self.values], axis=0)
+            lr, loss, edge = akima_minima(self.lrs, batch)
+            self._cache = (np.asarray(lr, dtype=float), np.asarray(loss, dtype=float), np.asarray(edge, dtype=bool))
+        return self._cache
+
+    def optimum(self) -> tuple[float, float, str]:
+        """(lr, loss, edge) of the seed-mean profile's Akima minimum; edge '' | 'low' | 'high'."""
+        lr, loss, at_edge = (v[0] for v in self._minima())
         edge = "" if not bool(at_edge) else ("low" if math.isclose(float(lr), self.lrs[0]) else "high")
         return float(lr), float(loss), edge
 
     def leave_one_out(self) -> np.ndarray:
         """The tuned loss with each seed left out (n,)."""
-        from cemctl.report.optimum import akima_minima
-
-        n = self.n
-        loo = (self.values.sum(axis=0, keepdims=True) - self.values) / (n - 1)
-        return np.asarray(akima_minima(self.lrs, loo)[1], dtype=float)
+        return self._minima()[1][1:self.n + 1]
 
     def per_seed(self) -> tuple[np.ndarray, np.ndarray]:
         """Each seed's own optimum: (lrs, losses)."""
-        from cemctl.report.optimum import akima_minima
-
-        lr, loss, _ = akima_minima(self.lrs, self.values)
-        return np.asarray(lr, dtype=float), np.asarray(loss, dtype=float)
+        lr, loss, _ = self._minima()
+        return lr[self.n + 1:], loss[self.n + 1:]
 
     def jackknife_var(self) -> float:
         loo = self.leave_one_out()
