@@ -262,7 +262,7 @@ def test_claims_command_writes_the_plan_the_verdicts_csv_and_a_figure(tmp_path):
     assert res.returncode == 0, res.output
     assert "A" in res.stdout and "holds" in res.stdout
     md = (out / "claims.md").read_text()
-    assert "Holm's step-down procedure" in md and "Margins are ours" in md and "| A | tiny | holds |" in md
+    assert "Shaffer's S1" in md and "Margins are ours" in md and "| A | tiny | holds |" in md
     parts = pd.read_csv(out / "claims.csv")
     assert {"claim", "part", "effect", "runs", "verdict", "verdict_holm", "holm_low", "holm_high"} <= set(parts.columns)
     assert len(parts.loc[0, "runs"].split(",")) == 6

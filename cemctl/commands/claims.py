@@ -1,9 +1,13 @@
 """`cemctl claims [--scale S] [--out DIR] [--power]`: do the claims the grids declare hold on the runs there are?
 
 Prints one verdict per claim and scale (holds / contradicted / partly / inconclusive /
-not run, from the Holm-adjusted part verdicts) and, with `--power`, the seeds each
-part needs for 80% power at its margin; writes claims.md (the statistical plan and
-every part, unadjusted and adjusted), claims.csv, claims_summary.csv and
+not run, from the adjusted part verdicts), then every part: its effect, 95% interval,
+label, and verdict before and after the adjustment over the page (80 columns: the
+part's name above its numbers); notes for parts whose own-optimum and fixed-lr
+contrasts disagree, that are not converged, or whose lr profile should be extended;
+with `--power`, the seeds each undecided part needs for 80% power at its margin and
+adjusted level, over the 80% interval of its s.d. Writes claims.md (the statistical
+plan and every part), claims.csv, claims_robustness.csv, claims_summary.csv and
 claims.png/pdf into `--out` (default reports/claims). Library:
 `cemctl.services.claims.claims_report`; the statistics: `cemctl.report.claims`.
 """
@@ -27,37 +31,112 @@ from cemctl.commands.common import (
 )
 
 
+VERDICT_STYLES = {"holds": "green", "contradicted": "bold red", "partly contradicted": "yellow",
+                  "partly holds": "yellow", "not run": "dim", "inconclusive": ""}
+INDENT = "   "
+MIN_PART = 28  # below this many characters for the part's name, each part takes two lines
+
+
+def _num(v: float) -> str:
+    if not isinstance(v, float) or math.isnan(v):
+        return "-"
+    return ("+inf" if v > 0 else "-inf") if math.isinf(v) else f"{v:+.3f}"
+
+
 class ClaimsView:
+    """The claims' verdicts, then one row per part (effect, 95% interval, label, verdict before and after the
+    adjustment), fitted to the terminal: a part's name beside its numbers when there is room, above them
+    otherwise (80 columns)."""
+
     def __init__(self, result, width: int | None, power: bool) -> None:  # noqa: ANN001 - ClaimsResult
         from cem_core.names import printable
         from cemctl.commands.views.table import Cell, Column, fit
 
-        styles = {"holds": "green", "contradicted": "bold red", "partly contradicted": "yellow",
-                  "partly holds": "yellow", "not run": "dim"}
+        self.width = width
         cols = [Column("claim", "claim", required=True), Column("scale", "scale", priority=2),
                 Column("verdict", "verdict", required=True), Column("statement", "statement", priority=3, shrink_to=20)]
         self.rows = [{"claim": Cell(str(r.claim)), "scale": Cell(r.scale or "-"),
-                      "verdict": Cell(r.verdict, styles.get(r.verdict, "")), "statement": Cell(printable(r.statement))}
+                      "verdict": Cell(r.verdict, VERDICT_STYLES.get(r.verdict, "")),
+                      "statement": Cell(printable(r.statement))}
                      for r in result.claims.itertuples()]
         self.layout = fit(cols, self.rows, width)
         parts = result.parts
+        scales = len(set(parts["scale"])) > 1 if not parts.empty else False
+        self.names = [f"{r.claim}. {printable(r.part)}" + (f" ({r.scale})" if scales else "")
+                      for r in parts.itertuples()]
+        self.part_rows = [{
+            "part": Cell(name), "effect": Cell(_num(r.effect)),
+            "ci95": Cell(f"[{_num(r.ci95_low)}, {_num(r.ci95_high)}]" if math.isfinite(r.effect) else ""),
+            "label": Cell(r.label), "verdict": Cell(r.verdict, VERDICT_STYLES.get(r.verdict, "")),
+            "adjusted": Cell(r.verdict_holm, VERDICT_STYLES.get(r.verdict_holm, ""))}
+            for name, r in zip(self.names, parts.itertuples())]
+        numbers = [Column("effect", "effect", required=True, align="right"),
+                   Column("ci95", "95% interval", required=True), Column("label", "label", required=True),
+                   Column("verdict", "verdict", required=True), Column("adjusted", "adjusted", required=True)]
+        wide = fit([Column("part", "part", required=True)] + numbers,
+                   [{**r, "part": Cell("")} for r in self.part_rows], None)
+        room = None if width is None else width - sum(w for _, w in wide.columns) - 2 * len(wide.columns)
+        self.two_lines = room is not None and room < MIN_PART
+        if self.two_lines:
+            self.part_layout = fit(numbers, self.part_rows, max(1, (width or 80) - len(INDENT)))
+        else:
+            part_col = Column("part", "part", required=room is None, shrink_to=MIN_PART, priority=1)
+            self.part_layout = fit([part_col] + numbers, self.part_rows, width)
         self.notes = [f"  to decide more: {n}" for n in sorted({n for n in parts.get("next", []) if n})]
+        unconverged = [r for r in parts.itertuples() if getattr(r, "convergence", "") == "not converged"]
+        for r in parts.itertuples():
+            if getattr(r, "disagree", False) is True:
+                self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {r.at} says {r.label}, {r.other_at} says "
+                                  f"{r.other_label}")
+            if getattr(r, "advice", ""):
+                self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {r.advice}")
+        if len(unconverged) > 3:  # one line for many
+            worst = max(unconverged, key=lambda r: r.fall_per_10pct)
+            self.notes.append(f"  not converged: {len(unconverged)} parts (claims "
+                              f"{', '.join(dict.fromkeys(str(r.claim) for r in unconverged))}): an arm still falls "
+                              f"up to {worst.fall_per_10pct:.4f} per 10% of its budget, more than the margins")
+        else:
+            for r in unconverged:
+                self.notes.append(f"  claim {r.claim}, {printable(r.part)}: not converged (an arm still falls "
+                                  f"{r.fall_per_10pct:.4f} per 10% of its budget, margin {r.margin:.4f})")
         if power and "seeds_for_80pct_power" in parts.columns:
             for r in parts.itertuples():
-                v = r.seeds_for_80pct_power
                 if r.verdict_holm in ("holds", "contradicted") or r.verdict == "not run":
                     continue
-                need = "more than 64" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
-                self.notes.append(f"  claim {r.claim}, {r.part} ({r.scale}): {need} seeds per arm for 80% power "
-                                  f"at its margin")
+                v, lo, hi = r.seeds_for_80pct_power, getattr(r, "seeds_low", None), getattr(r, "seeds_high", None)
+                need = "more than 1000" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
+                spread = ""
+                if any(x is not None and not (isinstance(x, float) and math.isnan(x)) for x in (lo, hi)):
+                    def txt(x: object) -> str:
+                        return "> 1000" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))  # type: ignore[arg-type]
+                    spread = f" ({txt(lo)}-{txt(hi)} over the s.d.'s 80% interval)"
+                self.notes.append(f"  claim {r.claim}, {printable(r.part)} ({r.scale}): {need} seeds per arm for 80% "
+                                  f"power at its margin and adjusted level{spread}")
         self.notes += [f"  note: {printable(n)}" for n in getattr(result, "code_notes", [])]
         self.out = f"written to {result.out_dir}/claims.md (and claims.csv, claims.png)" if result.out_dir else ""
+
+    TITLE = "the claims (verdicts adjusted over every part)"
+    PARTS = "the parts (adjusted: after the step-down over every part)"
+
+    def _cut(self, text: str) -> str:
+        if self.width is None or len(text) <= self.width:
+            return text
+        return text[: self.width - 1] + "\u2026"
 
     def plain_lines(self) -> list[str]:
         from cemctl.commands.views.table import render_plain
 
-        return ["the claims (verdicts after Holm over every part)"] + render_plain(self.layout, self.rows) + \
-            self.notes + ([self.out] if self.out else [])
+        lines = [self.TITLE] + render_plain(self.layout, self.rows)
+        if self.part_rows:
+            body = render_plain(self.part_layout, self.part_rows)
+            lines += ["", self.PARTS]
+            if self.two_lines:
+                lines += [INDENT + body[0], INDENT + body[1]]
+                for name, row in zip(self.names, body[2:]):
+                    lines += [self._cut(name), INDENT + row]
+            else:
+                lines += body
+        return lines + self.notes + ([self.out] if self.out else [])
 
     def rich(self):  # noqa: ANN201
         from rich.console import Group
@@ -65,9 +144,21 @@ class ClaimsView:
 
         from cemctl.commands.views.table import render_rich
 
-        return Group(Text("the claims (verdicts after Holm over every part)", style="bold"),
-                     render_rich(self.layout, self.rows), *[Text(n) for n in self.notes],
-                     *([Text(self.out, style="dim")] if self.out else []))
+        items: list[object] = [Text(self.TITLE, style="bold"), render_rich(self.layout, self.rows)]
+        if self.part_rows:
+            items += [Text(""), Text(self.PARTS, style="bold")]
+            body = render_rich(self.part_layout, self.part_rows)
+            if self.two_lines:
+                lines = body.split("\n")
+                items += [Text(INDENT) + lines[0], Text(INDENT) + lines[1]]
+                for name, row in zip(self.names, lines[2:]):
+                    items += [Text(self._cut(name), no_wrap=True, overflow="ellipsis"), Text(INDENT) + row]
+            else:
+                items.append(body)
+        items += [Text(n) for n in self.notes]
+        if self.out:
+            items.append(Text(self.out, style="dim"))
+        return Group(*items)  # type: ignore[arg-type]
 
 
 def register(app: typer.Typer) -> None:
@@ -76,7 +167,8 @@ def register(app: typer.Typer) -> None:
         scale: Optional[str] = ScaleFilterOption,
         out: str = typer.Option("reports/claims", "--out", "-o", help="Output folder (replaced only if an earlier `cemctl claims` wrote it)."),
         power: bool = typer.Option(False, "--power", help="Also the seeds each undecided part needs for 80% power at "
-                                   "its margin (from the observed variance)."),
+                                   "its margin and adjusted level (from the observed variance, with its "
+                                   "uncertainty)."),
         no_sync: bool = typer.Option(False, "--no-sync", help="Use the database as it is, without reading run dirs."),
         db: Optional[str] = DbOption,
         runs: Optional[str] = RunsDirOption,

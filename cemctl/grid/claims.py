@@ -184,8 +184,10 @@ def _selector(item: Any, where: str, path: str) -> dict[str, Any]:
     return out
 
 
-def parse_claims(value: Any, path: str) -> list[ClaimSpec]:
-    """The `[[claim]]` tables of a grid file, checked (one line naming the key and the allowed values)."""
+def parse_claims(value: Any, path: str, *, strict: bool = True) -> list[ClaimSpec]:
+    """The `[[claim]]` tables of a grid file, checked (one line naming the key and the allowed values).
+    `strict=False` (a grid recorded by an older cemctl, `recorded_claims`): a part changing more than one key
+    without saying so is read, not refused (the refusal is for planning)."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -212,12 +214,12 @@ def parse_claims(value: Any, path: str) -> list[ClaimSpec]:
             raise _err(f"{where}.part", "needs at least one [[claim.part]]", path)
         claim = ClaimSpec(str(cid), statement.strip(), source=path)
         for j, p in enumerate(parts):
-            claim.parts.append(_part(p, f"{where}.part[{j}]", path))
+            claim.parts.append(_part(p, f"{where}.part[{j}]", path, strict))
         claims.append(claim)
     return claims
 
 
-def _part(raw: Any, where: str, path: str) -> PartSpec:
+def _part(raw: Any, where: str, path: str, strict: bool = True) -> PartSpec:
     if not isinstance(raw, dict):
         raise _err(where, "must be a table", path)
     for k in raw:
@@ -272,13 +274,24 @@ def _part(raw: Any, where: str, path: str) -> PartSpec:
     differ = changed_keys(selectors)
     if changes and sorted(set(changes)) != differ:
         raise _err(f"{where}.changes", f"lists {sorted(set(changes))} but the arms differ in {differ}", path)
-    if len(differ) > CHANGES_ALLOWED[statistic] and not changes:
+    if len(differ) > CHANGES_ALLOWED[statistic] and not changes and strict:
         one = "an interaction two" if statistic == "interaction" else "one"
         raise _err(f"{where}.arms", f"the arms differ in {len(differ)} keys ({', '.join(differ)}); a {statistic} "
                    f"changes {one}: split the part, or say so with changes = {_toml_list(differ)}", path)
     return PartSpec(name.strip(), statistic, selectors, expect, margin, paired or variance == "paired",
                     reference - 1, at=at, variance=variance or ("paired" if paired else ""),
                     changes=tuple(sorted(set(changes))))
+
+
+def recorded_claims(text: str, path: str = "") -> list[ClaimSpec]:
+    """The [[claim]] tables of a recorded grid's text, read as `cemctl claims` and reports read them: leniently
+    ([] when the text has none or cannot be read now)."""
+    import tomllib
+
+    try:
+        return parse_claims(tomllib.loads(text or "").get("claim"), path, strict=False)
+    except (tomllib.TOMLDecodeError, ConfigError):
+        return []
 
 
 def _toml_list(keys: list[str]) -> str:

@@ -390,14 +390,15 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     if include_curves and (curves is None or curves.empty) and runs_root is not None:
         curves = curves_from_run_dirs(runs_root, runs["run_id"])
     others = [x for x in scale_summaries(engine, experiment) if x.scale != chosen]
-    from cemctl.grid.spec import claims_from_text, options_from_text
+    from cemctl.grid.claims import recorded_claims
+    from cemctl.grid.spec import options_from_text
 
     axes = records.experiments[experiment].axes if experiment in records.experiments else []
     info = ExperimentInfo(exp.name, exp.figure, grid_path=exp.grid_path, grid_sha256=exp.grid_sha256,
                           description=exp.description, scale=chosen or "",
                           other_scales=[f"{x.scale} ({x.done}/{x.runs} done; --scale {x.scale})" for x in others],
                           options=options_from_text(exp.grid_text, exp.grid_path), axes=axes, where=describe(conds),
-                          claims=claims_from_text(exp.grid_text, exp.grid_path))
+                          claims=recorded_claims(exp.grid_text, exp.grid_path))
     if info.figure not in FIGURE_KINDS:
         raise ConfigError("experiment.figure", f"unknown figure kind {info.figure!r} in experiment {exp.name!r}",
                           value=info.figure, allowed=FIGURE_KINDS.names(), source=exp.grid_path or None)

@@ -1,0 +1,200 @@
+"""The analysis declared before the data: claim registrations and until-decided designs, kept in the runs folder.
+
+    register_claims(engine, "fig2a", runs_root)              # at launch: each part's declaration, hashed
+    labels = declared_labels(runs_root, claims)             # (experiment, claim, part) -> confirmatory | exploratory
+    design = load_design(runs_root, "fig2a", "cpu")         # an until-decided design and its looks
+    save_design(runs_root, design, ...)
+
+Both live under `<runs root>/.claims/` beside the runs they describe (ground truth in files, as the runs are;
+`cemctl sync` never needs them, a copied runs folder carries them):
+
+- `registry.jsonl`: one line per launch that found a claim declaration not registered before: the time, the
+  experiment and scale, the grid's sha256, the claims' text (canonical JSON of every [[claim]] of the grid) and
+  its sha256, and per part its declaration's sha256 and how many of its arms' runs had finished then.
+  A part is `confirmatory` when its current declaration was first registered before any of its runs had
+  finished; `exploratory` when the declaration changed (or was first made) after results existed, or differs
+  from every registered one; `not registered` when no launch recorded it (runs imported from an archive).
+- `sequential/<experiment>@<scale>.json`: the until-decided design (alpha, spending, the seed cap, its parts)
+  and its looks (the finished runs at each), and why it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from cem_core.runfiles import atomic_write_json
+
+FOLDER = ".claims"
+REGISTRY = "registry.jsonl"
+SEQUENTIAL = "sequential"
+
+
+def _sha(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def finished_runs(engine: Any, scale: str | None) -> Any:
+    """The finished runs at a scale with their arms: the one read of runs this module makes (switch it to the
+    run record here)."""
+    from cemctl.report.aggregate import finished
+    from cemctl.report.arms import with_arms
+    from cemctl.report.frame import load_runs
+
+    frame = load_runs(engine, None, scale=scale)
+    if frame.empty:
+        return frame
+    return with_arms(finished(frame, "test_loss"))
+
+
+def part_run_ids(part: Any, runs: Any) -> list[str]:
+    """The finished runs any of the part's arms could use (its selectors; without train.lr for an lr profile)."""
+    from cemctl.grid.claims import LR, SWEEP_STATISTICS, _selector_matches
+    from cemctl.report.arms import config_of
+
+    if runs is None or len(runs) == 0:
+        return []
+    free = part.tuned or part.statistic in SWEEP_STATISTICS
+    selectors = [{k: v for k, v in sel.items() if not (free and k == LR)} for sel in part.arms]
+    out = []
+    for row in runs.to_dict("records"):
+        cfg = config_of(row)
+        if any(_selector_matches(cfg, sel) for sel in selectors):
+            out.append(str(row["run_id"]))
+    return out
+
+
+def register_claims(engine: Any, experiment: str, runs_root: Path | str, *, scale: str | None = None,
+                    now: float | None = None) -> int:
+    """Record the experiment's claim declarations not registered before (at launch); returns how many parts
+    were new or changed. Nothing is written for an experiment without claims."""
+    from cemctl.db.runs import get_experiment
+    from cemctl.grid.claims import recorded_claims
+
+    exp = get_experiment(engine, experiment)
+    if exp is None or not exp.grid_text:
+        return 0
+    claims = recorded_claims(exp.grid_text, exp.grid_path or experiment)
+    if not claims:
+        return 0
+    scale = scale or exp.scale or ""
+    known = {(r["experiment"], p["claim"], p["part"], p["sha256"])
+             for r in read_registry(runs_root) for p in r.get("parts", [])}
+    declared = [{"id": c.id, "statement": c.statement, "parts": [p.declaration() for p in c.parts]} for c in claims]
+    new = [(c, p) for c in claims for p in c.parts if (experiment, c.id, p.name, _sha(p.declaration())) not in known]
+    if not new:
+        return 0
+    runs = finished_runs(engine, scale)
+    line = {
+        "time": time.time() if now is None else now, "experiment": experiment, "scale": scale,
+        "grid_sha256": exp.grid_sha256, "claims_sha256": _sha(declared), "claims": declared,
+        "parts": [{"claim": c.id, "part": p.name, "sha256": _sha(p.declaration()),
+                   "finished": len(part_run_ids(p, runs))} for c in claims for p in c.parts],
+    }
+    path = Path(runs_root) / FOLDER / REGISTRY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:  # one write of one line: appends from two launches do not interleave
+        f.write(json.dumps(line, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return len(new)
+
+
+def read_registry(runs_root: Path | str | None) -> list[dict[str, Any]]:
+    if runs_root is None:
+        return []
+    path = Path(runs_root) / FOLDER / REGISTRY
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line
+        if isinstance(rec, dict) and isinstance(rec.get("parts"), list):
+            out.append(rec)
+    return sorted(out, key=lambda r: float(r.get("time") or 0))
+
+
+def _date(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def declared_label(records: Sequence[Mapping[str, Any]], experiment: str, claim: str, part: Any) -> str:
+    """confirmatory / exploratory / not registered, with the date and why (see the module docstring)."""
+    current = _sha(part.declaration())
+    seen = [(float(r["time"]), p) for r in records if r.get("experiment") == experiment
+            for p in r["parts"] if p.get("claim") == claim and p.get("part") == part.name]
+    if not seen:
+        return "not registered"
+    mine = [(t, p) for t, p in seen if p.get("sha256") == current]
+    if not mine:
+        return "exploratory: the declaration differs from every registered one"
+    t, p = mine[0]
+    if int(p.get("finished", 0)) == 0:
+        return f"confirmatory (declared {_date(t)}, before its runs finished)"
+    earlier = [q for u, q in seen if u < t and q.get("sha256") != current]
+    what = "changed" if earlier else "first declared"
+    return f"exploratory ({what} {_date(t)}, after {p['finished']} of its runs had finished)"
+
+
+def declared_labels(runs_root: Path | str | None, claims: Iterable[Any]) -> dict[tuple[str, str, str], str]:
+    records = read_registry(runs_root)
+    out = {}
+    for claim in claims:
+        for part in claim.parts:
+            source = part.source or claim.source
+            out[(source, claim.id, part.name)] = declared_label(records, source, claim.id, part)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- designs
+
+
+def design_path(runs_root: Path | str, experiment: str, scale: str) -> Path:
+    return Path(runs_root) / FOLDER / SEQUENTIAL / f"{experiment}@{scale or '-'}.json"
+
+
+def read_design(runs_root: Path | str, experiment: str, scale: str) -> dict[str, Any] | None:
+    path = design_path(runs_root, experiment, scale)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("design"), dict) else None
+
+
+def write_design(runs_root: Path | str, experiment: str, scale: str, data: Mapping[str, Any]) -> Path:
+    path = design_path(runs_root, experiment, scale)
+    atomic_write_json(path, dict(data), durable=True, indent=1, make_parents=True)
+    return path
+
+
+def load_designs(runs_root: Path | str | None, scale: str | None = None) -> list[Any]:
+    """Every recorded until-decided design (at `scale`), as `cemctl.report.sequential.Design`."""
+    from cemctl.report.sequential import Design
+
+    if runs_root is None:
+        return []
+    folder = Path(runs_root) / FOLDER / SEQUENTIAL
+    if not folder.is_dir():
+        return []
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            d = data["design"]
+            design = Design(str(d["experiment"]), str(d["scale"]), int(d["max_seeds"]),
+                            frozenset(tuple(x) for x in d["family"]),
+                            [frozenset(look["runs"]) for look in data.get("looks", [])], float(d.get("alpha", 0.05)))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if scale is None or design.scale == scale:
+            out.append(design)
+    return out
