@@ -65,6 +65,9 @@ def register(app: typer.Typer) -> None:
         max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="slurm: starts per run, requeues included."),
         sbatch: Optional[List[str]] = typer.Option(None, "--sbatch", help="slurm: extra sbatch flag key=value or key (repeatable)."),
         heartbeat_timeout_s: Optional[float] = HeartbeatTimeoutOption,
+        until: bool = typer.Option(False, "--until-decided", help="Then seeds in rounds for the arms of undecided claim parts until every part is decided (alpha spending; docs/claims.md)."),
+        max_seeds: int = typer.Option(16, "--max-seeds", help="--until-decided: the seed cap per arm (the design's maximum)."),
+        budget_hours: Optional[float] = typer.Option(None, "--budget-hours", help="--until-decided: stop before a round would pass this many run-hours."),
         as_json: bool = typer.Option(False, "--json", help="Print the launch report as JSON."),
         progress_every_s: float = typer.Option(60.0, "--progress-every-s", min=1.0, help="local, without a terminal "
                                                "(pipes, --detach logs, CI): a progress line per running run this often."),
@@ -95,6 +98,10 @@ def register(app: typer.Typer) -> None:
                 prepare=prepare, data_workers=data_workers,
                 seeds=parse_seeds(seeds) if seeds is not None else None, add_seeds=add_seeds,
             )
+            if until:  # rounds of seeds until the claims are decided (cemctl.services.launch.until_decided)
+                from cemctl.commands.until_decided import run_until_decided
+
+                return run_until_decided(req, db_url(db), runs_dir(runs), max_seeds, budget_hours, as_json)
             if detach and not dry_run:
                 if executor != "local":
                     from cem_core.errors import ConfigError

@@ -51,6 +51,8 @@ def plan_command(
         typer.echo(json.dumps(report.to_json(), indent=1, sort_keys=False))
     else:
         _print_table(report)
+        for note in report.claim_notes:  # what the grid's own-optimum claims need (nothing is edited)
+            typer.echo(f"note: {note}")
 
 
 def register(app: typer.Typer) -> None:

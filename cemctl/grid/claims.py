@@ -370,16 +370,20 @@ def profile_notes(runs: list[tuple[dict[str, Any], str]], claims: list[ClaimSpec
                 for setting, lrs in sorted(by_setting.items()):
                     where = f"claim {claim.id}, {part.name!r}, arm {k + 1} ({scale}{'/' + setting if setting else ''})"
                     have = sorted(lrs)
-                    gaps = [(a, b) for a, b in zip(have, have[1:]) if math.log2(b / a) > HALF_OCTAVE * 1.15]
+                    chain = best = 1  # the longest run of rates half an octave apart
+                    for a, b in zip(have, have[1:]):
+                        chain = chain + 1 if math.log2(b / a) <= HALF_OCTAVE * 1.15 else 1
+                        best = max(best, chain)
                     if len(have) < MIN_PROFILE:
                         add = profile_advice(have)
                         notes.append(f"{where}: its own-optimum profile has {len(have)} learning rate"
                                      f"{'s' if len(have) != 1 else ''} ({', '.join(f'{v:g}' for v in have)}), "
                                      f"needs {MIN_PROFILE} at half-octave spacing: extend the profile with train.lr = "
                                      f"{', '.join(f'{v:g}' for v in add)}")
-                    elif gaps:
-                        fill = [half_octave(a, 1) for a, _ in gaps]
-                        notes.append(f"{where}: gaps wider than half an octave in its profile "
-                                     f"({', '.join(f'{a:g}-{b:g}' for a, b in gaps)}): add train.lr = "
+                    elif best < MIN_PROFILE:
+                        fill = [half_octave(a, 1) for a, b in zip(have, have[1:])
+                                if math.log2(b / a) > HALF_OCTAVE * 1.15]
+                        notes.append(f"{where}: no {MIN_PROFILE} of its rates are half an octave apart "
+                                     f"({', '.join(f'{v:g}' for v in have)}): add train.lr = "
                                      f"{', '.join(f'{v:g}' for v in fill)}")
     return notes

@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cem_core.errors import ConfigError
 from cem_core.plugins import sync_plugin_copy
@@ -33,6 +33,7 @@ class PlanReport:
     rows: list[dict[str, Any]]
     new_runs: int = 0
     totals: dict[str, Any] = field(default_factory=dict)
+    claim_notes: list[str] = field(default_factory=list)  # own-optimum profiles short of rates (cemctl.grid.claims)
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan
@@ -40,6 +41,7 @@ class PlanReport:
             "experiment": p.name, "figure": p.figure, "scale": p.scale, "grid": p.path,
             "overrides": p.overrides, "varied": p.varied, "excluded": p.excluded,
             "duplicates": p.duplicates, "new_runs": self.new_runs, "totals": self.totals, "runs": self.rows,
+            "claim_notes": self.claim_notes,
         }
 
 
@@ -67,6 +69,18 @@ def write_run_configs(plan: Plan, runs_root: Path | str) -> int:
             atomic_write_json(path, pr.config.to_dict(), durable=False, indent=1, make_parents=True)
             written += 1
     return written
+
+
+def claim_profile_notes(plan: Plan) -> list[str]:
+    """What the grid's own-optimum claims still need at this scale: the lr profile points to add."""
+    from cem_core.config import flatten
+    from cemctl.grid.claims import profile_notes, recorded_claims
+
+    claims = recorded_claims(plan.text, plan.path)
+    if not claims:
+        return []
+    runs = [(flatten(pr.config.to_dict()), str(pr.config.model.size)) for pr in plan.runs]
+    return profile_notes(runs, claims, plan.scale)
 
 
 def grid_path(target: str | Path) -> Path:
@@ -134,8 +148,10 @@ def plan_experiment(
     record: bool = True,
     seeds: list[int] | None = None,
     add_seeds: int = 0,
+    only: Callable[[Any], bool] | None = None,
 ) -> PlanReport:
-    """Validate and expand the grid, then (if `record`) write config.json files and record the runs."""
+    """Validate and expand the grid, then (if `record`) write config.json files and record the runs (`only`: the
+    planned runs it keeps, e.g. the arms a round of `launch --until-decided` adds seeds to)."""
     if not (gpu_tflops > 0 and math.isfinite(gpu_tflops)):
         raise ConfigError("--gpu-tflops", f"must be a positive, finite number, got {gpu_tflops}")
     if not 0 < mfu <= 1:
@@ -143,8 +159,10 @@ def plan_experiment(
     if not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
         raise ConfigError("--cpu-gflops", f"must be a positive, finite number, got {cpu_gflops}")
     plan = load_grid(grid_path(path), scale, overrides, seeds=seeds, add_seeds=add_seeds)
+    if only is not None:
+        plan.runs = [pr for pr in plan.runs if only(pr)]
     rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
-    report = PlanReport(plan, rows)
+    report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan))
     if record:
         from cemctl.db import open_db, record_plan
         from cemctl.db.engine import DatabaseError, is_readonly

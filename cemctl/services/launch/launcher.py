@@ -56,6 +56,7 @@ class LaunchRequest:
     add_seeds: int = 0  # --add-seeds N: N more seeds after the grid's
     snapshot: bool = True  # run jobs from a code snapshot (tests of the executor may turn it off)
     job_env: dict[str, str] = field(default_factory=dict)  # extra environment for every job
+    keep_run: Callable[[Any], bool] | None = None  # plan only the grid's runs it keeps (--until-decided's rounds)
 
 
 @dataclass
@@ -163,9 +164,10 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
         scale = req.scale or DEFAULT_SCALE
         if req.dry_run:  # validate and show, write nothing (no database, no config.json)
             plan = load_grid(grid_path(grid_target), scale, req.overrides, seeds=req.seeds, add_seeds=req.add_seeds)
+            plan.runs = [pr for pr in plan.runs if req.keep_run is None or req.keep_run(pr)]
         else:
             plan = plan_experiment(grid_target, scale=scale, overrides=req.overrides, db_url=url,
-                                   runs_root=runs_root, seeds=req.seeds, add_seeds=req.add_seeds).plan
+                                   runs_root=runs_root, seeds=req.seeds, add_seeds=req.add_seeds, only=req.keep_run).plan
         runs = [(pr.run_id, runs_root / pr.run_id) for pr in plan.runs]
         return Target(plan.name, runs, _slurm_table(plan.text, grid_target), grid_target,
                       {pr.run_id: dict(pr.axes) for pr in plan.runs})
@@ -227,6 +229,10 @@ def launch(
     engine = _dry_run_db(url) if req.dry_run else open_db(url)  # a dry run creates nothing
     runs_root = resolve_runs_root(engine, runs_root).resolve()
     target = resolve_target(engine, url, runs_root, req)
+    if not req.dry_run:  # the claims' declarations, registered before their runs (cemctl.services.claim_plans)
+        from cemctl.services.claim_plans import register_claims
+
+        register_claims(engine, target.experiment, runs_root, scale=req.scale)
     runs = target.runs
     if req.run_ids is not None:
         wanted = set(req.run_ids)

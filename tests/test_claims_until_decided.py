@@ -1,0 +1,218 @@
+"""`cemctl launch EXPERIMENT --until-decided`: seeds in rounds for the arms of undecided parts, until every part
+is decided, the seed cap or the budget is reached; and the declarations registered at launch (confirmatory or
+exploratory on the claims page).
+
+The loop's tests run the real loop (`cemctl.services.launch.until_decided`) and the real planner with a launcher
+that writes each run's result instead of training it (losses designed per arm and seed), so they take seconds;
+the last test trains tiny models on the CPU through `cemctl launch --until-decided` (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cem_core.errors import ConfigError
+from cemctl.report.sequential import next_round
+from tests.helpers import cli, finish_run, tiny_grid
+
+CLAIM = '''
+[axes]
+"train.lr" = [0.0001, 0.001, 0.0011, 0.01]
+
+[[claim]]
+id = "U"
+statement = "A high learning rate learns faster in six steps; a tenth more does nothing we can see"
+[[claim.part]]
+name = "lr 0.01 - lr 0.0001"
+arms = [{ "train.lr" = 0.01 }, { "train.lr" = 0.0001 }]
+expect = "lower"
+margin = 0.0
+[[claim.part]]
+name = "lr 0.0011 - lr 0.001"
+arms = [{ "train.lr" = 0.0011 }, { "train.lr" = 0.001 }]
+expect = "lower"
+margin = 0.0
+'''
+
+
+def _loss(lr: float, seed: int, small_effect: float) -> float:
+    """Big gap between 0.01 and 0.0001; `small_effect` between 0.0011 and 0.001; seed noise of s.d. 0.02."""
+    noise = float(np.random.default_rng([seed, int(lr * 1e5)]).normal(0, 0.02))
+    base = {0.01: 4.0, 0.0001: 5.0, 0.001: 4.5, 0.0011: 4.5 + small_effect}[lr]
+    return base + noise
+
+
+class FakeLauncher:
+    """The launcher's contract without training: plan (through the real planner, `keep_run` honoured), write each
+    new run's result with a designed loss, sync, report what was 'submitted'."""
+
+    def __init__(self, small_effect: float = 0.0) -> None:
+        self.small_effect = small_effect
+        self.launches: list[list[str]] = []
+
+    def __call__(self, req, url, runs_root):  # noqa: ANN001
+        from cemctl.db import open_db, sync_runs
+        from cemctl.services.claim_plans import register_claims
+        from cemctl.services.plan import plan_experiment
+
+        plan = plan_experiment(req.target, scale=req.scale or "tiny", db_url=url, runs_root=runs_root,
+                               seeds=req.seeds, only=req.keep_run).plan
+        engine = open_db(url)
+        register_claims(engine, plan.name, runs_root, scale=plan.scale)
+        started = []
+        for pr in plan.runs:
+            folder = Path(runs_root) / pr.run_id
+            if (folder / "result.json").exists():
+                continue
+            finish_run(folder, test_loss=_loss(float(pr.config.train.lr), int(pr.config.train.seed),
+                                               self.small_effect))
+            started.append(pr.run_id)
+        sync_runs(engine, runs_root)
+        self.launches.append(started)
+        return SimpleNamespace(experiment=plan.name, submitted=[SimpleNamespace(run_id=r) for r in started],
+                               summary=lambda: f"{len(started)} runs")
+
+
+def _run(tmp_path, fake, **kw):
+    from cemctl.services.launch.launcher import LaunchRequest
+    from cemctl.services.launch.until_decided import until_decided
+
+    grid = tmp_path / "ud.toml"
+    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=CLAIM))
+    lines: list[str] = []
+    report = until_decided(LaunchRequest(target=str(grid), scale="tiny"), f"sqlite:///{tmp_path / 'results.db'}",
+                           tmp_path / "runs", launch_fn=fake, on_round=lines.append, **kw)
+    return report, lines
+
+
+def test_only_the_undecided_parts_arms_get_seeds_until_the_cap(tmp_path):
+    fake = FakeLauncher(small_effect=0.0)
+    report, lines = _run(tmp_path, fake, max_seeds=9)
+    assert report.stop == "seed cap" and "1 part undecided at the cap of 9 seeds" in report.message
+    assert report.seeds == {"lr=0.0001": 3, "lr=0.001": 9, "lr=0.0011": 9, "lr=0.01": 3}
+    assert [len(x) for x in fake.launches] == [12, 4, 4, 4]  # rounds of two seeds for two arms: 5, 7, 9
+    assert lines[0].startswith("round 1: 1 part undecided; 4 runs: 2 arms to 5 seeds")
+    design = json.loads(report.design_path.read_text())
+    assert design["design"]["max_seeds"] == 9 and design["design"]["spending"] == "Lan-DeMets O'Brien-Fleming"
+    assert [len(look["runs"]) for look in design["looks"]] == [12, 16, 20, 24]
+    assert design["stopped"]["reason"] == "seed cap"
+    parts = report.parts.set_index("part")
+    assert parts.loc["lr 0.01 - lr 0.0001", "verdict_holm"] == "holds"
+    assert parts.loc["lr 0.0011 - lr 0.001", "sequential"] == "4 looks at 3, 5, 7, 9 of 9 seeds"
+
+
+def test_it_stops_when_every_part_is_decided(tmp_path):
+    report, lines = _run(tmp_path, FakeLauncher(small_effect=-0.06), max_seeds=15)
+    assert report.stop == "decided" and report.message == "every part is decided"
+    # the big gap may need a round too (at 3 of 15 seeds O'Brien-Fleming asks ~5 standard errors of a 4-df t),
+    # but it is decided no later than the small one, whose arms go on alone
+    assert 3 < report.seeds["lr=0.0011"] < 15 and report.seeds["lr=0.01"] <= report.seeds["lr=0.0011"]
+    assert report.parts.set_index("part").loc["lr 0.0011 - lr 0.001", "verdict_holm"] == "holds"
+
+
+def test_it_stops_before_a_round_would_pass_the_budget(tmp_path):
+    # each fake run takes 1 s: 12 s for the grid, a round of 4 runs more would reach 16 s
+    report, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=14 / 3600)
+    assert report.stop == "budget" and "would pass the budget" in report.message
+    assert report.seeds["lr=0.001"] == 3 and report.rounds == []
+
+
+def test_the_seed_cap_of_a_started_design_cannot_change(tmp_path):
+    _run(tmp_path, FakeLauncher(), max_seeds=5)
+    with pytest.raises(ConfigError, match="started with --max-seeds 5"):
+        _run(tmp_path, FakeLauncher(), max_seeds=9)
+
+
+@pytest.mark.parametrize("parts,kw,stop,arms", [
+    ([{"key": "a", "decided": True, "arms": ["x"]}], {}, "decided", []),
+    ([{"key": "a", "decided": False, "arms": ["x", "y"]}, {"key": "b", "decided": True, "arms": ["z"]}], {}, "",
+     ["x", "y"]),
+    ([{"key": "a", "decided": False, "arms": ["x"]}], {"arm_seeds": {"x": 16}}, "seed cap", []),
+    ([{"key": "a", "decided": False, "arms": ["x", "y"]}], {"budget_hours": 1.0, "spent_hours": 0.95}, "budget", []),
+])
+def test_the_rounds_decision_is_a_pure_function(parts, kw, stop, arms):
+    args = dict(arm_seeds={"x": 3, "y": 3, "z": 3}, max_seeds=16, round_seeds=2, spent_hours=0.0,
+                budget_hours=None, hours_per_run=0.05)
+    args.update(kw)
+    decision = next_round(parts, **args)
+    assert decision.stop == stop and decision.arms == arms
+    if not stop:
+        assert decision.seeds == 5
+
+
+def test_until_decided_refuses_what_cannot_wait(tmp_path):
+    from cemctl.services.launch.launcher import LaunchRequest
+    from cemctl.services.launch.until_decided import until_decided
+
+    with pytest.raises(ConfigError, match="local executor"):
+        until_decided(LaunchRequest(target="x", executor="slurm"), "sqlite:///x.db", tmp_path)
+    with pytest.raises(ConfigError, match="--max-seeds"):
+        until_decided(LaunchRequest(target="x"), "sqlite:///x.db", tmp_path, max_seeds=2)
+
+
+# ---------------------------------------------------------------------------------------------- registrations
+
+
+def test_a_part_declared_before_its_runs_is_confirmatory_and_one_changed_after_is_exploratory(tmp_path):
+    fake = FakeLauncher()
+    _run(tmp_path, fake, max_seeds=3)  # registered at the first launch, before any run finished
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"), env={"COLUMNS": "120"})
+    assert res.returncode == 0, res.output
+    declared = pd.read_csv(tmp_path / "c" / "claims.csv").set_index("part")["declared"]
+    assert declared.str.startswith("confirmatory (declared ").all()
+    grid = tmp_path / "ud.toml"  # the second part's margin changes after its results exist
+    grid.write_text(grid.read_text().replace("margin = 0.0\n[[claim.part]]", "margin = 0.0\n[[claim.part]]", 1)
+                    .replace('name = "lr 0.0011 - lr 0.001"\narms = [{ "train.lr" = 0.0011 }, { "train.lr" = 0.001 }]\n'
+                             'expect = "lower"\nmargin = 0.0', 'name = "lr 0.0011 - lr 0.001"\narms = [{ "train.lr" = '
+                             '0.0011 }, { "train.lr" = 0.001 }]\nexpect = "lower"\nmargin = 0.01'))
+    fake(SimpleNamespace(target=str(grid), scale="tiny", seeds=None, keep_run=None), f"sqlite:///{tmp_path / 'results.db'}",
+         tmp_path / "runs")
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"), env={"COLUMNS": "120"})
+    declared = pd.read_csv(tmp_path / "c" / "claims.csv").set_index("part")["declared"]
+    assert declared["lr 0.01 - lr 0.0001"].startswith("confirmatory")
+    assert declared["lr 0.0011 - lr 0.001"].startswith("exploratory (changed ")
+    assert "after 6 of its runs had finished" in declared["lr 0.0011 - lr 0.001"]
+    assert "exploratory (changed" in (tmp_path / "c" / "claims.md").read_text()
+
+
+def test_a_part_without_a_registration_says_so(tmp_path):
+    grid = tmp_path / "ud.toml"
+    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=CLAIM))
+    res = cli(tmp_path, "plan", str(grid), "--json")
+    for r in json.loads(res.stdout)["runs"]:
+        finish_run(tmp_path / "runs" / r["run_id"], test_loss=_loss(r["axes"]["train.lr"], r["axes"]["train.seed"], 0))
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    assert res.returncode == 0, res.output
+    assert set(pd.read_csv(tmp_path / "c" / "claims.csv")["declared"]) == {"not registered"}
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_until_decided_end_to_end_trains_only_the_undecided_arms(tmp_path):
+    """A claim of our own on a tiny grid, trained on the CPU: the big learning-rate gap is decided at the first look
+    (3 seeds), the tenth-more gap is not, so only its two arms get seeds, up to the cap of 5."""
+    grid = tmp_path / "ud.toml"
+    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=CLAIM))
+    res = cli(tmp_path, "launch", str(grid), "--until-decided", "--max-seeds", "5", "--workers", "2",
+              subprocess=True, timeout=900)
+    assert res.returncode == 0, res.output
+    assert "stopped after 1 round: seed cap: 1 part undecided at the cap of 5 seeds per arm" in res.stdout
+    seeds = {line.split("seeds")[1].strip(): int(line.split()[0]) for line in res.stdout.splitlines()
+             if line.strip().split(" ")[0].isdigit() and "seeds" in line}
+    assert seeds == {"lr=0.0001": 3, "lr=0.001": 5, "lr=0.0011": 5, "lr=0.01": 3}
+    status = json.loads(cli(tmp_path, "status", "ud", "--json").stdout)["experiments"][0]
+    assert status["counts"] == {"done": 16}  # the round planned only the runs it launched
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    parts = pd.read_csv(tmp_path / "c" / "claims.csv").set_index("part")
+    assert parts.loc["lr 0.01 - lr 0.0001", "verdict_holm"] == "holds"
+    assert parts.loc["lr 0.0011 - lr 0.001", "sequential"].startswith("2 looks at 3, 5 of 5 seeds")
+    assert math.isfinite(parts.loc["lr 0.01 - lr 0.0001", "effect"])
