@@ -291,3 +291,193 @@ def test_every_report_has_a_claims_table_for_its_grid(tmp_path):
                           curves, tmp_path / "r", formats="png")
     md = result.index_md.read_text()
     assert "### claims" in md and "CEM attention T=2 - T=1 (diag preconditioner)" in md and "holds" in md
+
+
+# ---------------------------------------------------------------------------------------------- issue 36/37
+
+
+def _two_part_project(tmp_path, gap=0.05, llama_still_falling=False):
+    """A grid with a decided part (CEM attention worse by `gap`) and an inconclusive one (two equal step sizes)."""
+    extra = '''
+[axes]
+"model.attention" = ["llama", "cem"]
+"model.attn_step_size" = [1.0, 0.5]
+
+[[claim]]
+id = "B"
+statement = "CEM attention is worse than Llama attention here; its step size does not matter"
+[[claim.part]]
+name = "CEM attention, a rather long description of the arms - Llama attention at the same settings"
+arms = [{ "model.attention" = "cem", "model.attn_step_size" = 1.0 }, { "model.attention" = "llama", "model.attn_step_size" = 1.0 }]
+expect = "higher"
+[[claim.part]]
+name = "CEM attention step 0.5 - step 1"
+arms = [{ "model.attention" = "cem", "model.attn_step_size" = 0.5 }, { "model.attention" = "cem", "model.attn_step_size" = 1.0 }]
+expect = "lower"
+'''
+    (tmp_path / "b.toml").write_text(tiny_grid("b", seeds="[0, 1, 2]", extra=extra))
+    res = cli(tmp_path, "plan", str(tmp_path / "b.toml"), "--json")
+    assert res.returncode == 0, res.output
+    for r in json.loads(res.stdout)["runs"]:
+        a = r["axes"]
+        noise = 0.004 * ((a["train.seed"] * 7 + int(a["model.attn_step_size"] * 10)) % 5 - 2)
+        loss = 1.5 + noise + (gap if a["model.attention"] == "cem" else 0.0)
+        finish_run(tmp_path / "runs" / r["run_id"], test_loss=loss, steps=10)
+        if llama_still_falling:  # validation every 2 of 10 steps; Llama's still falls 0.05 per step at the end
+            fall = 0.05 if a["model.attention"] == "llama" else 0.0005
+            lines = [json.dumps({"kind": "val", "step": s, "tokens": s * 128, "val_loss": loss + fall * (10 - s),
+                                 "time_s": float(s)}) for s in (2, 4, 6, 8, 10)]
+            (tmp_path / "runs" / r["run_id"] / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("cols", [80, 120])
+def test_claims_prints_every_part_within_the_terminal(tmp_path, cols):
+    from tests.helpers import on_pty
+
+    _two_part_project(tmp_path)
+    screen = on_pty(["claims", "--out", str(tmp_path / "c"), "--power"], tmp_path, cols=cols, rows=60)
+    screen.assert_clean()
+    lines = screen.lines
+    assert all(len(line) <= cols for line in lines), "\n".join(lines)
+    text = screen.text
+    for header in ("effect", "95% interval", "label", "verdict", "adjusted"):
+        assert header in text
+    assert "+0.050" in text and "higher" in text and "holds" in text  # the decided part's numbers and verdict
+    numbers = [line for line in lines if "[+0.0" in line or "[-0.0" in line]
+    assert len(numbers) == 2  # one line of numbers per part
+    if cols == 80:  # the part's name above its numbers, cut with an ellipsis
+        assert any(line.startswith("B. CEM attention, a rather long") and line.endswith("\u2026") for line in lines)
+        assert all(line.startswith("   ") for line in numbers)
+    else:  # beside them
+        assert any(line.startswith("B. CEM attention step 0.5 - step 1") and "[" in line for line in lines)
+    assert "seeds per arm for 80% power" in text  # a note (a terminal wraps it between words)
+
+
+def test_claims_md_fills_df_and_names_the_test_of_its_p(tmp_path):
+    _two_part_project(tmp_path)
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    assert res.returncode == 0, res.output
+    md = (tmp_path / "c" / "claims.md").read_text()
+    table = [line for line in md.splitlines() if line.startswith("| B |") and line.count("|") > 12]
+    header = next(line for line in md.splitlines() if line.startswith("| claim | part | scale | at |"))
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    df, p_of = cells.index("df"), cells.index("p_of")
+    for row in table[:2]:
+        values = [c.strip() for c in row.strip("|").split("|")]
+        assert values[df] not in ("", "nan") and float(values[df]) > 0
+        assert values[p_of] in ("lower", "higher", "close", "not close")
+    assert "`p_of` names that test" in md and "`boot`: a bootstrap" in md
+    parts = pd.read_csv(tmp_path / "c" / "claims.csv")
+    assert list(parts["variance"]) == ["welch", "pooled"]  # the rule: kinds differ -> Welch; one kind -> pooled
+    assert parts.loc[1, "variance_rule"] == "rule: arms of one kind at one learning rate"
+
+
+def test_the_claims_figure_draws_a_legend_only_for_what_is_there():
+    from cemctl.services.claims import claims_figure
+
+    def row(claim, part, effect, lo, hi, hlo, hhi, verdict, unit="nats", margin=0.015):
+        return {"claim": claim, "part": part, "scale": "cpu", "unit": unit, "margin": margin, "effect": effect,
+                "ci95_low": lo, "ci95_high": hi, "holm_low": hlo, "holm_high": hhi, "verdict_holm": verdict}
+
+    parts = pd.DataFrame([row("1", "a", 0.1, 0.08, 0.12, 0.06, 0.14, "contradicted"),
+                          row("2", "b", 0.02, -0.01, 0.05, -0.9, 0.95, "inconclusive"),
+                          row("3", "c", math.nan, math.nan, math.nan, math.nan, math.nan, "not run")])
+    fig = claims_figure(parts)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "holds (95% interval)" not in legend and "contradicted (95% interval)" in legend
+    assert "adjusted interval (step-down level)" in legend and "goes on beyond the axis" in legend
+    assert not any(t.startswith("scale ") for t in legend)  # one scale: no marker legend
+    assert "learning-rate" not in ax.get_xlabel()  # no lr part drawn
+    assert any(t.get_text() == "not run" for t in ax.texts)
+    assert ax.get_xlim()[1] < 0.9  # the wide adjusted interval is cut (an arrow), not the axis stretched to it
+    fig.clear()
+
+
+def test_robustness_rows_hold_the_same_contrast_under_other_settings():
+    frame = _frame(("fig2c", "fig4"))
+    claims = _claims(("fig4",))
+    part = claims[0].parts[0]  # attention: CEM recursion gain - reuse gain, CEM arms without a preconditioner
+    fixed = parse_claims([{"id": "5", "statement": "s", "part": [{
+        "name": "fixed", "statistic": "interaction", "expect": "lower", "arms": part.arms}]}], "x.toml")
+    from cemctl.report.claims import evaluate_page
+
+    page = evaluate_page(frame, fixed)
+    rows = page.robustness
+    assert set(zip(rows["key"], rows["value"])) >= {("model.attn_precond", "diag"),
+                                                    ("model.attn_precond", "diag_lowrank")}
+    # designed: the low-rank preconditioner gains 0.02 at T=2 only, so its interaction is 0.02 lower
+    by = rows.set_index("value")["effect"]
+    assert by["diag_lowrank"] - by["diag"] == pytest.approx(-0.02, abs=0.003)
+    summary = page.parts.iloc[0]["robustness"]
+    assert summary.startswith("sign ") and "settings" in summary
+
+
+def test_a_part_whose_arms_still_fall_faster_than_its_margin_is_not_converged():
+    from cemctl.report.claims import convergence
+
+    assert convergence([["a", "b"], ["c"]], {"a": -0.03, "b": -0.01, "c": -0.001}, 0.015) == (0.02, "not converged")
+    assert convergence([["a"], ["c"]], {"a": -0.01, "c": 0.002}, 0.015) == (0.01, "converged")
+    assert convergence([["a"]], {}, 0.015)[1] == ""
+
+
+def test_the_page_shows_convergence_from_the_validation_curves(tmp_path):
+    _two_part_project(tmp_path, llama_still_falling=True)
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"), env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.output
+    parts = pd.read_csv(tmp_path / "c" / "claims.csv")
+    # Llama falls 0.05 a step, 0.05 per 10% of its 10 steps, more than the 0.015 margin; CEM's arms 0.0005
+    assert list(parts["convergence"]) == ["not converged", "converged"]
+    assert parts.loc[0, "fall_per_10pct"] == pytest.approx(0.05, rel=1e-6)
+    assert "not converged (an arm still falls 0.0500 per 10% of its budget" in res.stdout
+    assert "not converged (+0.0500 per 10%)" in (tmp_path / "c" / "claims.md").read_text()
+
+
+@pytest.mark.parametrize("part,what", [
+    ({"name": "p", "expect": "lower", "arms": [{"model.attn_steps": 2, "model.attn_step_size": 0.5},
+                                              {"model.attn_steps": 1, "model.attn_step_size": 1.0}]},
+     "the arms differ in 2 keys (model.attn_step_size, model.attn_steps)"),
+    ({"name": "p", "expect": "lower", "changes": ["model.attn_steps"],
+      "arms": [{"model.attn_steps": 2, "model.attn_step_size": 0.5}, {"model.attn_steps": 1, "model.attn_step_size": 1.0}]},
+     "lists ['model.attn_steps'] but the arms differ in"),
+    ({"name": "p", "expect": "lower", "at": "best", "arms": [{"model.attn_steps": 2}, {"model.attn_steps": 1}]},
+     "unknown contrast 'best'"),
+    ({"name": "p", "expect": "lower", "variance": "bayes", "arms": [{"model.attn_steps": 2}, {"model.attn_steps": 1}]},
+     "unknown variance model 'bayes'"),
+    ({"name": "p", "expect": "lower", "statistic": "lr_optimum", "at": "fixed",
+      "arms": [{"model.attention": "cem"}, {"model.attention": "llama"}]}, "`at` is for loss contrasts"),
+])
+def test_new_claim_keys_are_checked_at_plan(part, what):
+    with pytest.raises(ConfigError) as info:
+        parse_claims([{"id": "1", "statement": "s", "part": [part]}], "g.toml")
+    assert what in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_part_that_says_what_it_changes_is_accepted_and_keeps_its_declaration():
+    from cemctl.grid.claims import variance_model
+
+    claim = parse_claims([{"id": "1", "statement": "s", "part": [{
+        "name": "p", "expect": "lower", "at": "own_optimum", "changes": ["model.attn_steps", "model.attn_step_size"],
+        "arms": [{"model.attn_steps": 2, "model.attn_step_size": 0.5},
+                 {"model.attn_steps": 1, "model.attn_step_size": 1.0}]}]}], "g.toml")[0]
+    part = claim.parts[0]
+    assert part.tuned and part.changes == ("model.attn_step_size", "model.attn_steps")
+    assert variance_model(part) == ("welch", "rule: each arm tuned to its own optimum")
+    assert variance_model(part, tuned=False) == ("pooled", "rule: arms of one kind at one learning rate")
+    # an older recorded grid's two-key part is read (the refusal is for planning)
+    from cemctl.grid.claims import recorded_claims
+
+    old = 'id = "T2"\nstatement = "s"\n[[claim.part]]\nname = "p"\nexpect = "lower"\n' \
+          'arms = [{ "model.attn_steps" = 2, "model.attn_step_size" = 0.5 }, { "model.attn_steps" = 1, ' \
+          '"model.attn_step_size" = 1.0 }]\n'
+    assert [c.id for c in recorded_claims("[[claim]]\n" + old)] == ["T2"]
+
+
+def test_the_packaged_grids_are_the_experiments_folder():
+    import filecmp
+
+    packaged = ROOT / "cemctl" / "experiments"
+    names = sorted(p.name for p in (ROOT / "experiments").glob("*.toml"))
+    assert names and names == sorted(p.name for p in packaged.glob("*.toml"))
+    assert all(filecmp.cmp(ROOT / "experiments" / n, packaged / n, shallow=False) for n in names)

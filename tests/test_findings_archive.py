@@ -1,9 +1,15 @@
 """The committed cpu-scale findings can be re-derived: importing docs/findings/cpu-archive.tar.gz into an empty
-database and running `cemctl claims --scale cpu` gives docs/findings/claims/claims.csv exactly."""
+database and running `cemctl claims --scale cpu` gives docs/findings/claims/claims.csv.
+
+docs/findings was generated before the analysis of issue 36 (variance model by the rule, the step-down over label
+hypotheses, own-optimum contrasts), and regenerating it is the lead's (36.6): until then the page re-derives the
+same parts from the same runs with the same point estimates (the intervals and verdicts follow the new analysis),
+and the exact comparison is expected to fail; it passes again once docs/findings is regenerated."""
 
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
@@ -14,12 +20,30 @@ ARCHIVE = ROOT / "docs" / "findings" / "cpu-archive.tar.gz"
 CLAIMS = ROOT / "docs" / "findings" / "claims" / "claims.csv"
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not ARCHIVE.exists(), reason="no committed findings archive")
-def test_the_committed_archive_re_derives_the_committed_claims(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def derived(tmp_path_factory) -> tuple[list[dict], list[dict]]:
+    tmp_path = tmp_path_factory.mktemp("archive")
     res = cli(tmp_path, "import", str(ARCHIVE))
     assert res.returncode == 0, res.output
     res = cli(tmp_path, "claims", "--scale", "cpu", "--out", str(tmp_path / "claims"))
     assert res.returncode == 0, res.output
     with open(CLAIMS) as a, open(tmp_path / "claims" / "claims.csv") as b:
-        assert list(csv.DictReader(a)) == list(csv.DictReader(b))
+        return list(csv.DictReader(a)), list(csv.DictReader(b))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ARCHIVE.exists(), reason="no committed findings archive")
+def test_the_committed_archive_re_derives_the_parts_their_runs_and_effects(derived) -> None:
+    committed, now = derived
+    assert [(r["claim"], r["part"]) for r in committed] == [(r["claim"], r["part"]) for r in now]
+    for old, new in zip(committed, now):
+        assert set(old["runs"].split(",")) == set(new["runs"].split(",")), old["part"]
+        assert math.isclose(float(old["effect"]), float(new["effect"]), rel_tol=1e-4, abs_tol=1e-5), old["part"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ARCHIVE.exists(), reason="no committed findings archive")
+@pytest.mark.xfail(strict=True, reason="docs/findings predates issue 36's analysis; regenerate it (36.6)")
+def test_the_committed_archive_re_derives_the_committed_claims(derived) -> None:
+    committed, now = derived
+    assert committed == [{k: r.get(k) for k in committed[0]} for r in now]
