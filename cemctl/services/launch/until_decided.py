@@ -126,10 +126,14 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
         raise CemError(f"launch --until-decided: {experiment!r} has no grid file to plan more seeds from")
     scale = req.scale or exp.scale
     claims = [c for c in gather_claims(engine) if any(p.source == experiment for p in c.parts)]
-    family = [(experiment, c.id, p.name) for c in claims for p in c.parts if p.source == experiment]
+    # an lr_optimum part (a bootstrap over seeds) has no sequential analysis: it is decided on the runs there are
+    # and gets no seeds from the loop (its arms are whole sweeps)
+    family = [(experiment, c.id, p.name) for c in claims for p in c.parts
+              if p.source == experiment and p.statistic != "lr_optimum"]
     report = UntilDecidedReport(experiment, scale)
     if not family:
-        raise CemError(f"launch --until-decided: {experiment!r} declares no [[claim]] to decide")
+        raise CemError(f"launch --until-decided: {experiment!r} declares no [[claim]] part it can decide in rounds "
+                       "(an lr_optimum part is bootstrapped on the runs there are)")
     record = read_design(root, experiment, scale)
     if record is not None and int(record["design"].get("max_seeds", -1)) != max_seeds:
         raise ConfigError("--max-seeds", f"the until-decided design of {experiment} ({scale}) was started with "
@@ -141,7 +145,8 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
                              "family": [list(k) for k in family], "started_at": time.time()}, "looks": []}
     grid = grid_path(exp.grid_path)
     arms = _planned_arms(load_grid(grid, scale, seeds=[0]).runs)
-    part_arms = {f"{c.id}. {p.name}": _part_arms(p, arms) for c in claims for p in c.parts if p.source == experiment}
+    part_arms = {f"{c.id}. {p.name}": _part_arms(p, arms) for c in claims for p in c.parts
+                 if (experiment, c.id, p.name) in family}
     number = 0
     while True:
         runs = finished_runs(engine, scale)
@@ -150,9 +155,12 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
             record["looks"].append({"time": time.time(), "runs": ids})
         report.design_path = write_design(root, experiment, scale, record)
         page = evaluate_page(runs, gather_claims(engine), scales=[scale], designs=load_designs(root, scale))
-        mine = page.parts[page.parts["source"] == experiment] if not page.parts.empty else page.parts
+        mine = page.parts[[(experiment, str(r.claim), r.part) in family for r in page.parts.itertuples()]] \
+            if not page.parts.empty else page.parts
         report.parts = mine
-        decided = {f"{r.claim}. {r.part}": r.label_holm not in ("inconclusive", "not run") for r in mine.itertuples()}
+        # a part whose lr profile lacks rates cannot be decided by more seeds: it takes none (plan says what to add)
+        decided = {f"{r.claim}. {r.part}": r.label_holm not in ("inconclusive", "not run")
+                   or "learning rate" in str(getattr(r, "why_not_run", "") or "") for r in mine.itertuples()}
         seeds: dict[str, int] = {}
         for row in runs.to_dict("records") if not runs.empty else []:
             key = _arm_key({k: v for k, v in _config(row).items() if k != "train.seed"})
