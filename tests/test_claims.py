@@ -315,7 +315,7 @@ name = "CEM attention step 0.5 - step 1"
 arms = [{ "model.attention" = "cem", "model.attn_step_size" = 0.5 }, { "model.attention" = "cem", "model.attn_step_size" = 1.0 }]
 expect = "lower"
 '''
-    (tmp_path / "b.toml").write_text(tiny_grid("b", seeds="[0, 1, 2]", extra=extra))
+    (tmp_path / "b.toml").write_text(tiny_grid("b", seeds="[0, 1, 2]", steps=10, extra=extra))
     res = cli(tmp_path, "plan", str(tmp_path / "b.toml"), "--json")
     assert res.returncode == 0, res.output
     for r in json.loads(res.stdout)["runs"]:

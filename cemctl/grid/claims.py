@@ -168,12 +168,6 @@ def parse_margin(value: Any, statistic: str, where: str, path: str) -> Margin:
     return Margin(amount)
 
 
-def check_field(key: str, path: str, where: str) -> None:
-    from cemctl.grid.spec import check_field as check
-
-    check(key, path, where)
-
-
 def _selector(item: Any, where: str, path: str) -> dict[str, Any]:
     if not isinstance(item, dict) or not item:
         raise _err(where, "must be a table of config keys and values, e.g. { \"model.attn_steps\" = 2 }", path)

@@ -40,16 +40,15 @@ def _sha(obj: Any) -> str:
 
 
 def finished_runs(engine: Any, scale: str | None) -> Any:
-    """The finished runs at a scale with their arms: the one read of runs this module makes (switch it to the
-    run record here)."""
+    """The finished runs at a scale with their arms, from the run record (`cemctl.records`): the one read of runs
+    the registrations and the until-decided loop make."""
+    from cemctl.records import load_records
     from cemctl.report.aggregate import finished
-    from cemctl.report.arms import with_arms
-    from cemctl.report.frame import load_runs
 
-    frame = load_runs(engine, None, scale=scale)
+    frame = load_records(engine, None, scale=scale, per_scale=True).frame()
     if frame.empty:
         return frame
-    return with_arms(finished(frame, "test_loss"))
+    return finished(frame, "test_loss")
 
 
 def part_run_ids(part: Any, runs: Any) -> list[str]:

@@ -344,7 +344,8 @@ def val_slopes(engine: Any, runs: "pd.DataFrame") -> dict[str, float]:
     ids = [str(r) for r in done["run_id"]]
     if not ids:
         return {}
-    total = {str(r): s for r, s in zip(done["run_id"], done.get("steps", pd.Series([None] * len(done))))}
+    budget = "steps" if "steps" in done.columns else "total_steps"  # the result's steps, or the run's planned ones
+    total = {str(r): s for r, s in zip(done["run_id"], done.get(budget, pd.Series([None] * len(done))))}
     frames = [metrics_frame(engine, ids[i:i + 500], kind="val") for i in range(0, len(ids), 500)]
     metrics = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     out: dict[str, float] = {}
