@@ -355,7 +355,7 @@ def claims_result(src: "Source") -> Any:
 
 
 def claims_by_experiment(src: "Source", compute: bool = True) -> dict[str, str]:
-    """{experiment: '2 holds, 1 inconclusive'}: the Holm-adjusted verdicts of the claim parts it declares (with
+    """{experiment: '2 holds, 1 inconclusive'}: the adjusted verdicts (docs/claims.md) of the claim parts it declares (with
     `compute=False`: only if the claims of this state of the database were computed already, else {})."""
     result = claims_result(src) if compute else src.peek("claims")
     if result is None or result.parts.empty or "source" not in result.parts.columns:
@@ -368,7 +368,7 @@ def claims_by_experiment(src: "Source", compute: bool = True) -> dict[str, str]:
 
 
 def claim_verdicts(src: "Source") -> list[dict[str, str]]:
-    """One row per (claim, scale): its Holm-adjusted verdict and statement (`cemctl claims`' summary)."""
+    """One row per (claim, scale): its adjusted verdict and statement (`cemctl claims`' summary)."""
     result = claims_result(src)
     if result is None or result.claims.empty:
         return []
