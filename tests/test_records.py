@@ -185,3 +185,11 @@ def test_the_grid_eta_is_the_running_runs_own_plus_the_queued_ones_at_the_finish
     assert grid_eta_s(done + running + queued, workers=4) == pytest.approx(180.0)
     assert grid_eta_s(done) is None  # nothing left
     assert grid_eta_s(running + queued) is None  # queued runs and no finished one to time them by
+
+
+def test_a_typo_of_a_result_suggests_the_result_not_a_gp_key(project):
+    """issue 37.9: `--where tst<2` suggested a GP config key; the run fields come first now."""
+    from tests.helpers import assert_clean_error
+
+    line = assert_clean_error(cli(project["where"], "status", "--where", "tst<2"), contains="did you mean test_loss")
+    assert "gp." not in line.split("(allowed")[0]
