@@ -234,3 +234,34 @@ def test_memory_stays_bounded_on_a_large_archive(tmp_path):
     peak_mib = int(proc.stderr.split("VmHWM")[-1].split()[0]) / 1024
     assert peak_mib < 160, f"peak {peak_mib:.0f} MiB importing a {size >> 20} MiB member"
     assert (where / "runs" / rid / "metrics.jsonl").stat().st_size == size
+
+
+def test_an_archive_of_a_plugin_experiment_imports_where_the_plugin_is_not(tmp_path):
+    """The archive carries the plugin sources its runs' configs name; the importing project keeps them as their
+    source and the copy the jobs import, so the configs validate and the runs are listed and reported."""
+    import shutil
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "plugin"
+    src = tmp_path / "src"
+    shutil.copytree(example, src)
+    res = cli(src, "plan", str(src / "scalar.toml"), "--json", subprocess=True)
+    assert res.returncode == 0, res.stderr
+    runs = json.loads(res.stdout)["runs"]
+    for i, r in enumerate(runs):
+        finish_run(src / "runs" / r["run_id"], test_loss=1.5 + i / 100)
+    out = tmp_path / "plug.tar.gz"
+    res = cli(src, "archive", "scalar_precond", "-o", str(out), subprocess=True)
+    assert res.returncode == 0, res.stderr
+    assert any(n.startswith("plugins/scalar_precond/") for n in _members(out))
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    res = cli(dst, "import", str(out), subprocess=True, cwd=dst)
+    assert res.returncode == 0, res.stderr
+    assert (dst / "runs" / ".plugins" / "scalar_precond" / "layers.py").exists()
+    st = cli(dst, "status", "scalar_precond", "--json", subprocess=True, cwd=dst)
+    assert st.returncode == 0, st.stderr
+    assert {r["state"] for r in json.loads(st.stdout)["experiments"][0]["runs"]} == {"done"}
+    rep = cli(dst, "report", "scalar_precond", "--out", str(dst / "rep"), "--format", "png", subprocess=True, cwd=dst)
+    assert rep.returncode == 0, rep.stderr
+    again = cli(dst, "import", str(out), subprocess=True, cwd=dst)  # twice: nothing changes
+    assert again.returncode == 0 and f"imported 0 runs ({len(runs)} already here)" in again.stdout

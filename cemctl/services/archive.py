@@ -33,8 +33,6 @@ from cem_core.errors import CemError, ConfigError
 from cem_core.runfiles.manifest import ManifestError
 from cemctl.services.archive_manifest import read_archive_manifest
 
-FORMAT = "cemctl-archive"
-VERSION = 1
 RUN_FILES = (runfiles.CONFIG_FILE, runfiles.RESULT_FILE, runfiles.METRICS_FILE, runfiles.EVENTS_FILE,
              runfiles.EVALS_FILE, "tags.json", ENVIRONMENT_FILE)
 MAX_MEMBER_BYTES = 256 << 20
@@ -79,8 +77,7 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
         raise ConfigError("archive", "name at least one experiment", allowed=["EXPERIMENT ..."])
     engine = open_readonly_db(url)
     root = Path(runs_root)
-    manifest: dict[str, Any] = {"format": FORMAT, "version": VERSION, "created": time.time(), "experiments": [],
-                                "runs": {}}
+    manifest: dict[str, Any] = {"created": time.time(), "experiments": [], "runs": {}}
     blobs: dict[str, bytes] = {}
     with read_session(engine) as s:
         for name in experiments:
@@ -121,7 +118,12 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
                     if runfiles.CONFIG_FILE not in files:
                         raise CemError(f"archive: run {rid} has no config.json in {root / rid} (--runs-dir?)")
                     manifest["runs"][rid] = {"files": files}
-    manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    _add_plugin_sources(root, manifest, blobs)
+    from cem_core.runfiles.manifest import FileEntry
+    from cemctl.services.archive_manifest import archive_manifest_bytes
+
+    files = {name: FileEntry(len(data), _sha256(data)) for name, data in blobs.items()}
+    manifest_bytes = archive_manifest_bytes(manifest["experiments"], files, created=manifest["created"])
 
     def write(tmp: Path) -> None:
         with tarfile.open(tmp, "w:gz", compresslevel=9) as tar:
@@ -139,6 +141,30 @@ MAX_MEMBERS = 1_000_000
 CHUNK = 1 << 20
 STAGING_PREFIX = ".import-"
 STAGING_MARK = ".cemctl-import"  # the file that proves a staging folder is an import's own (removed when it is dead)
+
+
+def _add_plugin_sources(root: Path, manifest: dict[str, Any], blobs: dict[str, bytes]) -> None:
+    """The sources of the plugins the archived runs' configs name (`plugins`), from the runs root's copy of them
+    (`cem_core.plugins`), as members `plugins/<path>.py`: an archive of a plugin experiment imports anywhere."""
+    from cem_core.plugins import PLUGINS_DIR, plugin_sources
+    from cem_core.plugin_context import parse_names
+
+    tops: set[str] = set()
+    for rid in manifest["runs"]:
+        try:
+            cfg = json.loads(blobs[f"runs/{rid}/{runfiles.CONFIG_FILE}"])
+        except (KeyError, ValueError):
+            continue
+        names = cfg.get("plugins") if isinstance(cfg, dict) else None
+        if names:
+            tops.update(n.split(".")[0] for n in parse_names(names))
+    for top in sorted(tops):
+        found = plugin_sources(top, root / PLUGINS_DIR) or plugin_sources(top)
+        if not found:
+            raise CemError(f"archive: the runs use the plugin {top!r}, and its source is neither in {root / PLUGINS_DIR} "
+                           "nor importable here (plan the grid again, or install the plugin)")
+        for rel, path in found:
+            blobs[f"plugins/{rel}"] = path.read_bytes()
 
 
 def _stage_done(name: str) -> None:
@@ -176,16 +202,20 @@ def _open_regular(path: Path) -> Any:
 
 
 def _member_path(name: str, path: Path) -> tuple[str, str] | None:
-    """(run id, file name) of `runs/<run id>/<file>`; None for manifest.json; anything else is refused."""
+    """(run id, file name) of `runs/<run id>/<file>`, ("plugins", path) of `plugins/<path>.py`; None for
+    manifest.json; anything else is refused."""
     from cem_core.names import is_run_id
+    from cem_core.runfiles.manifest import _safe_rel
 
     if name == "manifest.json":
         return None
     parts = name.split("/")
     if len(parts) == 3 and parts[0] == "runs" and is_run_id(parts[1]) and parts[2] in RUN_FILES:
         return parts[1], parts[2]
-    raise ArchiveError(f"import: {path}: refused member {name!r} (allowed: manifest.json and "
-                       f"runs/<run id>/{{{','.join(RUN_FILES)}}})")
+    if parts[0] == "plugins" and len(parts) >= 2 and _safe_rel(name) and parts[-1].endswith(".py"):
+        return "plugins", "/".join(parts[1:])
+    raise ArchiveError(f"import: {path}: refused member {name!r} (allowed: manifest.json, "
+                       f"runs/<run id>/{{{','.join(RUN_FILES)}}} and plugins/<path>.py)")
 
 
 def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -218,9 +248,10 @@ def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, d
                         manifest_bytes = f.read(limit + 1) if f is not None else b""
                         continue
                     rid, name = where
-                    (stage / "runs" / rid).mkdir(parents=True, exist_ok=True)
+                    target = stage / "plugins" / name if rid == "plugins" else stage / "runs" / rid / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
                     digest, size = hashlib.sha256(), 0
-                    with open(stage / "runs" / rid / name, "wb") as out:
+                    with open(target, "wb") as out:
                         while f is not None:
                             chunk = f.read(CHUNK)
                             if not chunk:
@@ -321,6 +352,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         manifest, staged = _stage_archive(path, stage)
         _stage_done("staged")
         listed = {f"runs/{rid}/{name}": meta for rid, r in manifest["runs"].items() for name, meta in r["files"].items()}
+        listed.update({f"plugins/{rel}": meta for rel, meta in manifest.get("plugins", {}).items()})
         for name, got in staged.items():
             meta = listed.get(name)
             if meta is None:
@@ -331,6 +363,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         if missing:
             raise ArchiveError(f"import: {path}: {missing[0]} is listed in the manifest but missing")
         result = ImportResult(path, [e["name"] for e in manifest["experiments"]])
+        plugin_tops = _check_plugins(stage, manifest, path)  # importable from the staging folder from here on
         configs: dict[str, RunConfig] = {}
         for rid in manifest["runs"]:
             raw = (stage / "runs" / rid / runfiles.CONFIG_FILE).read_bytes()
@@ -349,6 +382,8 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                 os.rename(stage / "runs" / rid, root / rid)
                 result.imported.append(rid)
                 _stage_done("moved")
+        if plugin_tops:
+            _place_plugins(stage, root, plugin_tops)
         for exp in manifest["experiments"]:
             for plan in exp["plans"]:
                 record_plan(engine, _ImportedPlan(exp, plan, configs, path.name), root)
@@ -363,6 +398,52 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                 root.rmdir()
             except OSError:
                 pass
+
+
+IMPORTED_PLUGINS = ".plugins-imported"  # in the runs root: the plugin sources archives brought (their source now)
+
+
+def _check_plugins(stage: Path, manifest: dict[str, Any], path: Path) -> list[str]:
+    """The top-level names of the archive's plugin sources, made importable from the staging folder; a plugin of
+    the same name here with other sources is refused (it would be replaced, or shadow the archive's)."""
+    import filecmp
+
+    from cem_core.plugins import _root_of, add_search_path, plugin_sources
+
+    tops = sorted({rel.split("/")[0].removesuffix(".py") for rel in manifest.get("plugins", {})})
+    for top in tops:
+        here = _root_of(top)
+        if here is None:
+            continue
+        ours = {rel: p for rel, p in plugin_sources(top, here)}
+        theirs = {rel: stage / "plugins" / rel for rel in manifest["plugins"] if rel.split("/")[0].removesuffix(".py") == top}
+        if set(ours) != set(theirs) or not all(filecmp.cmp(ours[r], theirs[r], shallow=False) for r in ours):
+            raise ArchiveError(f"import: {path}: the archive's plugin {top!r} differs from the one here ({here}); "
+                               "nothing was imported (rename one of them, or import into another project)")
+    if tops:
+        add_search_path(stage / "plugins")
+    return tops
+
+
+def _place_plugins(stage: Path, root: Path, tops: list[str]) -> None:
+    """The archive's plugin sources kept in the runs root (`.plugins-imported/<digest>/`: their source from now on)
+    and copied into the copy the jobs import (`cem_core.plugins.sync_plugin_copy`)."""
+    import shutil
+
+    from cem_core.plugins import add_search_path, sync_plugin_copy
+
+    digest = hashlib.sha256()
+    files = sorted(p for p in (stage / "plugins").rglob("*.py"))
+    for p in files:
+        digest.update(p.relative_to(stage).as_posix().encode() + b"\0" + p.read_bytes())
+    home = root / IMPORTED_PLUGINS / digest.hexdigest()[:16]
+    if not home.exists():
+        tmp = root / IMPORTED_PLUGINS / f".{home.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(stage / "plugins", tmp)
+        os.replace(tmp, home)
+    add_search_path(home)
+    sync_plugin_copy(root, tops)
 
 
 def runfiles_mkdtemp(root: Path) -> str:
