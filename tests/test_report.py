@@ -424,3 +424,24 @@ def test_fig2a_report_draws_the_papers_arm_and_the_shared_diagonal_arm_labelled(
     assert any(lab.startswith("CEM attention (shared diagonal)") for lab in labels)
     assert "paper's Sec. 4.1 arm" in fig.caption
     fig.figure.clear()
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 11, 30, 100, 1000])
+@pytest.mark.parametrize("p", [0.5, 0.6, 0.9, 0.975, 0.995, 0.9999, 0.025])
+def test_the_t_quantile_without_scipy_is_scipys(p, df):
+    from scipy import stats
+
+    from cemctl.report.tdist import t_quantile
+
+    assert t_quantile(p, df) == pytest.approx(float(stats.t.ppf(p, df)), rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("df", [1.5, 2, 4.7, 12, 60])
+@pytest.mark.parametrize("t", [-40.0, -3.0, -0.5, 0.0, 0.7, 2.5, 9.0, 60.0])
+def test_the_t_cdf_without_scipy_is_scipys_in_both_tails(t, df):
+    from scipy import stats
+
+    from cemctl.report.tdist import t_cdf
+
+    assert t_cdf(t, df) == pytest.approx(float(stats.t.cdf(t, df)), rel=1e-9, abs=1e-300)
+    assert t_cdf(-t, df) == pytest.approx(float(stats.t.sf(t, df)), rel=1e-9, abs=1e-300)

@@ -517,16 +517,23 @@ def records_frame(records: Sequence[dict[str, Any]]) -> "pd.DataFrame":
     tag_cols = sorted(k for k in seen if k.startswith("tag."))
     columns = [c for c in run_names if c in seen or not records] + config + tag_cols
     columns += [k for k in seen if k not in set(columns)]
-    frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in records], columns=columns)
-    for f in RUN_FIELDS:
-        if f.name not in frame.columns:
-            continue
-        if f.kind in ("int", "count") and f.name != "train_flops":
-            frame[f.name] = pd.to_numeric(frame[f.name], errors="coerce").astype("Int64")
-        elif f.numeric:
-            frame[f.name] = pd.to_numeric(frame[f.name], errors="coerce").astype(float)
-        elif f.kind == "bool":
-            frame[f.name] = frame[f.name].astype(bool)
+    def num(v: Any) -> Any:
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    kinds = {f.name: f for f in RUN_FIELDS}
+    data: dict[str, Any] = {}
+    for c in columns:  # typed column by column, in one pass (a DataFrame op per field costs more than the data)
+        f = kinds.get(c)
+        vals = [r.get(c) for r in records]
+        if f is not None and f.kind in ("int", "count") and c != "train_flops":
+            data[c] = pd.array([num(v) for v in vals], dtype="Int64")
+        elif f is not None and f.numeric:
+            data[c] = pd.array([num(v) for v in vals], dtype="float64")
+        elif f is not None and f.kind == "bool":
+            data[c] = [bool(v) for v in vals]
+        elif f is not None:
+            data[c] = pd.Series(vals, dtype=object)  # text as it is (None stays None)
         else:
-            frame[f.name] = frame[f.name].astype(object).where(frame[f.name].notna(), None)
+            data[c] = vals  # config keys and tags: pandas infers (float for numbers, NaN where missing)
+    frame = pd.DataFrame(data, columns=columns)
     return frame

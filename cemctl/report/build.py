@@ -302,7 +302,7 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
         files = {}
         for fmt in formats:
             path = out / "figures" / f"{fp.name}.{fmt}"
-            fp.figure.savefig(path, dpi=dpi, format=fmt, bbox_inches="tight")  # nothing (a legend) cut at the edge
+            fp.figure.savefig(path, dpi=dpi, format=fmt)  # constrained layout keeps the (wrapped) legend inside
             files[fmt] = f"figures/{fp.name}.{fmt}"
             result.figures.append(path)
         figures.append(IndexFigure(fp.name, fp.caption, files))

@@ -40,9 +40,9 @@ class TEstimate:
     def interval(self, level: float = 0.95) -> tuple[float, float]:
         if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
             return (math.nan, math.nan)
-        from scipy import stats
+        from cemctl.report.tdist import t_quantile  # scipy.stats would cost a report ~0.7 s of imports
 
-        half = float(stats.t.ppf(0.5 + level / 2, self.df)) * self.se
+        half = t_quantile(0.5 + level / 2, self.df) * self.se
         return self.effect - half, self.effect + half
 
     def p_above(self, threshold: float) -> float:
@@ -52,18 +52,18 @@ class TEstimate:
             return math.nan
         if self.censored in ("low", "both"):
             return 1.0
-        from scipy import stats
+        from cemctl.report.tdist import t_cdf
 
-        return float(stats.t.sf((self.effect - threshold) / self.se, self.df))
+        return t_cdf(-(self.effect - threshold) / self.se, self.df)  # the upper tail, computed as a tail
 
     def p_below(self, threshold: float) -> float:
         if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
             return math.nan
         if self.censored in ("high", "both"):
             return 1.0
-        from scipy import stats
+        from cemctl.report.tdist import t_cdf
 
-        return float(stats.t.cdf((self.effect - threshold) / self.se, self.df))
+        return t_cdf((self.effect - threshold) / self.se, self.df)
 
 
 @dataclass
