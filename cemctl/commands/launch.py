@@ -188,5 +188,7 @@ def _run(req, db, runs, as_json: bool, progress_every_s: float) -> None:  # type
         print(json.dumps(report.to_json()))
     elif report.submitted:
         say(report.summary())
-        if any(s.state == "failed" for s in report.submitted):
-            raise typer.Exit(1)
+    if report.failed:  # scripts and pipelines (--json included) see a failed run in the exit code
+        stderr_console().print(printable(report.failure_summary()), markup=False, highlight=False,
+                               soft_wrap=not sys.stderr.isatty())
+        raise typer.Exit(1)

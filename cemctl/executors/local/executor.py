@@ -205,7 +205,9 @@ class LocalExecutor(Executor):
         run_dir = st.job.run_dir
         has_result = False
         if state is None:
-            state, reason, has_result = exit_state(run_dir, returncode)
+            from cem_core.runfiles.failure import EXPERIMENT_ENV
+
+            state, reason, has_result = exit_state(run_dir, returncode, st.job.env.get(EXPERIMENT_ENV, ""))
         st.state, st.reason, st.ended_time = state, reason, time.time()
         # A run directory deleted or made read-only under the orchestrator fails that run, never the others.
         _quietly(runfiles.update_job, run_dir, state="cancelled" if state == "cancelled" else "exited",

@@ -90,6 +90,24 @@ class LaunchReport:
             text += f"; code snapshot {self.snapshot}"
         return text
 
+    @property
+    def failed(self) -> list[Submitted]:
+        """The launched runs that ended failed (the local executor; a cluster's jobs are only queued here)."""
+        return [s for s in self.submitted if s.state == "failed"]
+
+    def failure_summary(self) -> str:
+        """'2 of 4 runs failed; the first, 3fa2c1d0: SyntaxError: invalid syntax (my_layer/layers.py:34); fix it,
+        then `cemctl launch EXP --retry-failed`' ('' when none failed): how many, and the first one's reason."""
+        from cem_core.runfiles.failure import last_line
+
+        failed = self.failed
+        if not failed:
+            return ""
+        n, of = len(failed), len(self.submitted)
+        first = failed[0]
+        why = last_line(first.reason) or "no reason recorded (see `cemctl logs`)"
+        return f"{n} of {of} run{'s' if of != 1 else ''} failed; the first, {first.run_id[:8]}: {why}"
+
     def to_json(self) -> dict[str, Any]:
         by_id = {s.run_id: s for s in self.submitted}
         return {
@@ -269,7 +287,10 @@ def launch(
 
     snap = take_snapshot(runs_root) if req.snapshot else None  # first: an edited snapshot is refused before any work
     report.prepared = _check_data(req, target, report.launched, on_data)
-    env: dict[str, str] = {REQUIRE_PREPARED_ENV: "1"}  # the jobs only open prepared data, they never tokenize
+    from cem_core.runfiles.failure import EXPERIMENT_ENV
+
+    # The jobs only open prepared data, they never tokenize; a failure's advice names the experiment launched.
+    env: dict[str, str] = {REQUIRE_PREPARED_ENV: "1", EXPERIMENT_ENV: target.experiment}
     snap_hash = ""
     if snap is not None:
         env.update(code_env(snap.path, snap.hash))
