@@ -64,7 +64,8 @@ def test_log_view_prints_state_changes_and_a_progress_line_per_running_run_every
     assert len(lines) == 1  # not yet
     clock[0] = 31.0
     view([st])
-    assert len(lines) == 2 and "step 7/20 35%" in lines[1] and "loss 2.7183" in lines[1] and "12.3k tok/s" in lines[1]
+    assert len(lines) == 3 and "step 7/20 35%" in lines[1] and "loss 2.7183" in lines[1] and "12.3k tok/s" in lines[1]
+    assert lines[2].endswith("1 run: 1 running; grid ETA 1s")  # and the grid's counts with its ETA
     st.state, st.ended_time, st.started_time = "done", time.time(), time.time() - 5
     (run / "result.json").write_text(json.dumps({"state": "done", "test_loss": 1.5}))
     view([st])
@@ -94,3 +95,16 @@ def test_an_ended_run_line_fits_an_80_column_terminal_and_keeps_its_result(tmp_p
     assert len(line) <= 80 and line.rstrip().endswith("test loss 6.2665  in 1m17s") and "attention=llama" in line
     assert "\u2026" in line  # the axes were cut, not the result
     assert "mlp_precond=identity" in view.ended_line(st)  # a log line (no width) keeps every axis
+
+
+def test_grid_eta_is_the_tokens_left_at_the_finished_runs_speed():
+    from cemctl.commands.views.launch import grid_eta_s
+
+    # 2 queued runs of 1000 tokens and 400 left of a running one, at a median of 100 tokens/s, 2 runs in flight
+    assert grid_eta_s(2400, [90.0, 100.0, 300.0], running=2, longest_running_s=5.0, queued=2) == 12.0
+    assert grid_eta_s(400, [100.0], running=1, longest_running_s=9.0, queued=0) == 4.0
+    # before any run finished: the running runs' own ETA when nothing waits, else unknown without a speed
+    assert grid_eta_s(400, [50.0], running=1, longest_running_s=9.0, queued=0, finished=False) == 9.0
+    assert grid_eta_s(1400, [], running=1, longest_running_s=None, queued=1, finished=False) is None
+    assert grid_eta_s(None, [100.0], running=1, longest_running_s=1.0, queued=1) is None  # a planned size unknown
+    assert grid_eta_s(0, [], running=0, longest_running_s=None, queued=0) == 0.0

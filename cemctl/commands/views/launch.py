@@ -2,10 +2,12 @@
 
 On a terminal (`LiveLaunchView`): a live table of the runs in flight at the bottom
 (run, the axes that vary among the launched runs, slot, step/total, training loss,
-tokens/s, ETA) under a line of counts, and one line per run above it when the run
-ends (done with its test loss, failed with its reason). Without a terminal
-(`LogLaunchView`: pipes, `--detach` logs, CI): a line per state change and, every
-`every_s` seconds, a progress line per running run, so a log shows life.
+tokens/s, ETA) under a line of counts with the grid's ETA (the tokens left, queued
+runs' planned tokens included, at the speed of the runs that finished: `grid_eta_s`),
+and one line per run above it when the run ends (done with its test loss, failed with
+its reason). Without a terminal (`LogLaunchView`: pipes, `--detach` logs, CI): a line
+per state change and, every `every_s` seconds, a progress line per running run and the
+counts with the grid's ETA, so a log shows life.
 
 Both are the executor's `on_tick(statuses)` callback; the runs' progress comes from
 their heartbeat.json and the last line of metrics.jsonl (`cem_core.runfiles`).
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from cem_core import runfiles
-from cem_core.names import printable
+from cem_core.names import plural, printable
 from cemctl.commands.views import formats as F
 from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
 from cemctl.commands.views.table import Cell, Column, fit, render_rich
@@ -34,6 +36,7 @@ class Progress:
     loss: float | None = None
     tokens_per_s: float | None = None
     eta_s: float | None = None
+    tokens: int | None = None  # trained so far
 
 
 def read_progress(run_dir: Any) -> Progress:
@@ -43,9 +46,51 @@ def read_progress(run_dir: Any) -> Progress:
     p = Progress(step=hb.get("step"), total=hb.get("total_steps"), loss=m.get("train_loss"),
                  tokens_per_s=m.get("tokens_per_s"))
     tokens = hb.get("tokens")
+    p.tokens = tokens if isinstance(tokens, int) else None
     if p.step and p.total and tokens and p.tokens_per_s:
         p.eta_s = max(0.0, (p.total - p.step) * (tokens / p.step) / p.tokens_per_s)
     return p
+
+
+def planned_tokens(run_dir: Any) -> int | None:
+    """The tokens a run trains in all (its config's steps x tokens per step), None when its config cannot be read."""
+    from pathlib import Path
+
+    from cem_core.config import load_run_config, tokens_per_step, total_steps
+    from cem_core.errors import CemError
+
+    try:
+        cfg = load_run_config(str(Path(run_dir) / runfiles.CONFIG_FILE))
+        return total_steps(cfg) * tokens_per_step(cfg)
+    except (CemError, OSError, ValueError):
+        return None
+
+
+def finished_speed(run_dir: Any) -> float | None:
+    """A finished run's average training speed, tokens over wall time (its result.json), None without one."""
+    result = runfiles.read_result(run_dir) or {}
+    tokens, wall = result.get("tokens"), result.get("wall_time_s")
+    if isinstance(tokens, (int, float)) and isinstance(wall, (int, float)) and tokens > 0 and wall > 0:
+        return float(tokens) / float(wall)
+    return None
+
+
+def grid_eta_s(remaining_tokens: float | None, speeds: Sequence[float], running: int, longest_running_s: float | None,
+               queued: int, finished: bool = True) -> float | None:
+    """Seconds until every launched run has ended: the tokens left (queued runs' planned tokens, running runs' rest)
+    at the median speed of the runs that finished (tokens over wall time: start-up and evaluations included) times
+    the runs in flight. Before any run finished (`finished` false, `speeds` the running runs' current ones): with
+    nothing queued, the last running run's own ETA, else the same sum at those speeds. None when not known yet."""
+    if not queued and not running:
+        return 0.0
+    if not finished and not queued:
+        return longest_running_s
+    if remaining_tokens is None or not speeds or running < 1:
+        return None
+    ordered = sorted(speeds)
+    half = len(ordered) // 2
+    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+    return remaining_tokens / (median * running)
 
 
 def _result_note(run_dir: Any) -> str:
@@ -60,6 +105,8 @@ class _Base:
         self._seen: dict[str, str] = {}
         self._ids: dict[str, str] = {}
         self._varying: list[str] = []
+        self._planned: dict[str, int | None] = {}  # run id -> the tokens it trains in all (read once)
+        self._speeds: dict[str, float] = {}  # run id -> tokens/s of a run that finished in this launch
 
     def set_runs(self, axes: dict[str, dict[str, Any]], run_ids: Sequence[str]) -> None:
         """The launched runs and their axes (the launcher's report, before any job starts)."""
@@ -69,6 +116,47 @@ class _Base:
             keys += [k for k in a if k not in keys]
         self._varying = [k for k in keys if len({F.value(a.get(k)) for a in self.axes.values()}) > 1]
         self._ids = short_ids(list(run_ids))
+
+    def grid_eta(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> float | None:
+        """The grid's ETA (`grid_eta_s`) from the runs' states, their planned tokens and the finished runs' speed."""
+        progress = dict(progress or {})
+        remaining: float | None = 0.0
+        running, queued, longest, live_speeds = 0, 0, None, []
+        for st in statuses:
+            rid = st.job.run_id
+            if st.state == "done" and rid not in self._speeds:
+                speed = finished_speed(st.job.run_dir)
+                if speed:
+                    self._speeds[rid] = speed
+            if st.state not in ("queued", "running"):
+                continue
+            if rid not in self._planned:
+                self._planned[rid] = planned_tokens(st.job.run_dir)
+            planned = self._planned[rid]
+            if st.state == "queued":
+                queued += 1
+                remaining = None if remaining is None or planned is None else remaining + planned
+                continue
+            running += 1
+            p = progress.get(rid) or read_progress(st.job.run_dir)
+            progress[rid] = p
+            if p.tokens_per_s:
+                live_speeds.append(p.tokens_per_s)
+            if p.eta_s is not None:
+                longest = max(longest or 0.0, p.eta_s)
+            done_tokens = (p.tokens or 0)
+            remaining = None if remaining is None or planned is None else remaining + max(0, planned - done_tokens)
+        speeds = list(self._speeds.values()) or live_speeds
+        return grid_eta_s(remaining, speeds, running, longest, queued, finished=bool(self._speeds))
+
+    def counts_line(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> str:
+        """'8 runs: 2 done, 4 queued, 2 running; grid ETA 3m20s' (the ETA once it can be known)."""
+        counts = Counter(st.state for st in statuses)
+        text = f"{plural(len(statuses), 'run')}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        if counts.get("queued") or counts.get("running"):
+            eta = self.grid_eta(statuses, progress)
+            text += f"; grid ETA {F.duration(eta)}" if eta is not None else "; grid ETA not known yet"
+        return text
 
     def short(self, run_id: str) -> str:
         return self._ids.get(run_id, run_id[:8])
@@ -130,6 +218,8 @@ class LogLaunchView(_Base):
         for st in statuses:
             if st.state == "running":
                 self.write(self.progress_line(st))
+        if any(st.state in ("queued", "running") for st in statuses):
+            self.write(printable(f"{time.strftime('%H:%M:%S')} {self.counts_line(statuses)}"))
 
     def progress_line(self, st: Any) -> str:
         p = read_progress(st.job.run_dir)
@@ -198,9 +288,9 @@ class LiveLaunchView(_Base):
         from rich.console import Group
         from rich.text import Text
 
-        counts = Counter(st.state for st in statuses)
-        head = Text(f"{len(statuses)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="bold")
         running = [st for st in statuses if st.state == "running"]
+        progress = {st.job.run_id: read_progress(st.job.run_dir) for st in running}
+        head = Text(self.counts_line(statuses, progress), style="bold")
         if not running:
             return head
         names = short_names(self._varying)
@@ -211,7 +301,7 @@ class LiveLaunchView(_Base):
                  Column("tok/s", "tok/s", align="right", priority=1), Column("eta", "ETA", align="right", priority=1)]
         rows = []
         for st in running:
-            p = read_progress(st.job.run_dir)
+            p = progress[st.job.run_id]
             a = self.axes.get(st.job.run_id, {})
             rows.append({"run": Cell(self.short(st.job.run_id), "dim"), "slot": Cell(st.slot),
                          **{k: Cell(F.value(a.get(k))) for k in self._varying},

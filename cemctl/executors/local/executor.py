@@ -106,7 +106,8 @@ def check_gpus(gpus: list[int] | None) -> None:
     present = detect_gpus()
     missing = [g for g in gpus if g not in present]
     if missing:
-        raise ConfigError("--gpus", f"GPU {missing[0]} is not on this machine",
+        named = f"GPU {missing[0]} is" if len(missing) == 1 else f"GPUs {', '.join(map(str, missing))} are"
+        raise ConfigError("--gpus", f"{named} not on this machine",
                           allowed=",".join(map(str, present)) if present else "none found: use --gpus none for the CPU")
 
 

@@ -54,6 +54,7 @@ class LaunchRequest:
     data_workers: int | None = None  # tokenizer processes when data is prepared here (default: the CPU count)
     seeds: list[int] | None = None  # --seeds: replace the grid's seed list (finished runs are kept)
     add_seeds: int = 0  # --add-seeds N: N more seeds after the grid's
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # --axis key=v1,v2: axes added to the grid file's
     snapshot: bool = True  # run jobs from a code snapshot (tests of the executor may turn it off)
     job_env: dict[str, str] = field(default_factory=dict)  # extra environment for every job
     keep_run: Callable[[Any], bool] | None = None  # plan only the grid's runs it keeps (--until-decided's rounds)
@@ -173,25 +174,28 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
                 raise CemError(f"launch: --seeds re-plans {req.target!r} from its grid file, and "
                                f"{exp.grid_path or 'its grid file'} is gone; give the grid file")
             is_grid, grid_target = True, exp.grid_path
-            if req.scale is None:
-                req = dataclasses.replace(req, scale=exp.scale)
+            recorded = recorded_changes(exp.overrides_json)  # the --set and --axis of its last plan: the same runs
+            req = dataclasses.replace(req, scale=req.scale or exp.scale, overrides=recorded[0], axes=recorded[1])
     if is_grid:
         from cemctl.grid import DEFAULT_SCALE, load_grid
         from cemctl.services.plan import grid_path, plan_experiment
 
         scale = req.scale or DEFAULT_SCALE
         if req.dry_run:  # validate and show, write nothing (no database, no config.json)
-            plan = load_grid(grid_path(grid_target), scale, req.overrides, seeds=req.seeds, add_seeds=req.add_seeds)
+            plan = load_grid(grid_path(grid_target), scale, req.overrides, seeds=req.seeds, add_seeds=req.add_seeds,
+                             axes=req.axes)
             plan.runs = [pr for pr in plan.runs if req.keep_run is None or req.keep_run(pr)]
         else:
             plan = plan_experiment(grid_target, scale=scale, overrides=req.overrides, db_url=url,
-                                   runs_root=runs_root, seeds=req.seeds, add_seeds=req.add_seeds, only=req.keep_run).plan
+                                   runs_root=runs_root, seeds=req.seeds, add_seeds=req.add_seeds, only=req.keep_run,
+                                   axes=req.axes).plan
         runs = [(pr.run_id, runs_root / pr.run_id) for pr in plan.runs]
         return Target(plan.name, runs, _slurm_table(plan.text, grid_target), grid_target,
                       {pr.run_id: dict(pr.axes) for pr in plan.runs})
-    if req.overrides:
-        raise ConfigError("--set", f"applies to a grid file; {req.target!r} is a recorded experiment (give its grid "
-                          "file to re-plan with overrides)")
+    if req.overrides or req.axes:
+        option = "--set" if req.overrides else "--axis"
+        raise ConfigError(option, f"applies to a grid file; {req.target!r} is a recorded experiment (give its grid "
+                          f"file to re-plan with {option})")
     if engine is None:
         raise CemError(f"launch: {req.target!r} is not a grid file, and there is no results database to find it in "
                        f"({url}); give the grid file")
@@ -212,6 +216,21 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
 
     return Target(resolved.name, [(r.run_id, r.run_dir) for r in resolved.runs], slurm, source,
                   run_axes(engine, resolved.name))
+
+
+def recorded_changes(overrides_json: str | None) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """(the --set overrides, the --axis axes) an experiment's last plan recorded (its plan key)."""
+    import json
+
+    try:
+        recorded = json.loads(overrides_json or "{}")
+    except ValueError:
+        return {}, {}
+    if not isinstance(recorded, dict):
+        return {}, {}
+    axes = recorded.get("--axis")
+    return ({k: v for k, v in recorded.items() if not k.startswith("--")},
+            {str(k): list(v) for k, v in axes.items() if isinstance(v, list)} if isinstance(axes, dict) else {})
 
 
 def build_executor(req: LaunchRequest, target: Target, runs_root: Path, on_tick: Callable[..., None] | None) -> Any:
