@@ -19,8 +19,8 @@ from typing import Any
 import typer
 
 # Order is the order of `cemctl --help`.
-COMMAND_MODULES = ("demo", "plan", "data", "launch", "status", "serve", "report", "claims", "compare", "export", "tag", "archive",
-                   "sync", "logs", "cancel", "eval", "keys")
+COMMAND_MODULES = ("demo", "plan", "data", "launch", "status", "serve", "report", "claims", "compare", "export", "tag",
+                   "archive", "sync", "logs", "cancel", "eval", "keys", "forget")
 
 # The first sentence of each command, as `cemctl --help` lists it (at most 60 characters: the list fits 80 columns).
 SHORT_HELP = {
@@ -29,6 +29,7 @@ SHORT_HELP = {
     "data": "Prepare, list and clean the tokenized corpora.",
     "launch": "Launch every run of a grid that is not done (idempotent).",
     "status": "Show the state, progress, losses and errors of every run.",
+    "serve": "Serve a live, read-only results dashboard in the browser.",
     "report": "Write an experiment's figures, tables and index.",
     "claims": "Test the grids' claims on the finished runs.",
     "compare": "Show runs or arms side by side: what differs, the metrics.",
@@ -41,6 +42,7 @@ SHORT_HELP = {
     "logs": "Show a run's logs.",
     "cancel": "Stop runs and mark them cancelled.",
     "eval": "Test perplexity of trained CEM models at other depths T.",
+    "keys": "List every config key and run field, with its meaning.",
     "forget": "Remove an experiment planned by mistake (never a result).",
 }
 

@@ -174,6 +174,54 @@ def known_states(db_url: str | None, run_ids: list[str]) -> dict[str, str]:
     return out
 
 
+def check_claims(plan: Plan, db_url: str | None, *, overrides: dict[str, Any], axes: dict[str, list[Any]]) -> None:
+    """The grid's [[claim]] tables against its runs and the project (ConfigError, nothing written): every arm
+    selector matches an arm of the grid (at this scale, else at another scale the grid defines), and no claim
+    collides with another recorded experiment's (`cemctl.grid.claims.clashes`)."""
+    from cem_core.config import flatten
+    from cemctl.grid.claims import clashes, describe_selector, unmatched_selectors
+    from cemctl.grid.claims import recorded_claims
+    from cemctl.grid.spec import parse_grid
+
+    claims = recorded_claims(plan.text, plan.path)
+    if not claims:
+        return
+    configs = [flatten(pr.config.to_dict()) for pr in plan.runs]
+    missing = unmatched_selectors(claims, configs)
+    if missing:
+        for other in parse_grid(plan.path, plan.scale).scales_defined:
+            if other == plan.scale or not missing:
+                continue
+            try:
+                at = load_grid(plan.path, other, overrides, axes=axes)
+            except ConfigError:
+                continue
+            found = unmatched_selectors(claims, [flatten(pr.config.to_dict()) for pr in at.runs])
+            missing = [m for m in missing if m in found]
+    if missing:
+        i, j, k = missing[0]
+        keys = ", ".join(k_ for k_ in plan.varied if k_ != "train.seed") or "none: every run has one arm"
+        raise ConfigError(f"claim[{i}].part[{j}].arms[{k}]", f"claim {claims[i].id!r}: selector "
+                          f"{describe_selector(claims[i].parts[j].arms[k])} matches no arm of this grid (the keys its "
+                          f"arms vary: {keys})", source=plan.path)
+    if db_url is None:
+        return
+    from cemctl.db.engine import DatabaseError, open_existing_db
+    from cemctl.db.runs import list_experiments
+
+    try:
+        engine = open_existing_db(db_url)
+    except DatabaseError as e:
+        if "no results database" in str(e):
+            return
+        raise
+    others = [(e.name, e.grid_path, recorded_claims(e.grid_text, e.grid_path or e.name))
+              for e in list_experiments(engine) if e.name != plan.name]
+    clash = clashes(claims, others)
+    if clash is not None:
+        raise clash.with_source(plan.path)
+
+
 def plan_experiment(
     path: str | Path,
     *,
@@ -200,6 +248,7 @@ def plan_experiment(
     if not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
         raise ConfigError("--cpu-gflops", f"must be a positive, finite number, got {cpu_gflops}")
     plan = load_grid(grid_path(path), scale, overrides, seeds=seeds, add_seeds=add_seeds, axes=axes)
+    check_claims(plan, db_url, overrides=overrides or {}, axes=axes or {})
     if only is not None:
         plan.runs = [pr for pr in plan.runs if only(pr)]
     rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
