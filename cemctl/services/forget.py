@@ -123,14 +123,15 @@ def forget_experiment(db_url: str, experiment: str, runs_root: Path | str, *, dr
     from sqlalchemy import delete, select
 
     from cemctl.db import open_db, sync_runs
-    from cemctl.db.engine import open_existing_db, retry_locked, write_session
+    from cemctl.db.engine import open_existing_db, read_session, retry_locked, write_session
     from cemctl.db.models import Eval, Experiment, ExperimentRun, Metric, Result, Run, RunEvent, RunTags
     from cemctl.db.runs import resolve_runs_root
     from cemctl.grid.claims import recorded_claims
 
     engine = open_existing_db(db_url) if dry_run else open_db(db_url, create=False)
     root = resolve_runs_root(engine, runs_root)
-    with write_session(engine) if not dry_run else _reading(engine) as s:
+    session = read_session if dry_run else write_session  # a dry run writes nothing
+    with read_session(engine) as s:
         exp = s.scalars(select(Experiment).where(Experiment.name == experiment)).one_or_none()
         if exp is None:
             known = ", ".join(s.scalars(select(Experiment.name).order_by(Experiment.name))) or "none"
@@ -141,7 +142,7 @@ def forget_experiment(db_url: str, experiment: str, runs_root: Path | str, *, dr
 
     def write() -> ForgetResult:
         result = ForgetResult(experiment, dry_run)
-        with write_session(engine) if not dry_run else _reading(engine) as s:
+        with session(engine) as s:
             exp = s.scalars(select(Experiment).where(Experiment.name == experiment)).one_or_none()
             if exp is None:
                 raise CemError(f"forget: experiment {experiment!r} is gone (forgotten meanwhile)")
@@ -198,18 +199,3 @@ def _remove_planned_folder(run_dir: Path, run_id: str) -> bool:
     except OSError:
         return False
     return True
-
-
-class _reading:
-    """A read session as a context manager with the write session's shape (a dry run writes nothing)."""
-
-    def __init__(self, engine: Any) -> None:
-        from cemctl.db.engine import read_session
-
-        self._cm = read_session(engine)
-
-    def __enter__(self) -> Any:
-        return self._cm.__enter__()
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._cm.__exit__(*exc)
