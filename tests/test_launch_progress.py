@@ -102,9 +102,10 @@ def test_grid_eta_is_the_tokens_left_at_the_finished_runs_speed():
 
     # 2 queued runs of 1000 tokens and 400 left of a running one, at a median of 100 tokens/s, 2 runs in flight
     assert grid_eta_s(2400, [90.0, 100.0, 300.0], running=2, longest_running_s=5.0, queued=2) == 12.0
-    assert grid_eta_s(400, [100.0], running=1, longest_running_s=9.0, queued=0) == 4.0
-    # before any run finished: the running runs' own ETA when nothing waits, else unknown without a speed
-    assert grid_eta_s(400, [50.0], running=1, longest_running_s=9.0, queued=0, finished=False) == 9.0
-    assert grid_eta_s(1400, [], running=1, longest_running_s=None, queued=1, finished=False) is None
+    # nothing waits: the last running runs' own ETA (the finished runs may have been faster models)
+    assert grid_eta_s(400, [100.0], running=1, longest_running_s=9.0, queued=0) == 9.0
+    assert grid_eta_s(400, [100.0], running=1, longest_running_s=None, queued=0) == 4.0
+    # before any run finished: unknown without a speed
+    assert grid_eta_s(1400, [], running=1, longest_running_s=None, queued=1) is None
     assert grid_eta_s(None, [100.0], running=1, longest_running_s=1.0, queued=1) is None  # a planned size unknown
     assert grid_eta_s(0, [], running=0, longest_running_s=None, queued=0) == 0.0

@@ -76,14 +76,14 @@ def finished_speed(run_dir: Any) -> float | None:
 
 
 def grid_eta_s(remaining_tokens: float | None, speeds: Sequence[float], running: int, longest_running_s: float | None,
-               queued: int, finished: bool = True) -> float | None:
+               queued: int) -> float | None:
     """Seconds until every launched run has ended: the tokens left (queued runs' planned tokens, running runs' rest)
     at the median speed of the runs that finished (tokens over wall time: start-up and evaluations included) times
-    the runs in flight. Before any run finished (`finished` false, `speeds` the running runs' current ones): with
-    nothing queued, the last running run's own ETA, else the same sum at those speeds. None when not known yet."""
+    the runs in flight (before any run finished: at the running runs' current speeds). With nothing queued, the
+    last running run's own ETA. None when not known yet."""
     if not queued and not running:
         return 0.0
-    if not finished and not queued:
+    if not queued and longest_running_s is not None:  # the last runs' own ETAs (their speed, not the others')
         return longest_running_s
     if remaining_tokens is None or not speeds or running < 1:
         return None
@@ -147,7 +147,7 @@ class _Base:
             done_tokens = (p.tokens or 0)
             remaining = None if remaining is None or planned is None else remaining + max(0, planned - done_tokens)
         speeds = list(self._speeds.values()) or live_speeds
-        return grid_eta_s(remaining, speeds, running, longest, queued, finished=bool(self._speeds))
+        return grid_eta_s(remaining, speeds, running, longest, queued)
 
     def counts_line(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> str:
         """'8 runs: 2 done, 4 queued, 2 running; grid ETA 3m20s' (the ETA once it can be known)."""
