@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+import pytest
 from rich.console import Console
 
 from cemctl.commands.launch import selection_line
@@ -97,15 +98,22 @@ def test_an_ended_run_line_fits_an_80_column_terminal_and_keeps_its_result(tmp_p
     assert "mlp_precond=identity" in view.ended_line(st)  # a log line (no width) keeps every axis
 
 
-def test_grid_eta_is_the_tokens_left_at_the_finished_runs_speed():
-    from cemctl.commands.views.launch import grid_eta_s
 
-    # 2 queued runs of 1000 tokens and 400 left of a running one, at a median of 100 tokens/s, 2 runs in flight
-    assert grid_eta_s(2400, [90.0, 100.0, 300.0], running=2, longest_running_s=5.0, queued=2) == 12.0
-    # nothing waits: the last running runs' own ETA (the finished runs may have been faster models)
-    assert grid_eta_s(400, [100.0], running=1, longest_running_s=9.0, queued=0) == 9.0
-    assert grid_eta_s(400, [100.0], running=1, longest_running_s=None, queued=0) == 4.0
-    # before any run finished: unknown without a speed
-    assert grid_eta_s(1400, [], running=1, longest_running_s=None, queued=1) is None
-    assert grid_eta_s(None, [100.0], running=1, longest_running_s=1.0, queued=1) is None  # a planned size unknown
-    assert grid_eta_s(0, [], running=0, longest_running_s=None, queued=0) == 0.0
+def test_the_live_view_shows_the_grids_eta_as_status_watch_computes_it(tmp_path):
+    """One run done in 30 s, one running with 13 steps left at 12345 tokens/s (1 s), two queued: the running run's
+    own ETA plus 2 x 30 s, shared by the one run in flight (`cemctl.records.progress.grid_eta_s`)."""
+    running = _running_run(tmp_path)
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "result.json").write_text(json.dumps({"state": "done", "test_loss": 1.5, "wall_time_s": 30.0}))
+    statuses = [JobStatus(job=Job("abc0000000001", running), state="running", slot="cpu0"),
+                JobStatus(job=Job("don0000000002", done), state="done"),
+                JobStatus(job=Job("que0000000003", tmp_path / "q1"), state="queued"),
+                JobStatus(job=Job("que0000000004", tmp_path / "q2"), state="queued")]
+    view = LiveLaunchView(Console(width=80, record=True, file=open(os.devnull, "w")))
+    view.set_runs({}, [st.job.run_id for st in statuses])
+    assert view.grid_eta(statuses) == pytest.approx(640 * 13 / 12345 + 60, abs=0.01)
+    assert view.counts_line(statuses).endswith("4 runs: 1 done, 2 queued, 1 running; grid ETA 1m01s")
+    statuses[1].state = "failed"  # nothing finished yet to time the queued runs by
+    view = LiveLaunchView(Console(width=80, record=True, file=open(os.devnull, "w")))
+    assert view.counts_line(statuses).endswith("; grid ETA not known yet")

@@ -2,9 +2,8 @@
 
 On a terminal (`LiveLaunchView`): a live table of the runs in flight at the bottom
 (run, the axes that vary among the launched runs, slot, step/total, training loss,
-tokens/s, ETA) under a line of counts with the grid's ETA (the tokens left, queued
-runs' planned tokens included, at the speed of the runs that finished: `grid_eta_s`),
-and one line per run above it when the run ends (done with its test loss, failed with
+tokens/s, ETA) under a line of counts with the grid's ETA (`status --watch`'s:
+`cemctl.records.progress.grid_eta_s`), and one line per run above it when the run ends (done with its test loss, failed with
 its reason). Without a terminal (`LogLaunchView`: pipes, `--detach` logs, CI): a line
 per state change and, every `every_s` seconds, a progress line per running run and the
 counts with the grid's ETA, so a log shows life.
@@ -52,45 +51,10 @@ def read_progress(run_dir: Any) -> Progress:
     return p
 
 
-def planned_tokens(run_dir: Any) -> int | None:
-    """The tokens a run trains in all (its config's steps x tokens per step), None when its config cannot be read."""
-    from pathlib import Path
-
-    from cem_core.config import load_run_config, tokens_per_step, total_steps
-    from cem_core.errors import CemError
-
-    try:
-        cfg = load_run_config(str(Path(run_dir) / runfiles.CONFIG_FILE))
-        return total_steps(cfg) * tokens_per_step(cfg)
-    except (CemError, OSError, ValueError):
-        return None
-
-
-def finished_speed(run_dir: Any) -> float | None:
-    """A finished run's average training speed, tokens over wall time (its result.json), None without one."""
-    result = runfiles.read_result(run_dir) or {}
-    tokens, wall = result.get("tokens"), result.get("wall_time_s")
-    if isinstance(tokens, (int, float)) and isinstance(wall, (int, float)) and tokens > 0 and wall > 0:
-        return float(tokens) / float(wall)
-    return None
-
-
-def grid_eta_s(remaining_tokens: float | None, speeds: Sequence[float], running: int, longest_running_s: float | None,
-               queued: int) -> float | None:
-    """Seconds until every launched run has ended: the tokens left (queued runs' planned tokens, running runs' rest)
-    at the median speed of the runs that finished (tokens over wall time: start-up and evaluations included) times
-    the runs in flight (before any run finished: at the running runs' current speeds). With nothing queued, the
-    last running run's own ETA. None when not known yet."""
-    if not queued and not running:
-        return 0.0
-    if not queued and longest_running_s is not None:  # the last runs' own ETAs (their speed, not the others')
-        return longest_running_s
-    if remaining_tokens is None or not speeds or running < 1:
-        return None
-    ordered = sorted(speeds)
-    half = len(ordered) // 2
-    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
-    return remaining_tokens / (median * running)
+def finished_wall_s(run_dir: Any) -> float | None:
+    """A finished run's wall time (its result.json), None without one."""
+    wall = (runfiles.read_result(run_dir) or {}).get("wall_time_s")
+    return float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall > 0 else None
 
 
 def _result_note(run_dir: Any) -> str:
@@ -105,8 +69,7 @@ class _Base:
         self._seen: dict[str, str] = {}
         self._ids: dict[str, str] = {}
         self._varying: list[str] = []
-        self._planned: dict[str, int | None] = {}  # run id -> the tokens it trains in all (read once)
-        self._speeds: dict[str, float] = {}  # run id -> tokens/s of a run that finished in this launch
+        self._walls: dict[str, float | None] = {}  # run id -> wall time of a run that finished (read once)
 
     def set_runs(self, axes: dict[str, dict[str, Any]], run_ids: Sequence[str]) -> None:
         """The launched runs and their axes (the launcher's report, before any job starts)."""
@@ -118,36 +81,24 @@ class _Base:
         self._ids = short_ids(list(run_ids))
 
     def grid_eta(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> float | None:
-        """The grid's ETA (`grid_eta_s`) from the runs' states, their planned tokens and the finished runs' speed."""
+        """The grid's ETA, as `status --watch` computes it (`cemctl.records.progress.grid_eta_s`): the running runs'
+        own ETAs and, per queued run, the finished runs' mean wall time, shared by the runs in flight."""
+        from cemctl.records.progress import grid_eta_s
+
         progress = dict(progress or {})
-        remaining: float | None = 0.0
-        running, queued, longest, live_speeds = 0, 0, None, []
+        records = []
         for st in statuses:
             rid = st.job.run_id
-            if st.state == "done" and rid not in self._speeds:
-                speed = finished_speed(st.job.run_dir)
-                if speed:
-                    self._speeds[rid] = speed
-            if st.state not in ("queued", "running"):
-                continue
-            if rid not in self._planned:
-                self._planned[rid] = planned_tokens(st.job.run_dir)
-            planned = self._planned[rid]
-            if st.state == "queued":
-                queued += 1
-                remaining = None if remaining is None or planned is None else remaining + planned
-                continue
-            running += 1
-            p = progress.get(rid) or read_progress(st.job.run_dir)
-            progress[rid] = p
-            if p.tokens_per_s:
-                live_speeds.append(p.tokens_per_s)
-            if p.eta_s is not None:
-                longest = max(longest or 0.0, p.eta_s)
-            done_tokens = (p.tokens or 0)
-            remaining = None if remaining is None or planned is None else remaining + max(0, planned - done_tokens)
-        speeds = list(self._speeds.values()) or live_speeds
-        return grid_eta_s(remaining, speeds, running, longest, queued)
+            record: dict[str, Any] = {"state": st.state}
+            if st.state == "done":
+                if rid not in self._walls:
+                    self._walls[rid] = finished_wall_s(st.job.run_dir)
+                record["wall_time_s"] = self._walls[rid]
+            elif st.state == "running":
+                p = progress.get(rid) or read_progress(st.job.run_dir)
+                record["eta_s"] = p.eta_s
+            records.append(record)
+        return grid_eta_s(records)
 
     def counts_line(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> str:
         """'8 runs: 2 done, 4 queued, 2 running; grid ETA 3m20s' (the ETA once it can be known)."""
