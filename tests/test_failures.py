@@ -16,29 +16,33 @@ from cemctl.executors.local import LocalExecutor, LocalOptions
 from tests.helpers import ROOT, cli, read_jsonl
 
 
-def _broken_plugin_project(tmp_path: Path) -> Path:
-    """The example plugin, one seed, six steps, and a syntax error in the module built with the model: plan
-    (which imports only the plugin's registering module) accepts it, every job fails."""
+def _plugin_project(tmp_path: Path) -> Path:
+    """The example plugin, one seed, six steps."""
     where = tmp_path / "my-study"
     shutil.copytree(ROOT / "examples" / "plugin", where, ignore=shutil.ignore_patterns("__pycache__"))
     grid = where / "scalar.toml"
     grid.write_text(grid.read_text().replace("seeds = [0, 1]", "seeds = [0]")
                     .replace('"train.max_steps" = 60', '"train.max_steps" = 6'))
-    layers = where / "scalar_precond" / "layers.py"
-    lines = layers.read_text().splitlines()
-    lines.insert(20, "def broken(:")  # line 21
-    layers.write_text("\n".join(lines) + "\n")
     return where
 
 
-def test_a_plugin_with_a_syntax_error_fails_launch_with_the_real_error_in_status(tmp_path):
-    where = _broken_plugin_project(tmp_path)
+def _break(where: Path) -> None:
+    """A syntax error on line 21 of the module built with the model."""
+    layers = where / "scalar_precond" / "layers.py"
+    lines = layers.read_text().splitlines()
+    lines.insert(20, "def broken(:")
+    layers.write_text("\n".join(lines) + "\n")
+
+
+def test_a_plugin_broken_after_plan_fails_launch_with_the_real_error_in_status(tmp_path):
+    where = _plugin_project(tmp_path)
     assert cli(where, "plan", "scalar.toml", subprocess=True, cwd=where).returncode == 0
+    _break(where)  # edited after plan: `launch EXPERIMENT` starts the jobs, each refuses with the real error
     res = cli(where, "launch", "scalar_precond", "--json", "--workers", "2", subprocess=True, cwd=where)
     assert res.returncode == 1, res.output  # scripts and pipelines see the failure (main: exit 0 with --json)
     doc = json.loads(res.stdout)  # stdout stays one JSON document
     assert [r["state"] for r in doc["runs"]] == ["failed", "failed"]
-    real = "SyntaxError: invalid syntax (scalar_precond/layers.py:21)"
+    real = "syntax error in scalar_precond/layers.py, line 21"
     advice = "fix it, then `cemctl launch scalar_precond --retry-failed`"
     summary = [ln for ln in res.stderr.splitlines() if ln.strip()][-1]
     assert summary.startswith("2 of 2 runs failed; the first, ") and real in summary and advice in summary

@@ -12,8 +12,10 @@ README = (ROOT / "README.md").read_text()
 
 
 def test_the_two_setup_commands_make_and_use_a_venv_one_line_each():
-    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
-    setup = [b.strip() for b in blocks[:2]]
+    def first_block(heading: str) -> str:
+        return re.findall(r"```bash\n(.*?)```", README[README.index(heading):], re.S)[0].strip()
+
+    setup = [first_block("## Set up"), first_block("## Run the tests")]
     assert setup[0] == ("python3 -m venv .venv && . .venv/bin/activate && PIP_CONSTRAINT=constraints/cpu.txt "
                         "pip install -e . && cemctl demo")
     assert setup[1] == ("python3 -m venv .venv && . .venv/bin/activate && PIP_CONSTRAINT=constraints/cpu.txt "

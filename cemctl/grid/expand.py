@@ -216,7 +216,7 @@ def add_axes(spec: GridSpec, axes: dict[str, list[Any]], overrides: dict[str, An
     """Add the command line's axes (`--axis`) to a parsed grid: a new axis comes after the file's, one the file has
     gets the command line's values; refused (ConfigError naming --axis) where the key is also --set, varied by a
     [[zip]], or the seed of a grid with `seeds = [...]`."""
-    from cemctl.grid.spec import _check_scalar
+    from cemctl.grid.fields import check_scalar
 
     for key, values in axes.items():
         check_field(key, "--axis", "--axis")
@@ -227,7 +227,7 @@ def add_axes(spec: GridSpec, axes: dict[str, list[Any]], overrides: dict[str, An
             raise ConfigError(key, f"is varied by zip[{zipped[0]}] of {spec.path}; change it there", source="--axis")
         if key == SEED_KEY and spec.seeds is not None:
             raise ConfigError(key, f"{spec.path} lists its seeds (seeds = [...]); use --seeds 0,1,2", source="--axis")
-        spec.axes[key] = [_check_scalar(key, v, "--axis", "--axis") for v in values]
+        spec.axes[key] = [check_scalar(key, v, "--axis", "--axis") for v in values]
         spec.cli_axes.append(key)
 
 
