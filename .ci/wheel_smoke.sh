@@ -8,6 +8,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 -m pip wheel -q . --no-deps --no-build-isolation -w "$work/dist"
 python3 -m venv --system-site-packages "$work/venv"
+# Run from a virtual environment (.ci/run makes one where the system Python refuses pip installs): its packages are
+# not the system's, so the new venv also sees them (after its own: the wheel's cemctl is the one imported).
+outer=$(python3 -c "import sys, sysconfig; print(sysconfig.get_paths()['purelib'] if sys.prefix != sys.base_prefix else '')")
+if [ -n "$outer" ]; then
+  inner=$("$work/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  echo "$outer" > "$inner/_ci_outer_env.pth"
+fi
 "$work/venv/bin/python" -m pip install -q --no-deps "$work"/dist/cemctl-*.whl
 mkdir "$work/empty" && cd "$work/empty"
 where=$("$work/venv/bin/python" -c "import cemctl, sys; print(cemctl.__file__)")

@@ -86,7 +86,9 @@ def coerce(key: str, tp: Any, value: Any, *, source: str | None = None) -> Any:
     elif origin is list:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return list(value)
-    raise ConfigError(key, f"must be a {type_name(origin)}, got {type(value).__name__} {value!r}"[:200], value=value,
+    name = type_name(origin)
+    article = "an" if name[:1] in "aeiou" else "a"
+    raise ConfigError(key, f"must be {article} {name}, got {type(value).__name__} {value!r}"[:200], value=value,
                       source=source)
 
 

@@ -58,3 +58,8 @@ def printable(text: Any, keep: str = "") -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """'1 run', '2 runs', '0 runs' (`many` for irregular plurals)."""
+    return f"{n} {one if n == 1 else many or one + 's'}"

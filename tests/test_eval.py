@@ -148,6 +148,11 @@ def test_cli_eval_stores_rows_in_the_database_and_rerunning_is_idempotent(exp):
     res = _cli(exp, rid, "--steps", "1,2,4")
     assert res.exit_code == 0, res.output
     assert "test ppl" in res.output and "2*" in res.output  # the trained T is starred
+    # a plain table like every other command's: a header line, a rule of dashes, no box drawing (main: boxed)
+    assert not set("\u250f\u2503\u2502\u2501\u2517\u2514\u250c") & set(res.output), res.output
+    lines = res.output.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("run "))
+    assert set(lines[header + 1].replace(" ", "")) == {"-"} and "evaluations of 1 run stored" in res.output
     first = _db_rows(exp, rid)
     keys = [(r["attn_steps"], r["mlp_steps"]) for r in first]
     assert len(keys) == len(set(keys))  # one row per depth pair
@@ -177,7 +182,7 @@ def test_cli_eval_experiment_evaluates_its_cem_runs_and_skips_the_others_with_a_
     assert res.exit_code == 0, res.output
     assert f"skipped {d['llama'].name}: run {d['llama'].name} has no CEM sublayer" in res.stderr
     assert f"skipped {d['planned'].name}: run {d['planned'].name} is not done" in res.stderr
-    assert "2 run(s) skipped or failed" in res.output
+    assert "2 runs skipped or failed" in res.output
     assert (3, 3) in {(r["attn_steps"], r["mlp_steps"]) for r in _db_rows(exp, d["full"].name)}
     assert (3, 3) in {(r["attn_steps"], r["mlp_steps"]) for r in _db_rows(exp, d["pm"].name)}  # both CEM sublayers
     assert _db_rows(exp, d["llama"].name) == [] and not (d["llama"] / "evals.json").exists()

@@ -69,7 +69,7 @@ def test_a_failing_job_is_recorded_and_the_others_go_on(tmp_path):
     assert "exit code 7" in out[0].reason
     events = _events(jobs[0].run_dir)
     assert [e["state"] for e in events] == ["queued", "failed"]
-    assert events[-1]["exit_code"] == 7 and "no checkpoint yet: launch again" in events[-1]["reason"]
+    assert events[-1]["exit_code"] == 7 and "no checkpoint yet: `cemctl launch" in events[-1]["reason"]
     assert "attempt 1" in (jobs[0].run_dir / "executor.log").read_text()
 
 

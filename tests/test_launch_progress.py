@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+import pytest
 from rich.console import Console
 
 from cemctl.commands.launch import selection_line
@@ -64,7 +65,8 @@ def test_log_view_prints_state_changes_and_a_progress_line_per_running_run_every
     assert len(lines) == 1  # not yet
     clock[0] = 31.0
     view([st])
-    assert len(lines) == 2 and "step 7/20 35%" in lines[1] and "loss 2.7183" in lines[1] and "12.3k tok/s" in lines[1]
+    assert len(lines) == 3 and "step 7/20 35%" in lines[1] and "loss 2.7183" in lines[1] and "12.3k tok/s" in lines[1]
+    assert lines[2].endswith("1 run: 1 running; grid ETA 1s")  # and the grid's counts with its ETA
     st.state, st.ended_time, st.started_time = "done", time.time(), time.time() - 5
     (run / "result.json").write_text(json.dumps({"state": "done", "test_loss": 1.5}))
     view([st])
@@ -94,3 +96,24 @@ def test_an_ended_run_line_fits_an_80_column_terminal_and_keeps_its_result(tmp_p
     assert len(line) <= 80 and line.rstrip().endswith("test loss 6.2665  in 1m17s") and "attention=llama" in line
     assert "\u2026" in line  # the axes were cut, not the result
     assert "mlp_precond=identity" in view.ended_line(st)  # a log line (no width) keeps every axis
+
+
+
+def test_the_live_view_shows_the_grids_eta_as_status_watch_computes_it(tmp_path):
+    """One run done in 30 s, one running with 13 steps left at 12345 tokens/s (1 s), two queued: the running run's
+    own ETA plus 2 x 30 s, shared by the one run in flight (`cemctl.records.progress.grid_eta_s`)."""
+    running = _running_run(tmp_path)
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "result.json").write_text(json.dumps({"state": "done", "test_loss": 1.5, "wall_time_s": 30.0}))
+    statuses = [JobStatus(job=Job("abc0000000001", running), state="running", slot="cpu0"),
+                JobStatus(job=Job("don0000000002", done), state="done"),
+                JobStatus(job=Job("que0000000003", tmp_path / "q1"), state="queued"),
+                JobStatus(job=Job("que0000000004", tmp_path / "q2"), state="queued")]
+    view = LiveLaunchView(Console(width=80, record=True, file=open(os.devnull, "w")))
+    view.set_runs({}, [st.job.run_id for st in statuses])
+    assert view.grid_eta(statuses) == pytest.approx(640 * 13 / 12345 + 60, abs=0.01)
+    assert view.counts_line(statuses).endswith("4 runs: 1 done, 2 queued, 1 running; grid ETA 1m01s")
+    statuses[1].state = "failed"  # nothing finished yet to time the queued runs by
+    view = LiveLaunchView(Console(width=80, record=True, file=open(os.devnull, "w")))
+    assert view.counts_line(statuses).endswith("; grid ETA not known yet")

@@ -1,7 +1,8 @@
 """`python -m cem_core.train RUN_DIR [--device cpu|cuda|cuda:N]` (also under `torchrun`).
 
 Trains or resumes the run in RUN_DIR (see cem_core/train/loop.py). Exit code:
-0 done, 3 diverged, 1 failed, 2 bad config or arguments (one line on stderr).
+0 done, 3 diverged, 1 failed, 2 bad config or arguments (one line on stderr). A failure before the attempt
+could record one (no result.json) ends, after its traceback, with one line `error: ...` on stderr too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except Exception as e:  # noqa: BLE001 - before the attempt could record it: the traceback, then one line
+        import traceback
+
+        from cem_core.runfiles.failure import failure_line
+
+        traceback.print_exc()
+        print(f"error: {failure_line(e)}", file=sys.stderr)  # the executor records this line as the reason
+        return 1
     return EXIT_CODES.get(result.get("state", "failed"), 1)
 
 

@@ -55,8 +55,7 @@ from cem_core.config import RunConfig, resolve, run_id, total_steps
 from cem_core.counts import run_counts
 from cem_core.errors import ConfigError, RunDiverged
 from cem_core.names import is_run_id
-from cem_core.fingerprint import code_fingerprint
-from cem_core.plugins import used_plugins
+from cem_core.train.failure import error_text, fingerprint_or_error
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.environment import RunMonitor
@@ -367,7 +366,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
     if previous and previous.get("state") == "done":
         return previous
     attempt = rd.previous_attempts() + 1
-    code = code_fingerprint(plugins=used_plugins(cfg))  # the model and training code this attempt runs
+    code, unreadable = fingerprint_or_error(cfg)  # the model and training code this attempt runs ("": unreadable)
     world.init(dev)
     total = total_steps(cfg)
     st = RunState()
@@ -386,6 +385,8 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
             log.info("run %s attempt %d: %d steps on %s (world size %d, %d threads, code %s)", rd.path.name, attempt,
                      total, dev, world.size, torch.get_num_threads(), code)
             try:
+                if unreadable is not None:  # e.g. a plugin source that does not parse: this attempt fails with it
+                    raise unreadable
                 _train(cfg, rd, world, dev, attempt, st, ui, heartbeat, preempt)
                 result = make_result(cfg, st, "done", attempt=attempt, world=world, device=dev)
                 log.info("done: test loss %.4f (%s) over %s %s, %.1f s", st.test_loss,
@@ -410,7 +411,7 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
                                      attempt=attempt, world=world, device=dev)
             except Exception as e:  # noqa: BLE001 - recorded as failed, never lost
                 log.error("failed:\n%s", error_tail(e, 40))
-                result = make_result(cfg, st, "failed", error=error_tail(e), attempt=attempt,
+                result = make_result(cfg, st, "failed", error=error_text(e, previous), attempt=attempt,
                                      world=world, device=dev)
             if world.rank == 0:
                 _final_heartbeat(heartbeat, st)  # the last heartbeat is older than result.json

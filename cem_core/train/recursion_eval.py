@@ -58,16 +58,22 @@ def parse_steps(text: str | list[int]) -> list[int]:
     """'1,2,4,8' -> [1, 2, 4, 8] (sorted, unique); anything else raises ConfigError naming --steps."""
     items = text.split(",") if isinstance(text, str) else list(text)
     out: set[int] = set()
+    words, outside = [], []
     for item in items:
         try:
             value = int(str(item).strip())
         except ValueError:
-            raise ConfigError("--steps", f"must be comma-separated integers, got {text!r}",
-                              allowed=f"1..{MAX_EVAL_STEPS}, e.g. 1,2,4,8") from None
+            words.append(str(item).strip())
+            continue
         if not 1 <= value <= MAX_EVAL_STEPS:
-            raise ConfigError("--steps", f"each T must be between 1 and {MAX_EVAL_STEPS}, got {value}",
-                              allowed=f"1..{MAX_EVAL_STEPS}")
+            outside.append(value)
         out.add(value)
+    if words:  # every bad value named, not only the first
+        raise ConfigError("--steps", f"must be comma-separated integers, got {', '.join(map(repr, words))} in {text!r}",
+                          allowed=f"1..{MAX_EVAL_STEPS}, e.g. 1,2,4,8")
+    if outside:
+        raise ConfigError("--steps", f"each T must be between 1 and {MAX_EVAL_STEPS}, got "
+                          f"{', '.join(map(str, outside))}", allowed=f"1..{MAX_EVAL_STEPS}")
     if not out:
         raise ConfigError("--steps", "needs at least one T", allowed=f"1..{MAX_EVAL_STEPS}, e.g. 1,2,4,8")
     return sorted(out)

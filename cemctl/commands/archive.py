@@ -13,13 +13,13 @@ from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, db_url, runs_dir
 
 
 def archive_command(
     experiments: List[str] = typer.Argument(..., help="Experiments to archive."),
     out: str = typer.Option(..., "--out", "-o", help="The archive to write (.tar.gz)."),
-    scale: Optional[str] = typer.Option(None, "--scale", help="Only the runs planned at this scale."),
+    scale: Optional[str] = ScaleFilterOption,
     force: bool = typer.Option(False, "--force", help="Replace OUT even if cemctl did not write it (a regular file)."),
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,

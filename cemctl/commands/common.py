@@ -72,7 +72,19 @@ RunsDirOption = typer.Option(None, "--runs-dir", envvar="CEMCTL_RUNS", show_envv
 HeartbeatTimeoutOption = typer.Option(
     None, "--heartbeat-timeout-s", envvar="CEMCTL_HEARTBEAT_TIMEOUT_S", show_envvar=False,
     help="A running run whose heartbeat is older is shown as stale [env: CEMCTL_HEARTBEAT_TIMEOUT_S; default: 120].")
-ScaleFilterOption = typer.Option(None, "--scale", help="Only the runs planned at this scale (tiny, cpu, gpu, paper).")
+SCALE_METAVAR = "tiny|cpu|gpu|paper"
+SCALE_HELP = ("Scale preset, one of tiny (seconds, a smoke test), cpu, gpu, paper: a grid file is planned at it, "
+              "an experiment's runs planned at it are used")  # --scale means this in every command
+
+
+def scale_option(default: str | None, shown_default: str) -> Any:
+    """`--scale`, described one way in every command (only the default differs)."""
+    return typer.Option(default, "--scale", metavar=SCALE_METAVAR, show_default=False,
+                        help=f"{SCALE_HELP} [default: {shown_default}].")
+
+
+ScaleOption = scale_option("tiny", "tiny")
+ScaleFilterOption = scale_option(None, "every scale")
 
 
 def db_url(value: str | None) -> str:

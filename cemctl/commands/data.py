@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, stdout_console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, runs_dir, scale_option, stdout_console
 
 
 def _bytes(n: float) -> str:
@@ -118,7 +118,7 @@ def _prepared_rows(done: list[Any], elapsed_s: float) -> list[dict[str, Any]]:
 
 def prepare_cmd(
     target: str = typer.Argument(..., help="Grid file or recorded experiment whose runs' data to prepare."),
-    scale: Optional[str] = typer.Option(None, "--scale", help="Scale preset of the grid file (tiny, cpu, gpu, paper)."),
+    scale: Optional[str] = scale_option(None, "tiny for a grid file, an experiment's planned scale"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key for every run: key=value."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Tokenizer processes [default: the CPU count]."),
     as_json: bool = typer.Option(False, "--json", help="Print what was prepared as JSON."),

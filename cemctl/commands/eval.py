@@ -29,30 +29,47 @@ from cemctl.commands.common import (
 )
 
 
-def _count(value: float) -> str:
-    """233600 -> '234k' (3 significant digits)."""
-    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= div:
-            return f"{value / div:.3g}{suffix}"
-    return f"{value:.3g}"
+class EvalView:
+    """T against test perplexity, a plain table like every other command's (`cemctl.commands.views.table`): fitted
+    to the terminal, aligned lines in a pipe. The T a run was trained with is starred."""
 
+    def __init__(self, rows: list[dict[str, Any]], title: str, width: int | None) -> None:
+        from cemctl.commands.views import formats as F
+        from cemctl.commands.views.table import Cell, Column, fit
 
-def _table(rows: list[dict[str, Any]], title: str) -> Any:
-    from rich.table import Table
+        self.title = title
+        cols = [Column("run", "run", required=True), Column("varied", "varied", priority=2),
+                Column("T", "T", align="right", required=True), Column("depths", "attn/MLP T", align="right", priority=3),
+                Column("ppl", "test ppl", align="right", required=True),
+                Column("delta", "vs trained", align="right", priority=1),
+                Column("flops", "FLOPs/token", align="right", priority=2)]
+        self.cells = []
+        for r in rows:
+            ppl, base = r.get("test_ppl"), r.get("_trained_ppl")
+            trained = r["attn_steps"] == r["trained_attn_steps"] and r["mlp_steps"] == r["trained_mlp_steps"]
+            self.cells.append({
+                "run": Cell(str(r["_run"]), "dim"), "varied": Cell(str(r["sublayer"])),
+                "T": Cell(f"{r['eval_steps']}{'*' if trained else ''}", "bold" if trained else ""),
+                "depths": Cell(f"{r['attn_steps']}/{r['mlp_steps']}"),
+                "ppl": Cell(f"{ppl:.3f}" if ppl is not None else "non-finite"),
+                "delta": Cell(f"{ppl - base:+.3f}" if ppl is not None and base is not None else ""),
+                "flops": Cell(F.count(float(r["flops_per_token"]))),
+            })
+        self.layout = fit(cols, self.cells, width)
 
-    table = Table(title=title, title_justify="left", caption="* = the T the model was trained with",
-                  caption_justify="left")
-    for col in ("run", "varied", "T", "attn/MLP T", "test ppl", "vs trained", "FLOPs/token"):
-        table.add_column(col, justify="left" if col in ("run", "varied") else "right", no_wrap=True)
-    for r in rows:
-        ppl = r.get("test_ppl")
-        base = r.get("_trained_ppl")
-        delta = f"{ppl - base:+.3f}" if ppl is not None and base is not None else ""
-        trained = r["attn_steps"] == r["trained_attn_steps"] and r["mlp_steps"] == r["trained_mlp_steps"]
-        table.add_row(r["_run"], r["sublayer"], f"{r['eval_steps']}{'*' if trained else ''}",
-                      f"{r['attn_steps']}/{r['mlp_steps']}", f"{ppl:.3f}" if ppl is not None else "non-finite",
-                      delta, _count(float(r["flops_per_token"])))
-    return table
+    def plain_lines(self) -> list[str]:
+        from cemctl.commands.views.table import render_plain
+
+        return [self.title, *render_plain(self.layout, self.cells), "* = the T the model was trained with"]
+
+    def rich(self) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        from cemctl.commands.views.table import render_rich
+
+        return Group(Text(self.title, style="bold"), render_rich(self.layout, self.cells),
+                     Text("* = the T the model was trained with", style="dim"))
 
 
 def eval_command(
@@ -75,10 +92,15 @@ def eval_command(
 
     for note in report.notes:
         stderr_console().print(printable(note), markup=False, highlight=False)
-    stdout_console().print(_table(report.rows, f"test-time recursion: {report.kind} {report.name}"))
-    stdout_console().print(f"{len(report.rows)} evaluations of {report.evaluated_runs} run(s) stored in evals.json and the "
-                  "results database" + (f"; {len(report.notes)} run(s) skipped or failed" if report.notes else ""),
-                  markup=False, highlight=False, soft_wrap=True)
+    from cem_core.names import plural
+    from cemctl.commands.common import output_width, print_view
+
+    _, width = output_width()
+    print_view(EvalView(report.rows, printable(f"test-time recursion: {report.kind} {report.name}"), width))
+    skipped = f"; {plural(len(report.notes), 'run')} skipped or failed" if report.notes else ""
+    stdout_console().print(f"{plural(len(report.rows), 'evaluation')} of {plural(report.evaluated_runs, 'run')} stored "
+                           f"in evals.json and the results database{skipped}", markup=False, highlight=False,
+                           soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url
+from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, db_url
 
 
 def export_command(
@@ -22,7 +22,7 @@ def export_command(
     out: str = typer.Option(..., "--out", "-o", help="The file to write (a folder for tensorboard)."),
     where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting KEY OP VALUE (repeatable)."),
     curves: bool = typer.Option(False, "--curves", help="The per-step metrics in long form instead of one row per run."),
-    scale: Optional[str] = typer.Option(None, "--scale", help="Only the runs planned at this scale."),
+    scale: Optional[str] = ScaleFilterOption,
     force: bool = typer.Option(False, "--force", help="Replace OUT even if cemctl did not write it (a regular file)."),
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,  # noqa: ARG001 - every database command takes it; export reads the database
@@ -33,11 +33,15 @@ def export_command(
 
         result = export_runs(db_url(db), experiment, where=where, fmt=fmt, out=out, curves=curves, scale=scale,
                              force=force)
+    from cem_core.names import plural
+
+    runs_text = plural(result.runs, "run")
     if result.fmt == "tensorboard":
-        typer.echo(f"exported {result.runs} runs to {result.out} (one event folder per run, {result.rows} scalars, "
-                   f"hparams of {result.hparams} runs)")
+        typer.echo(f"exported {runs_text} to {result.out} (one event folder per run, {plural(result.rows, 'scalar')}, "
+                   f"hparams of {plural(result.hparams, 'run')})")
     else:
-        typer.echo(f"exported {result.runs} runs ({result.rows} {'rows of curves' if curves else 'rows'}) to {result.out}")
+        rows = plural(result.rows, "row of curves", "rows of curves") if curves else plural(result.rows, "row")
+        typer.echo(f"exported {runs_text} ({rows}) to {result.out}")
 
 
 def register(app: typer.Typer) -> None:

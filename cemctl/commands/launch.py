@@ -28,6 +28,7 @@ from cemctl.commands.common import (
     stderr_console,
     heartbeat_timeout,
     runs_dir,
+    scale_option,
 )
 
 
@@ -36,8 +37,13 @@ def register(app: typer.Typer) -> None:
     def launch_cmd(
         target: str = typer.Argument(..., help="Grid file (experiments/*.toml) or the name of a planned experiment."),
         executor: str = typer.Option("local", "--executor", "-e", help="Where runs execute: local | slurm."),
-        scale: Optional[str] = typer.Option(None, "--scale", help="Scale preset of the grid file (tiny | paper | ...)."),
-        set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key for every run: key=value (repeatable)."),
+        scale: Optional[str] = scale_option(None, "tiny for a grid file, an experiment's planned scale"),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help="Set one config value for every run of a grid "
+                                                 "file (beats the file); repeatable."),
+        axis: Optional[List[str]] = typer.Option(None, "--axis", metavar="KEY=V1,V2,...",
+                                                 help="Add an axis to a grid file's (or replace the values of one it "
+                                                 "has), e.g. --axis model.attn_steps=1,2,4; repeatable. The experiment "
+                                                 "records it: `launch EXPERIMENT` later runs the same runs."),
         seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds to run, e.g. 0-7 or 0,1,5 (replaces the grid's "
                                             "list; finished runs are kept and not run again)."),
         add_seeds: int = typer.Option(0, "--add-seeds", min=0, help="Run N more seeds after the grid's (e.g. when "
@@ -85,6 +91,9 @@ def register(app: typer.Typer) -> None:
                 from cemctl.grid import parse_overrides
 
                 overrides = parse_overrides(list(set_))
+            from cemctl.grid.overrides import parse_axes
+
+            axes = parse_axes(list(axis or []))
             slurm = {
                 "partition": partition, "account": account, "qos": qos, "timeout_min": timeout_min, "mem_gb": mem_gb,
                 "gpus_per_job": gpus_per_job, "cpus_per_task": cpus_per_task, "array_parallelism": array_parallelism,
@@ -96,7 +105,7 @@ def register(app: typer.Typer) -> None:
                 dry_run=dry_run, run_ids=list(run) if run else None, gpus=parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu,
                 gpus_per_run=gpus_per_run, workers=workers, slurm=slurm, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s),
                 prepare=prepare, data_workers=data_workers,
-                seeds=parse_seeds(seeds) if seeds is not None else None, add_seeds=add_seeds,
+                seeds=parse_seeds(seeds) if seeds is not None else None, add_seeds=add_seeds, axes=axes,
             )
             if until:  # rounds of seeds until the claims are decided (cemctl.services.launch.until_decided)
                 from cemctl.commands.until_decided import run_until_decided
@@ -188,5 +197,7 @@ def _run(req, db, runs, as_json: bool, progress_every_s: float) -> None:  # type
         print(json.dumps(report.to_json()))
     elif report.submitted:
         say(report.summary())
-        if any(s.state == "failed" for s in report.submitted):
-            raise typer.Exit(1)
+    if report.failed:  # scripts and pipelines (--json included) see a failed run in the exit code
+        stderr_console().print(printable(report.failure_summary()), markup=False, highlight=False,
+                               soft_wrap=not sys.stderr.isatty())
+        raise typer.Exit(1)

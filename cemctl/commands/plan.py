@@ -1,4 +1,5 @@
-"""`cemctl plan FILE [--scale tiny|paper] [--set key=value ...] [--json]`: expand, validate and record a grid.
+"""`cemctl plan FILE [--scale tiny|cpu|gpu|paper] [--set KEY=VALUE] [--axis KEY=V1,V2] [--json]`: expand, validate
+and record a grid.
 
 Prints one row per run: id, the axes that vary, parameters (total and
 non-embedding), tokens, training FLOPs, estimated GPU-hours (at --gpu-tflops x
@@ -10,11 +11,23 @@ Library: `cemctl.services.plan.plan_experiment`. Never imports torch.
 from __future__ import annotations
 
 import json
+import sys
 from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, output_width, print_view, runs_dir
+from cemctl.commands.common import (
+    DbOption,
+    RunsDirOption,
+    ScaleOption,
+    cli_errors,
+    db_url,
+    output_width,
+    print_view,
+    runs_dir,
+    stderr_console,
+    stdout_console,
+)
 
 
 def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
@@ -26,8 +39,12 @@ def _print_table(report) -> None:  # noqa: ANN001 - PlanReport
 
 def plan_command(
     file: str = typer.Argument(..., help="Grid file (experiments/*.toml)."),
-    scale: str = typer.Option("tiny", "--scale", help="Scale preset of the grid: tiny, cpu, gpu or paper."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override key=value (beats the grid file); repeatable."),
+    scale: str = ScaleOption,
+    set_: Optional[List[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                             help="Set one config value for every run (beats the grid file); repeatable."),
+    axis: Optional[List[str]] = typer.Option(None, "--axis", metavar="KEY=V1,V2,...",
+                                             help="Add an axis to the grid (or replace the values of one it has), "
+                                             "e.g. --axis model.attn_steps=1,2,4; repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show; write nothing."),
     gpu_tflops: float = typer.Option(312.0, "--gpu-tflops", help="Peak GPU throughput for the GPU-hours estimate (A100 bf16: 312, H100: 989)."),
@@ -39,20 +56,27 @@ def plan_command(
 ) -> None:
     """Expand and validate a grid file, record its runs, show their cost."""
     from cemctl.grid import parse_overrides
+    from cemctl.grid.overrides import parse_axes
     from cemctl.services.plan import plan_experiment
 
     with cli_errors():
         report = plan_experiment(
             file, scale=scale, overrides=parse_overrides(set_ or []), db_url=db_url(db),
             runs_root=runs_dir(runs), gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops,
-            record=not dry_run,
+            record=not dry_run, axes=parse_axes(axis or []),
         )
+    from cem_core.names import printable
+
+    for note in report.notes:  # what the costs leave out (a plugin variant's undeclared FLOPs)
+        stderr_console().print(printable(note), markup=False, highlight=False, soft_wrap=True)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=1, sort_keys=False))
     else:
         _print_table(report)
         for note in report.claim_notes:  # what the grid's own-optimum claims need (nothing is edited)
             typer.echo(f"note: {note}")
+        stdout_console().print(printable(report.recorded_line()), markup=False, highlight=False,
+                               soft_wrap=not sys.stdout.isatty())
 
 
 def register(app: typer.Typer) -> None:

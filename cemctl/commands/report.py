@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, stdout_console, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, cli_errors, db_url, runs_dir, scale_option, stdout_console
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         db: str = DbOption,
         runs: str = RunsDirOption,
         no_sync: bool = typer.Option(False, "--no-sync", help="Report the database as it is, without reading run dirs."),
-        scale: str = typer.Option(None, "--scale", help="Report the runs of this scale [default: the most recently planned scale with finished runs]."),
+        scale: str = scale_option(None, "the most recently planned scale with finished runs"),
     ) -> None:
         """Write the experiment's figures, tables and index (missing and failed runs listed with reasons)."""
         with cli_errors():

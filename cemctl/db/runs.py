@@ -287,7 +287,7 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
                     scale=plan.scale,
                     overrides_json=key,
                     run_id=pr.run_id,
-                    axes_json=json.dumps(pr.axes, sort_keys=True, default=str),
+                    axes_json=json.dumps(pr.axes, default=str),  # in the grid file's axis order (plan's, status's)
                     position=i,
                     marks_json=json.dumps(list(getattr(pr, "marks", []) or [])),
                     planned_at=now,

@@ -148,13 +148,30 @@ def _has_checkpoint(run_dir: Path) -> bool:
         return False
 
 
-def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
+def _previous_failure(run_dir: Path) -> tuple[str, int | None]:
+    """(reason, attempt) of the run's last `failed` event (an earlier attempt's), ("", None) if none."""
+    try:
+        events = runfiles.read_jsonl(Path(run_dir) / runfiles.EVENTS_FILE)
+    except (OSError, runfiles.RunFileError):
+        return "", None
+    for event in reversed(events):
+        if event.get("state") == "failed":
+            attempt = event.get("attempt")
+            return str(event.get("reason") or ""), attempt if isinstance(attempt, int) else None
+    return "", None
+
+
+def exit_state(run_dir: Path, returncode: int | None, experiment: str = "") -> tuple[str, str, bool]:
     """(state, reason, has_result) of a finished job process, from result.json and its exit code.
 
-    The reason is the real one: a refused configuration (exit 2) gives the trainer's own
-    one-line error; a job killed without a result is "resumable from its last checkpoint"
-    only when it has one.
+    The reason is the real one: the trainer's recorded error (its last line names the exception and the
+    user's file:line), or its one-line refusal (exit 2) or last words (exit 1 before an attempt could record
+    one); a job killed without a result is "resumable from its last checkpoint" only when it has one. A failure
+    that will repeat (a refused configuration, the same reason as the previous attempt) says to fix it, then
+    `cemctl launch EXPERIMENT --retry-failed` (`experiment`: the one the launch named).
     """
+    from cem_core.runfiles.failure import ADVICE, repeat_advice, without_advice
+
     result = runfiles.read_result(run_dir)
     if runfiles.cancel_requested(run_dir):
         return "cancelled", "cancelled by user", bool(result)
@@ -163,12 +180,18 @@ def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
         return state, (str(result.get("error") or "") if state != "done" else ""), True
     if returncode == 0:
         return "failed", "exited 0 without writing result.json", False
+    last = _last_log_line(run_dir)
+    said = last[len("error: "):] if last.startswith("error: ") else ""
     if returncode == 2:
-        return "failed", f"refused to start: {_last_log_line(run_dir) or 'bad configuration (see its logs)'}", False
+        line = said or last or "bad configuration (see its logs)"
+        advice = "" if "`cemctl " in line else repeat_advice(experiment)
+        return "failed", f"refused to start: {line}{advice}", False
     if returncode == 3:
         return "diverged", "exit code 3 (diverged) without result.json", False
     if returncode == runfiles.EXIT_PREEMPTED:  # the trainer checkpointed its step and recorded a `stale` event
         return "stale", "preempted: it checkpointed its last step and stopped; resumable from that checkpoint", False
+    if returncode == 1 and said:  # the trainer's own line: the exception and the user's file:line
+        return "failed", said, False
     rc = returncode if returncode is not None else -1
     if rc < 0:
         try:
@@ -177,5 +200,12 @@ def exit_state(run_dir: Path, returncode: int | None) -> tuple[str, str, bool]:
             what = f"killed by signal {-rc}"
     else:
         what = f"exit code {rc}"
-    then = "resumable from its last checkpoint" if _has_checkpoint(run_dir) else "no checkpoint yet: launch again to restart it"
-    return "failed", f"{what} before finishing; {then}", False
+    reason = f"{what} before finishing"
+    before, attempt = _previous_failure(run_dir)
+    if before and without_advice(before).split(";")[0] == reason:
+        again = f" {attempt}" if attempt else ""
+        return "failed", f"{reason}; the same as attempt{again}" + repeat_advice(experiment).replace(ADVICE, ": fix ", 1), False
+    name = experiment or "EXPERIMENT"
+    then = ("resumable from its last checkpoint" if _has_checkpoint(run_dir)
+            else f"no checkpoint yet: `cemctl launch {name}` starts it again")
+    return "failed", f"{reason}; {then}", False

@@ -381,3 +381,60 @@ def profile_notes(runs: list[tuple[dict[str, Any], str]], claims: list[ClaimSpec
                                      f"({', '.join(f'{v:g}' for v in have)}): add train.lr = "
                                      f"{', '.join(f'{v:g}' for v in fill)}")
     return notes
+
+
+def selector_matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
+    """A flat, resolved config is in the arm a selector names: every key it sets has that value (numbers compared as
+    numbers; the same rule as `cemctl.report.claims`)."""
+    import math
+
+    for key, want in selector.items():
+        have = config.get(key)
+        if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(have, (int, float)) \
+                and not isinstance(have, bool):
+            if not math.isclose(float(have), float(want), rel_tol=1e-12, abs_tol=0.0):
+                return False
+        elif str(have) != str(want):
+            return False
+    return True
+
+
+def unmatched_selectors(claims: list[ClaimSpec], configs: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    """(claim index, part index, arm index) of every selector that no config (a run of the grid) matches."""
+    out = []
+    for i, claim in enumerate(claims):
+        for j, part in enumerate(claim.parts):
+            for k, selector in enumerate(part.arms):
+                if not any(selector_matches(c, selector) for c in configs):
+                    out.append((i, j, k))
+    return out
+
+
+def describe_selector(selector: dict[str, Any]) -> str:
+    """'{ model.attn_steps = 3, model.attention = "cem" }' (as a grid file writes it)."""
+    import json
+
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in selector.items()) + " }"
+
+
+def clashes(claims: list[ClaimSpec], others: list[tuple[str, str, list[ClaimSpec]]]) -> ConfigError | None:
+    """The first way this grid's claims collide with other experiments' (name, grid file, claims): a claim id is one
+    claim across the project (grids may declare parts of it, as fig2c and fig2d do for claim 3, with the same
+    statement), and no part is declared twice (a grid planned twice would count every part twice in Holm's family)."""
+    for i, claim in enumerate(claims):
+        for name, path, theirs in others:
+            for other in theirs:
+                if other.id != claim.id:
+                    continue
+                where = f"experiment {name} ({path or 'no grid file'})"
+                if other.statement != claim.statement:
+                    return ConfigError(f"claim[{i}].id", f"claim {claim.id!r} is already declared by {where} with "
+                                       f"another statement ({other.statement!r}); claim ids are unique across the "
+                                       "project: give this claim its own id")
+                names = {p.name for p in other.parts}
+                for j, part in enumerate(claim.parts):
+                    if part.name in names:
+                        return ConfigError(f"claim[{i}].part[{j}].name", f"part {part.name!r} of claim {claim.id!r} "
+                                           f"is already declared by {where}: the same grid planned twice? `cemctl "
+                                           f"forget {name}` removes that one, or give this claim its own id")
+    return None

@@ -51,11 +51,14 @@ class Plan:
     duplicates: int = 0  # assignments that resolved to an already listed run
     seeds: list[int] | None = None  # `--seeds` / `--add-seeds`: the seed list that replaced the grid's
     plugins: tuple[str, ...] = ()  # `[experiment] plugins` (their sources are copied into the runs root)
+    added_axes: dict[str, list[Any]] = field(default_factory=dict)  # `--axis key=v1,v2`: axes the command line added
 
     @property
     def plan_overrides(self) -> dict[str, Any]:
-        """What makes this plan's key besides the scale: the --set overrides and a --seeds list."""
-        return {**self.overrides, **({"--seeds": self.seeds} if self.seeds is not None else {})}
+        """What makes this plan's key besides the scale: the --set overrides, a --seeds list and the --axis axes
+        (recorded with the experiment, so that `launch EXPERIMENT` re-plans the same runs)."""
+        return {**self.overrides, **({"--seeds": self.seeds} if self.seeds is not None else {}),
+                **({"--axis": self.added_axes} if self.added_axes else {})}
 
 
 @dataclass
@@ -108,6 +111,27 @@ def _describe(assignment: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in assignment.items()) or "base"
 
 
+def _axis_values(spec: GridSpec, key: str) -> list[Scalar]:
+    """Every value the grid gives `key` in its axes, zips and extras' axes (in file order, once each)."""
+    lists = [spec.axes.get(key, [])] + [z.get(key, []) for z in spec.zips] + [x.axes.get(key, []) for x in spec.extras]
+    out: list[Scalar] = []
+    for values in lists:
+        out += [v for v in values if not any(type(v) is type(o) and v == o for o in out)]
+    return out
+
+
+def _bad_values(flat: dict[str, Any], key: str, values: list[Scalar]) -> list[Scalar]:
+    """The values of `values` that `key` cannot take in the run `flat` (the same config error)."""
+    bad = []
+    for v in values:
+        try:
+            resolve(RunConfig.from_dict({**flat, key: v}))
+        except ConfigError as e:
+            if e.key == key:
+                bad.append(v)
+    return bad
+
+
 def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs: int = MAX_RUNS) -> Plan:
     """Build every run of the grid; raises ConfigError (with the file) on the first problem."""
     overrides = dict(overrides or {})
@@ -137,8 +161,13 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
                 try:
                     cfg = resolve(RunConfig.from_dict(flat))
                 except ConfigError as e:
-                    source = "--set" if e.key in overrides else spec.path
-                    where = f" (in run {_describe(assignment)})" if assignment else ""
+                    source = "--set" if e.key in overrides else "--axis" if e.key in spec.cli_axes else spec.path
+                    shown = {k: flat[k] for k in assignment}  # the run's values after the --set overrides
+                    where = f" (in run {_describe(shown)})" if assignment else ""
+                    if e.key in assignment and e.key not in overrides:  # an axis: name every bad value, not one
+                        bad = _bad_values(flat, e.key, _axis_values(spec, e.key))
+                        if len(bad) > 1:
+                            where += f"; every bad value of {e.key}: {', '.join(repr(v) for v in bad)}"
                     raise ConfigError(e.key, e.message + where, value=e.value, allowed=e.allowed, source=source) from None
                 rid = run_id(cfg)
                 cache[key] = (rid, cfg)
@@ -167,17 +196,39 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
 
 def load_grid(
     path: str | Path, scale: str = DEFAULT_SCALE, overrides: dict[str, Any] | None = None, *, max_runs: int = MAX_RUNS,
-    seeds: list[int] | None = None, add_seeds: int = 0,
+    seeds: list[int] | None = None, add_seeds: int = 0, axes: dict[str, list[Any]] | None = None,
 ) -> Plan:
     """Parse, validate and expand a grid file: the one entry point for grid files. `seeds` replaces the grid's
-    seed list; `add_seeds` extends it with that many new seeds (the next integers)."""
+    seed list; `add_seeds` extends it with that many new seeds (the next integers); `axes` (`--axis`) adds axes to
+    the grid's (or replaces the values of one it has), checked like the file's."""
     spec = parse_grid(path, scale)
+    add_axes(spec, axes or {}, overrides or {})
     chosen = with_seeds(spec, seeds, add_seeds)
     if chosen is not None:
         spec.seeds = chosen
     plan = expand(spec, overrides, max_runs=max_runs)
     plan.seeds = chosen
+    plan.added_axes = {k: list(v) for k, v in (axes or {}).items()}
     return plan
+
+
+def add_axes(spec: GridSpec, axes: dict[str, list[Any]], overrides: dict[str, Any]) -> None:
+    """Add the command line's axes (`--axis`) to a parsed grid: a new axis comes after the file's, one the file has
+    gets the command line's values; refused (ConfigError naming --axis) where the key is also --set, varied by a
+    [[zip]], or the seed of a grid with `seeds = [...]`."""
+    from cemctl.grid.fields import check_scalar
+
+    for key, values in axes.items():
+        check_field(key, "--axis", "--axis")
+        if key in overrides:
+            raise ConfigError(key, "is both --set and --axis; give one", source="--axis")
+        zipped = [i for i, z in enumerate(spec.zips) if key in z]
+        if zipped:
+            raise ConfigError(key, f"is varied by zip[{zipped[0]}] of {spec.path}; change it there", source="--axis")
+        if key == SEED_KEY and spec.seeds is not None:
+            raise ConfigError(key, f"{spec.path} lists its seeds (seeds = [...]); use --seeds 0,1,2", source="--axis")
+        spec.axes[key] = [check_scalar(key, v, "--axis", "--axis") for v in values]
+        spec.cli_axes.append(key)
 
 
 def with_seeds(spec: GridSpec, seeds: list[int] | None, add_seeds: int) -> list[int] | None:

@@ -84,6 +84,7 @@ class GridSpec:
     report: "ReportOptions" = field(default_factory=lambda: ReportOptions())
     claims: list[Any] = field(default_factory=list)  # cemctl.grid.claims.ClaimSpec
     plugins: tuple[str, ...] = ()  # `[experiment] plugins`: modules loaded (and given every run as "plugins")
+    cli_axes: list[str] = field(default_factory=list)  # axes the command line added (`--axis`), for error sources
 
 
 @dataclass(frozen=True)

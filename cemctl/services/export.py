@@ -38,6 +38,22 @@ FORMATS = ("csv", "parquet", "jsonl", "tensorboard")
 TB_SCALARS = {"train_loss": "train/loss", "val_loss": "val/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
               "tokens_per_s": "train/tokens_per_s"}
 TB_RESULTS = ("test_loss",)  # written once per finished run, at its last step, as result/<name>
+EXTRAS = {"parquet": "pyarrow", "tensorboard": "tensorboard"}  # format -> the module its extra (cemctl[format]) installs
+
+
+def installed_formats() -> list[str]:
+    """The formats this installation can write (an extra's format only when its package is importable)."""
+    import importlib.util
+
+    return [f for f in FORMATS if f not in EXTRAS or importlib.util.find_spec(EXTRAS[f]) is not None]
+
+
+def format_error(fmt: str, message: str) -> ConfigError:
+    """`--format`: the formats installed here as the allowed ones, and how to install the others."""
+    have = installed_formats()
+    missing = [f for f in FORMATS if f not in have]
+    hint = ("; not installed here: " + ", ".join(f"{f} (pip install 'cemctl[{f}]')" for f in missing)) if missing else ""
+    return ConfigError("--format", message + hint, value=fmt, allowed=have)
 
 
 @dataclass
@@ -58,8 +74,7 @@ def _write_frame(frame: "pd.DataFrame", fmt: str, path: Path) -> None:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise ConfigError("--format", "parquet needs pyarrow (pip install 'cemctl[parquet]')",
-                              allowed=[f for f in FORMATS if f != "parquet"]) from None
+            raise format_error("parquet", "cannot write parquet") from None
         frame.to_parquet(path, index=False)
 
 
@@ -69,7 +84,9 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
     from cemctl.services.results import curves_long, runs_table
 
     if fmt not in FORMATS:
-        raise ConfigError("--format", f"unknown format {fmt!r}", value=fmt, allowed=FORMATS)
+        raise format_error(fmt, f"unknown format {fmt!r}")
+    if fmt not in installed_formats():  # before any work
+        raise format_error(fmt, f"cannot write {fmt}")
     if experiment is None and not where:
         raise ConfigError("export", "name an experiment or select runs with --where", allowed=["EXPERIMENT", "--where"])
     out = Path(out)
@@ -189,8 +206,7 @@ def _write_tensorboard(runs: "pd.DataFrame", long: "pd.DataFrame", out: Path,
         from tensorboard.plugins.hparams import summary_v2 as hp
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError:
-        raise ConfigError("--format", "tensorboard needs the tensorboard package (pip install 'cemctl[tensorboard]')",
-                          allowed=[f for f in FORMATS if f != "tensorboard"]) from None
+        raise format_error("tensorboard", "cannot write tensorboard") from None
     import shutil
 
     from cemctl.report.outdir import check_output_dir, new_build_dir, swap_in

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from cem_core.errors import ConfigError
 from cem_core.plugins import sync_plugin_copy
-from cemctl.grid.estimate import DEFAULT_CPU_GFLOPS, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, run_cost
+from cemctl.grid.estimate import DEFAULT_CPU_GFLOPS, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, plugin_variants, run_cost, undeclared_flops
 from cemctl.grid.expand import Plan, load_grid
 from cemctl.grid.kinds import DEFAULT_SCALE
 
@@ -34,14 +34,31 @@ class PlanReport:
     new_runs: int = 0
     totals: dict[str, Any] = field(default_factory=dict)
     claim_notes: list[str] = field(default_factory=list)  # own-optimum profiles short of rates (cemctl.grid.claims)
+    notes: list[str] = field(default_factory=list)  # what the costs leave out (a plugin variant's undeclared FLOPs)
+    variants: list[str] = field(default_factory=list)  # the plugin variants the runs use, by their declared labels
+    recorded: bool = False  # the runs were recorded (not a dry run)
+    database: str = ""  # where (or, for a dry run, where they would be): a path or a URL without its password
+
+    def recorded_line(self) -> str:
+        """'recorded 12 runs of fig2a at scale cpu in results.db (12 new); ...': what a plan wrote, unlike a dry run."""
+        from cem_core.names import plural
+
+        p = self.plan
+        where = f" in {self.database}" if self.database else ""
+        if not self.recorded:
+            return f"dry run: nothing recorded (without --dry-run, plan records these {plural(len(self.rows), 'run')}{where})"
+        added = f", {plural(len(p.added_axes), 'axis', 'axes')} from --axis" if p.added_axes else ""
+        return (f"recorded {plural(len(self.rows), 'run')} of {p.name} at scale {p.scale}{where} ({self.new_runs} new"
+                f"{added}); `cemctl launch {p.name}` trains those not done")
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan
         return {
             "experiment": p.name, "figure": p.figure, "scale": p.scale, "grid": p.path,
-            "overrides": p.overrides, "varied": p.varied, "excluded": p.excluded,
-            "duplicates": p.duplicates, "new_runs": self.new_runs, "totals": self.totals, "runs": self.rows,
-            "claim_notes": self.claim_notes,
+            "overrides": p.overrides, "axes_added": p.added_axes, "varied": p.varied, "excluded": p.excluded,
+            "duplicates": p.duplicates, "new_runs": self.new_runs, "recorded": self.recorded, "plugin_variants": self.variants,
+            "database": self.database, "totals": self.totals, "notes": self.notes,
+            "runs": self.rows, "claim_notes": self.claim_notes,
         }
 
 
@@ -95,6 +112,28 @@ def grid_path(target: str | Path) -> Path:
     return found
 
 
+def database_name(url: str) -> str:
+    """A results database as a person names it: 'results.db' (a path relative to here where it is below), else the
+    URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    from cemctl.db.engine import sqlite_path
+
+    try:
+        path = sqlite_path(url)
+    except Exception:  # noqa: BLE001 - not a URL we can read a file from: shown as a URL
+        path = None
+    if path is not None:
+        try:
+            return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001
+        return "the results database"
+
+
 def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float,
               cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> list[dict[str, Any]]:
     rows = []
@@ -135,6 +174,54 @@ def known_states(db_url: str | None, run_ids: list[str]) -> dict[str, str]:
     return out
 
 
+def check_claims(plan: Plan, db_url: str | None, *, overrides: dict[str, Any], axes: dict[str, list[Any]]) -> None:
+    """The grid's [[claim]] tables against its runs and the project (ConfigError, nothing written): every arm
+    selector matches an arm of the grid (at this scale, else at another scale the grid defines), and no claim
+    collides with another recorded experiment's (`cemctl.grid.claims.clashes`)."""
+    from cem_core.config import flatten
+    from cemctl.grid.claims import clashes, describe_selector, unmatched_selectors
+    from cemctl.grid.claims import recorded_claims
+    from cemctl.grid.spec import parse_grid
+
+    claims = recorded_claims(plan.text, plan.path)
+    if not claims:
+        return
+    configs = [flatten(pr.config.to_dict()) for pr in plan.runs]
+    missing = unmatched_selectors(claims, configs)
+    if missing:
+        for other in parse_grid(plan.path, plan.scale).scales_defined:
+            if other == plan.scale or not missing:
+                continue
+            try:
+                at = load_grid(plan.path, other, overrides, axes=axes)
+            except ConfigError:
+                continue
+            found = unmatched_selectors(claims, [flatten(pr.config.to_dict()) for pr in at.runs])
+            missing = [m for m in missing if m in found]
+    if missing:
+        i, j, k = missing[0]
+        keys = ", ".join(k_ for k_ in plan.varied if k_ != "train.seed") or "none: every run has one arm"
+        raise ConfigError(f"claim[{i}].part[{j}].arms[{k}]", f"claim {claims[i].id!r}: selector "
+                          f"{describe_selector(claims[i].parts[j].arms[k])} matches no arm of this grid (the keys its "
+                          f"arms vary: {keys})", source=plan.path)
+    if db_url is None:
+        return
+    from cemctl.db.engine import DatabaseError, open_existing_db
+    from cemctl.db.runs import list_experiments
+
+    try:
+        engine = open_existing_db(db_url)
+    except DatabaseError as e:
+        if "no results database" in str(e):
+            return
+        raise
+    others = [(e.name, e.grid_path, recorded_claims(e.grid_text, e.grid_path or e.name))
+              for e in list_experiments(engine) if e.name != plan.name]
+    clash = clashes(claims, others)
+    if clash is not None:
+        raise clash.with_source(plan.path)
+
+
 def plan_experiment(
     path: str | Path,
     *,
@@ -149,20 +236,25 @@ def plan_experiment(
     seeds: list[int] | None = None,
     add_seeds: int = 0,
     only: Callable[[Any], bool] | None = None,
+    axes: dict[str, list[Any]] | None = None,
 ) -> PlanReport:
-    """Validate and expand the grid, then (if `record`) write config.json files and record the runs (`only`: the
-    planned runs it keeps, e.g. the arms a round of `launch --until-decided` adds seeds to)."""
+    """Validate and expand the grid (with the command line's `axes`, `--axis`), then (if `record`) write config.json
+    files and record the runs (`only`: the planned runs it keeps, e.g. the arms a round of `launch --until-decided`
+    adds seeds to)."""
     if not (gpu_tflops > 0 and math.isfinite(gpu_tflops)):
         raise ConfigError("--gpu-tflops", f"must be a positive, finite number, got {gpu_tflops}")
     if not 0 < mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
     if not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
         raise ConfigError("--cpu-gflops", f"must be a positive, finite number, got {cpu_gflops}")
-    plan = load_grid(grid_path(path), scale, overrides, seeds=seeds, add_seeds=add_seeds)
+    plan = load_grid(grid_path(path), scale, overrides, seeds=seeds, add_seeds=add_seeds, axes=axes)
+    check_claims(plan, db_url, overrides=overrides or {}, axes=axes or {})
     if only is not None:
         plan.runs = [pr for pr in plan.runs if only(pr)]
     rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
-    report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan))
+    configs = [pr.config for pr in plan.runs]
+    report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan), notes=undeclared_flops(configs),
+                        variants=plugin_variants(configs), database=database_name(db_url) if db_url else "")
     if record:
         from cemctl.db import open_db, record_plan
         from cemctl.db.engine import DatabaseError, is_readonly
@@ -181,6 +273,7 @@ def plan_experiment(
             row["state"] = recorded.states[row["run_id"]]
             row["new"] = row["run_id"] in recorded.created
         report.new_runs = sum(r["new"] for r in rows)
+        report.recorded = True
     else:  # a dry run writes nothing, but a run the database already has is not new and a done run costs nothing
         known = known_states(db_url, [r["run_id"] for r in rows])
         for row in rows:

@@ -22,8 +22,10 @@ margin = "1%"
 
 @pytest.fixture
 def finished(tmp_path):
-    """An experiment of two finished runs (files written as a trainer leaves them, no training)."""
-    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1]", extra=A_CLAIM))
+    """An experiment of two finished runs (files written as a trainer leaves them, no training): one seed at two
+    learning rates, the two arms its claim compares (a selector matching no arm is refused at plan)."""
+    grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0]", extra='[axes]\n"train.lr" = [0.002, 0.004]\n'
+                                             + A_CLAIM))
     for i, rid in enumerate(ids):
         finish_run(tmp_path / "runs" / rid, test_loss=1.5 + 0.1 * i)
     return grid, ids

@@ -2,10 +2,11 @@
 
 On a terminal (`LiveLaunchView`): a live table of the runs in flight at the bottom
 (run, the axes that vary among the launched runs, slot, step/total, training loss,
-tokens/s, ETA) under a line of counts, and one line per run above it when the run
-ends (done with its test loss, failed with its reason). Without a terminal
-(`LogLaunchView`: pipes, `--detach` logs, CI): a line per state change and, every
-`every_s` seconds, a progress line per running run, so a log shows life.
+tokens/s, ETA) under a line of counts with the grid's ETA (`status --watch`'s:
+`cemctl.records.progress.grid_eta_s`), and one line per run above it when the run ends (done with its test loss, failed with
+its reason). Without a terminal (`LogLaunchView`: pipes, `--detach` logs, CI): a line
+per state change and, every `every_s` seconds, a progress line per running run and the
+counts with the grid's ETA, so a log shows life.
 
 Both are the executor's `on_tick(statuses)` callback; the runs' progress comes from
 their heartbeat.json and the last line of metrics.jsonl (`cem_core.runfiles`).
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from cem_core import runfiles
-from cem_core.names import printable
+from cem_core.names import plural, printable
 from cemctl.commands.views import formats as F
 from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
 from cemctl.commands.views.table import Cell, Column, fit, render_rich
@@ -34,6 +35,7 @@ class Progress:
     loss: float | None = None
     tokens_per_s: float | None = None
     eta_s: float | None = None
+    tokens: int | None = None  # trained so far
 
 
 def read_progress(run_dir: Any) -> Progress:
@@ -43,9 +45,16 @@ def read_progress(run_dir: Any) -> Progress:
     p = Progress(step=hb.get("step"), total=hb.get("total_steps"), loss=m.get("train_loss"),
                  tokens_per_s=m.get("tokens_per_s"))
     tokens = hb.get("tokens")
+    p.tokens = tokens if isinstance(tokens, int) else None
     if p.step and p.total and tokens and p.tokens_per_s:
         p.eta_s = max(0.0, (p.total - p.step) * (tokens / p.step) / p.tokens_per_s)
     return p
+
+
+def finished_wall_s(run_dir: Any) -> float | None:
+    """A finished run's wall time (its result.json), None without one."""
+    wall = (runfiles.read_result(run_dir) or {}).get("wall_time_s")
+    return float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall > 0 else None
 
 
 def _result_note(run_dir: Any) -> str:
@@ -60,6 +69,7 @@ class _Base:
         self._seen: dict[str, str] = {}
         self._ids: dict[str, str] = {}
         self._varying: list[str] = []
+        self._walls: dict[str, float | None] = {}  # run id -> wall time of a run that finished (read once)
 
     def set_runs(self, axes: dict[str, dict[str, Any]], run_ids: Sequence[str]) -> None:
         """The launched runs and their axes (the launcher's report, before any job starts)."""
@@ -69,6 +79,35 @@ class _Base:
             keys += [k for k in a if k not in keys]
         self._varying = [k for k in keys if len({F.value(a.get(k)) for a in self.axes.values()}) > 1]
         self._ids = short_ids(list(run_ids))
+
+    def grid_eta(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> float | None:
+        """The grid's ETA, as `status --watch` computes it (`cemctl.records.progress.grid_eta_s`): the running runs'
+        own ETAs and, per queued run, the finished runs' mean wall time, shared by the runs in flight."""
+        from cemctl.records.progress import grid_eta_s
+
+        progress = dict(progress or {})
+        records = []
+        for st in statuses:
+            rid = st.job.run_id
+            record: dict[str, Any] = {"state": st.state}
+            if st.state == "done":
+                if rid not in self._walls:
+                    self._walls[rid] = finished_wall_s(st.job.run_dir)
+                record["wall_time_s"] = self._walls[rid]
+            elif st.state == "running":
+                p = progress.get(rid) or read_progress(st.job.run_dir)
+                record["eta_s"] = p.eta_s
+            records.append(record)
+        return grid_eta_s(records)
+
+    def counts_line(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> str:
+        """'8 runs: 2 done, 4 queued, 2 running; grid ETA 3m20s' (the ETA once it can be known)."""
+        counts = Counter(st.state for st in statuses)
+        text = f"{plural(len(statuses), 'run')}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        if counts.get("queued") or counts.get("running"):
+            eta = self.grid_eta(statuses, progress)
+            text += f"; grid ETA {F.duration(eta)}" if eta is not None else "; grid ETA not known yet"
+        return text
 
     def short(self, run_id: str) -> str:
         return self._ids.get(run_id, run_id[:8])
@@ -130,6 +169,8 @@ class LogLaunchView(_Base):
         for st in statuses:
             if st.state == "running":
                 self.write(self.progress_line(st))
+        if any(st.state in ("queued", "running") for st in statuses):
+            self.write(printable(f"{time.strftime('%H:%M:%S')} {self.counts_line(statuses)}"))
 
     def progress_line(self, st: Any) -> str:
         p = read_progress(st.job.run_dir)
@@ -198,9 +239,9 @@ class LiveLaunchView(_Base):
         from rich.console import Group
         from rich.text import Text
 
-        counts = Counter(st.state for st in statuses)
-        head = Text(f"{len(statuses)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="bold")
         running = [st for st in statuses if st.state == "running"]
+        progress = {st.job.run_id: read_progress(st.job.run_dir) for st in running}
+        head = Text(self.counts_line(statuses, progress), style="bold")
         if not running:
             return head
         names = short_names(self._varying)
@@ -211,7 +252,7 @@ class LiveLaunchView(_Base):
                  Column("tok/s", "tok/s", align="right", priority=1), Column("eta", "ETA", align="right", priority=1)]
         rows = []
         for st in running:
-            p = read_progress(st.job.run_dir)
+            p = progress[st.job.run_id]
             a = self.axes.get(st.job.run_id, {})
             rows.append({"run": Cell(self.short(st.job.run_id), "dim"), "slot": Cell(st.slot),
                          **{k: Cell(F.value(a.get(k))) for k in self._varying},

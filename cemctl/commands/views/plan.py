@@ -1,8 +1,9 @@
 """The plan table (`cemctl plan FILE`): one row per run with its cost, fitted to the terminal.
 
 Always shown: the run id, parameters, tokens and the state ("new" for a run the
-database does not have yet); then, as room allows, the axes that vary (the
-constant ones in a header line), GPU- and CPU-hours, FLOPs, the non-embedding
+database does not have yet); then the axes that vary, in the grid file's order (the
+constant ones in a header line; a long key name is cut before a value is, so that no
+two rows look alike), then as room allows GPU- and CPU-hours, FLOPs, the non-embedding
 parameters and the grid's [[mark]] labels. Sizes are shown by name (86M), parameter
 counts as numbers (86.4M). The totals line gives the CPU time of what is not done
 yet at the local executor's default number of workers, or "not a CPU job" beyond a week.
@@ -15,7 +16,7 @@ from typing import Any
 
 from cem_core.names import printable
 from cemctl.commands.views import formats as F
-from cemctl.commands.views.table import Cell, Column, fit, hidden_note, render_plain, render_rich
+from cemctl.commands.views.table import GAP, Cell, Column, fit, render_plain, render_rich
 from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
 
 WEEK_H = 7 * 24.0
@@ -41,6 +42,35 @@ def cpu_time_text(cpu_hours: float, workers: int) -> str:
     return f"about {wall_h:.1f} h with {workers} worker{'s' if workers > 1 else ''}"
 
 
+def distinguishing(keys: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """The keys, in order, that each tell some rows apart that the keys before them do not: together they tell
+    apart every two rows that all the keys tell apart (an axis moving with an earlier one adds nothing)."""
+    chosen: list[str] = []
+    distinct = 1 if rows else 0
+    for k in keys:
+        n = len({tuple(F.value(r.get(c)) for c in [*chosen, k]) for r in rows})
+        if n > distinct:
+            chosen.append(k)
+            distinct = n
+    return chosen
+
+
+def axis_headers(names: dict[str, str], widest: dict[str, int], room: int | None) -> dict[str, str]:
+    """The axes' column headers for `room` characters (None: no limit): their short names, the longest ones cut
+    with '…' (never narrower than their widest value) until every axis fits."""
+    if room is None:
+        return dict(names)
+    room -= GAP * max(0, len(names) - 1)
+    width = {k: max(len(n), widest[k]) for k, n in names.items()}
+    while sum(width.values()) > room:
+        cuttable = [k for k in names if width[k] > max(3, widest[k])]
+        if not cuttable:
+            break
+        longest = max(cuttable, key=lambda k: width[k])
+        width[longest] -= 1
+    return {k: n if len(n) <= width[k] else n[:width[k] - 1] + "\u2026" for k, n in names.items()}
+
+
 class PlanView:
     def __init__(self, report: Any, width: int | None) -> None:
         plan = report.plan
@@ -53,7 +83,18 @@ class PlanView:
         cols = [Column("run", "run", required=True)]
         numeric = {k for k in varied if all(isinstance(r["axes"].get(k), (int, float))
                                             and not isinstance(r["axes"].get(k), bool) for r in rows)}
-        cols += [Column(k, names[k], priority=2, shrink_to=6, align="right" if k in numeric else "left") for k in varied]
+        # The axes that tell the rows apart (the seed too) are always shown, their headers cut before their values;
+        # an axis that moves with them (a [[zip]] partner) only where there is room.
+        telling = distinguishing(varied, [r["axes"] for r in rows])
+        widest = {k: max([len(F.value(r["axes"].get(k))) for r in rows] or [0]) for k in telling}
+        fixed = len(ids[rows[0]["run_id"]]) if rows else 3
+        fixed += sum(max(len(h), w) for h, w in (("params", 6), ("tokens", 6), ("state", 7))) + GAP * 4
+        headers = axis_headers({k: names[k] for k in telling}, widest, None if width is None else width - fixed)
+        cols += [Column(k, headers[k], required=True, align="right" if k in numeric else "left") if k in telling
+                 else Column(k, names[k], priority=2, shrink_to=6, align="right" if k in numeric else "left")
+                 for k in varied]
+        self.cut_axes = ("axes, left to right: " + ", ".join(names[k] for k in varied)
+                         if any(headers[k] != names[k] for k in telling) else "")
         cols += [
             Column("params", "params", align="right", required=True),
             Column("non-emb", "non-emb", priority=6, align="right"),
@@ -100,9 +141,12 @@ class PlanView:
         return text
 
     def notes(self) -> list[str]:
-        out = [self.totals_line()]
-        if (note := hidden_note(self.layout)):
-            out.append(note)
+        out = [self.totals_line()] + ([self.cut_axes] if self.cut_axes else [])
+        if self.report.variants:  # a plugin's variants by the labels it declared
+            out.append("plugin variants: " + "; ".join(printable(v) for v in self.report.variants))
+        if self.layout.hidden:  # plan has no --wide: a wider terminal, a pipe or --json shows them
+            out.append(f"hidden at {self.layout.width} columns: {', '.join(c.header for c in self.layout.hidden)} "
+                       "(a wider terminal, a pipe or --json shows them)")
         return out
 
     def plain_lines(self) -> list[str]:

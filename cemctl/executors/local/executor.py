@@ -106,7 +106,8 @@ def check_gpus(gpus: list[int] | None) -> None:
     present = detect_gpus()
     missing = [g for g in gpus if g not in present]
     if missing:
-        raise ConfigError("--gpus", f"GPU {missing[0]} is not on this machine",
+        named = f"GPU {missing[0]} is" if len(missing) == 1 else f"GPUs {', '.join(map(str, missing))} are"
+        raise ConfigError("--gpus", f"{named} not on this machine",
                           allowed=",".join(map(str, present)) if present else "none found: use --gpus none for the CPU")
 
 
@@ -205,7 +206,9 @@ class LocalExecutor(Executor):
         run_dir = st.job.run_dir
         has_result = False
         if state is None:
-            state, reason, has_result = exit_state(run_dir, returncode)
+            from cem_core.runfiles.failure import EXPERIMENT_ENV
+
+            state, reason, has_result = exit_state(run_dir, returncode, st.job.env.get(EXPERIMENT_ENV, ""))
         st.state, st.reason, st.ended_time = state, reason, time.time()
         # A run directory deleted or made read-only under the orchestrator fails that run, never the others.
         _quietly(runfiles.update_job, run_dir, state="cancelled" if state == "cancelled" else "exited",

@@ -84,7 +84,9 @@ class TrainJob(Checkpointable):
         finally:
             if self._proc.poll() is None:  # the wrapper is going away: do not leave the trainer behind
                 _stop(self._proc, timeout_s=10)
-        state, reason, has_result = exit_state(rd, returncode)
+        from cem_core.runfiles.failure import EXPERIMENT_ENV
+
+        state, reason, has_result = exit_state(rd, returncode, env.get(EXPERIMENT_ENV, ""))
         if not has_result and returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
             # "stale": not finished, not running; SLURM requeues it (or it was scancelled); resumable.
             state, reason = "stale", f"killed by signal {-returncode} (requeue, preemption, timeout or scancel); resumable from its last checkpoint"

@@ -54,6 +54,7 @@ class LaunchRequest:
     data_workers: int | None = None  # tokenizer processes when data is prepared here (default: the CPU count)
     seeds: list[int] | None = None  # --seeds: replace the grid's seed list (finished runs are kept)
     add_seeds: int = 0  # --add-seeds N: N more seeds after the grid's
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # --axis key=v1,v2: axes added to the grid file's
     snapshot: bool = True  # run jobs from a code snapshot (tests of the executor may turn it off)
     job_env: dict[str, str] = field(default_factory=dict)  # extra environment for every job
     keep_run: Callable[[Any], bool] | None = None  # plan only the grid's runs it keeps (--until-decided's rounds)
@@ -89,6 +90,24 @@ class LaunchReport:
         if self.snapshot:
             text += f"; code snapshot {self.snapshot}"
         return text
+
+    @property
+    def failed(self) -> list[Submitted]:
+        """The launched runs that ended failed (the local executor; a cluster's jobs are only queued here)."""
+        return [s for s in self.submitted if s.state == "failed"]
+
+    def failure_summary(self) -> str:
+        """'2 of 4 runs failed; the first, 3fa2c1d0: SyntaxError: invalid syntax (my_layer/layers.py:34); fix it,
+        then `cemctl launch EXP --retry-failed`' ('' when none failed): how many, and the first one's reason."""
+        from cem_core.runfiles.failure import last_line
+
+        failed = self.failed
+        if not failed:
+            return ""
+        n, of = len(failed), len(self.submitted)
+        first = failed[0]
+        why = last_line(first.reason) or "no reason recorded (see `cemctl logs`)"
+        return f"{n} of {of} run{'s' if of != 1 else ''} failed; the first, {first.run_id[:8]}: {why}"
 
     def to_json(self) -> dict[str, Any]:
         by_id = {s.run_id: s for s in self.submitted}
@@ -155,25 +174,28 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
                 raise CemError(f"launch: --seeds re-plans {req.target!r} from its grid file, and "
                                f"{exp.grid_path or 'its grid file'} is gone; give the grid file")
             is_grid, grid_target = True, exp.grid_path
-            if req.scale is None:
-                req = dataclasses.replace(req, scale=exp.scale)
+            recorded = recorded_changes(exp.overrides_json)  # the --set and --axis of its last plan: the same runs
+            req = dataclasses.replace(req, scale=req.scale or exp.scale, overrides=recorded[0], axes=recorded[1])
     if is_grid:
         from cemctl.grid import DEFAULT_SCALE, load_grid
         from cemctl.services.plan import grid_path, plan_experiment
 
         scale = req.scale or DEFAULT_SCALE
         if req.dry_run:  # validate and show, write nothing (no database, no config.json)
-            plan = load_grid(grid_path(grid_target), scale, req.overrides, seeds=req.seeds, add_seeds=req.add_seeds)
+            plan = load_grid(grid_path(grid_target), scale, req.overrides, seeds=req.seeds, add_seeds=req.add_seeds,
+                             axes=req.axes)
             plan.runs = [pr for pr in plan.runs if req.keep_run is None or req.keep_run(pr)]
         else:
             plan = plan_experiment(grid_target, scale=scale, overrides=req.overrides, db_url=url,
-                                   runs_root=runs_root, seeds=req.seeds, add_seeds=req.add_seeds, only=req.keep_run).plan
+                                   runs_root=runs_root, seeds=req.seeds, add_seeds=req.add_seeds, only=req.keep_run,
+                                   axes=req.axes).plan
         runs = [(pr.run_id, runs_root / pr.run_id) for pr in plan.runs]
         return Target(plan.name, runs, _slurm_table(plan.text, grid_target), grid_target,
                       {pr.run_id: dict(pr.axes) for pr in plan.runs})
-    if req.overrides:
-        raise ConfigError("--set", f"applies to a grid file; {req.target!r} is a recorded experiment (give its grid "
-                          "file to re-plan with overrides)")
+    if req.overrides or req.axes:
+        option = "--set" if req.overrides else "--axis"
+        raise ConfigError(option, f"applies to a grid file; {req.target!r} is a recorded experiment (give its grid "
+                          f"file to re-plan with {option})")
     if engine is None:
         raise CemError(f"launch: {req.target!r} is not a grid file, and there is no results database to find it in "
                        f"({url}); give the grid file")
@@ -194,6 +216,21 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
 
     return Target(resolved.name, [(r.run_id, r.run_dir) for r in resolved.runs], slurm, source,
                   run_axes(engine, resolved.name))
+
+
+def recorded_changes(overrides_json: str | None) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """(the --set overrides, the --axis axes) an experiment's last plan recorded (its plan key)."""
+    import json
+
+    try:
+        recorded = json.loads(overrides_json or "{}")
+    except ValueError:
+        return {}, {}
+    if not isinstance(recorded, dict):
+        return {}, {}
+    axes = recorded.get("--axis")
+    return ({k: v for k, v in recorded.items() if not k.startswith("--")},
+            {str(k): list(v) for k, v in axes.items() if isinstance(v, list)} if isinstance(axes, dict) else {})
 
 
 def build_executor(req: LaunchRequest, target: Target, runs_root: Path, on_tick: Callable[..., None] | None) -> Any:
@@ -269,7 +306,10 @@ def launch(
 
     snap = take_snapshot(runs_root) if req.snapshot else None  # first: an edited snapshot is refused before any work
     report.prepared = _check_data(req, target, report.launched, on_data)
-    env: dict[str, str] = {REQUIRE_PREPARED_ENV: "1"}  # the jobs only open prepared data, they never tokenize
+    from cem_core.runfiles.failure import EXPERIMENT_ENV
+
+    # The jobs only open prepared data, they never tokenize; a failure's advice names the experiment launched.
+    env: dict[str, str] = {REQUIRE_PREPARED_ENV: "1", EXPERIMENT_ENV: target.experiment}
     snap_hash = ""
     if snap is not None:
         env.update(code_env(snap.path, snap.hash))
