@@ -23,4 +23,8 @@ case "$where" in "$work/venv/"*) ;; *) echo "wheel smoke: cemctl imported from $
 "$work/venv/bin/python" -m cemctl --version
 "$work/venv/bin/cemctl" plan demo --json > plan.json
 "$work/venv/bin/python" -c "import json; d = json.load(open('plan.json')); assert d['experiment'] == 'demo' and len(d['runs']) == 4, d"
+"$work/venv/bin/python" -c "
+import pathlib, cemctl.serve
+p = pathlib.Path(cemctl.serve.__file__).parent
+assert list((p / 'templates').glob('*.html')) and list((p / 'static').iterdir()), 'the dashboard files are not in the wheel'"
 echo "wheel smoke: ok ($(ls "$work"/dist))"
