@@ -38,6 +38,13 @@ class Progress:
     tokens: int | None = None  # trained so far
 
 
+def _header(name: str) -> str:
+    """A column's header as the field catalogue names it (`cemctl.records.fields`): one name per fact everywhere."""
+    from cemctl.records.fields import field
+
+    return field(name).header
+
+
 def read_progress(run_dir: Any) -> Progress:
     """A running run's step, last training loss, tokens/s and ETA (heartbeat + the metrics' last line)."""
     hb = runfiles.read_heartbeat(run_dir) or {}
@@ -249,7 +256,8 @@ class LiveLaunchView(_Base):
         cols += [Column(k, names[k], priority=3, shrink_to=4) for k in self._varying]
         cols += [Column("slot", "slot", priority=5), Column("step", "step", align="right", required=True),
                  Column("loss", "loss", align="right", required=True),
-                 Column("tok/s", "tok/s", align="right", priority=1), Column("eta", "ETA", align="right", priority=1)]
+                 Column("tok/s", _header("tokens_per_s"), align="right", priority=1),  # the catalogue's name: current
+                 Column("eta", _header("eta_s"), align="right", priority=1)]
         rows = []
         for st in running:
             p = progress[st.job.run_id]
