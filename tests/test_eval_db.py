@@ -162,3 +162,31 @@ def test_sync_rebuilds_the_evals_table_from_run_dirs(tmp_path, runs_root):
     assert stats.eval_rows == 2 and "2 eval rows" in stats.summary()
     assert evals_frame(engine, None)["attn_steps"].tolist() == [1, 3]
     assert sync_runs(engine, runs_root).eval_rows == 0  # unchanged file: not read again
+
+
+@pytest.mark.parametrize("content", ['{"evals": [{"attn_steps": "two", "mlp_steps": 1}]}', "not json",
+                                     '{"evals": {"a": 1}}', '[1, 2]'])
+def test_an_unreadable_evals_json_is_never_taken_for_none(engine, runs_root, content):
+    """One reader (cem_core.runfiles.evals): `cemctl eval` refuses to merge into it (its rows would be lost) and
+    ingest keeps the rows it mirrored, naming the file."""
+    from cem_core.runfiles.evals import EvalsUnreadable
+    from cem_core.train.recursion_eval import EVALS_FILE, EvalRefused, merge_evals
+
+    run_dir = _run_dir(runs_root)
+    rid = run_dir.name
+    merge_evals(run_dir, [_row(1, 1, 25.0), _row(2, 2, 20.0)])
+    ingest_run(engine, run_dir)
+    (run_dir / EVALS_FILE).write_text(content)
+    _touch_later(run_dir / EVALS_FILE)
+    with pytest.raises(EvalRefused, match="evals.json"):
+        merge_evals(run_dir, [_row(4, 4, 19.0)])
+    assert (run_dir / EVALS_FILE).read_text() == content
+    from cemctl.db import sync_runs
+
+    stats = sync_runs(engine, runs_root, run_ids=[rid])
+    assert any("evals.json" in w for w in stats.warnings)
+    assert evals_frame(engine, [rid])["attn_steps"].tolist() == [1, 2]  # kept as they were
+    with pytest.raises(EvalsUnreadable):
+        from cem_core.runfiles.evals import read_evals
+
+        read_evals(run_dir)

@@ -40,7 +40,7 @@ from cem_core import runfiles
 from cem_core.config import RunConfig, resolve, run_id, total_steps
 from cem_core.errors import CemError, ConfigError
 
-EVALS_FILE = "evals.json"
+from cem_core.runfiles.files import EVALS_FILE  # noqa: E402 - one name for the file (runfiles)
 LOCK_FILE = ".evals.lock"
 SUBLAYERS = ("both", "attention", "mlp")
 MAX_EVAL_STEPS = 64  # config.validate's bound on model.attn_steps / model.mlp_steps
@@ -194,12 +194,11 @@ def eval_config(cfg: RunConfig, chosen: list[str], steps: int) -> RunConfig:
 
 
 def read_evals(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of RUN_DIR/evals.json ([] when missing, unreadable or refused: read confined to the run)."""
-    from cem_core.runfiles import run_json
+    """The rows of RUN_DIR/evals.json through its one reader (`cem_core.runfiles.evals`: [] when missing, one line
+    when it cannot be read, never taken for empty)."""
+    from cem_core.runfiles.evals import read_evals as read
 
-    data = run_json(run_dir, EVALS_FILE)
-    rows = data.get("evals") if isinstance(data, dict) else None
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    return read(run_dir)
 
 
 @contextlib.contextmanager
@@ -221,10 +220,15 @@ def merge_evals(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> 
     """Merge `rows` into RUN_DIR/evals.json (atomically, under a lock); returns all rows, sorted."""
     from cem_core.runfiles import atomic_write_json
 
+    from cem_core.runfiles.evals import EvalsUnreadable
+
     rd = Path(run_dir)
     with _locked(rd):
-        merged = {(int(r["attn_steps"]), int(r["mlp_steps"])): r for r in read_evals(rd)
-                  if "attn_steps" in r and "mlp_steps" in r}
+        try:
+            earlier = read_evals(rd)
+        except EvalsUnreadable as e:  # its rows would be lost under the new ones: refused, the file untouched
+            raise EvalRefused(f"run {rd.name}: {e}") from None
+        merged = {(int(r["attn_steps"]), int(r["mlp_steps"])): r for r in earlier}
         for r in rows:
             merged[(int(r["attn_steps"]), int(r["mlp_steps"]))] = r
         ordered = [merged[k] for k in sorted(merged)]

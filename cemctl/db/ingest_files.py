@@ -416,10 +416,13 @@ def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _O
     mtime = _mtime(run_dir / EVALS_FILE)
     if mtime == run.evals_mtime:
         return
-    data = runfiles.run_json(run_dir, EVALS_FILE) if mtime is not None else {"evals": []}
-    if data is None:  # unreadable (being replaced): try again next time
+    from cem_core.runfiles.evals import EvalsUnreadable, read_evals
+
+    try:
+        items = read_evals(run_dir) if mtime is not None else []
+    except EvalsUnreadable as e:  # the rows mirrored before stay; the file is named (never read as "none")
+        out.warnings = [*(out.warnings or []), str(e)]
         return
-    items = data.get("evals") if isinstance(data.get("evals"), list) else []
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     for obj in items:
         attn, mlp = (_num(obj.get(k), int) if isinstance(obj, dict) else None for k in ("attn_steps", "mlp_steps"))
