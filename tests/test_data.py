@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import json
 import multiprocessing
 import os
 import re
@@ -185,7 +186,8 @@ def test_cache_dir_from_environment(monkeypatch, tmp_path, byte_data):
 
 def test_leftover_temp_dir_of_a_crashed_builder_is_ignored(tmp_path):
     path = tmp_path / "one.jsonl"
-    path.write_text('{"text": "alpha beta"}\n{"text": "gamma"}\n')
+    texts = [f"document {i} alpha beta" for i in range(200)]  # enough that each split gets documents
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     cfg = DataConfig(corpus="jsonl", path=str(path), tokenizer="byte", cache_dir=str(tmp_path / "c"))
     first = prepare_data(cfg)
     import shutil
@@ -198,7 +200,7 @@ def test_leftover_temp_dir_of_a_crashed_builder_is_ignored(tmp_path):
     again = prepare_data(cfg)
     assert not junk.exists(), "the crashed builder's temporary directory was cleaned up"
     assert again.path.name == "g4" and (first.path.parent / "g3").is_dir()  # skipped, left alone
-    assert again.num_tokens("train") + again.num_tokens("val") + again.num_tokens("test") == len("alpha beta") + len("gamma") + 2
+    assert again.num_tokens("train") + again.num_tokens("val") + again.num_tokens("test") == sum(len(t) + 1 for t in texts)
 
 
 def _prepare_in_child(args):

@@ -18,6 +18,7 @@ from typing import Any
 from cem_core.runfiles.files import EVALS_FILE, MAX_JSON_BYTES, RunFileError, read_run_file
 
 RECOVER = "fix the file by hand (it is JSON) or move it aside; `cemctl eval` writes a new one"
+RECOVER_LINK = "move it aside; `cemctl eval` writes a new one"  # a link or a special file: nothing to fix by hand
 
 
 NUMBERS = ("eval_steps", "test_loss", "test_ppl", "test_tokens", "flops_per_token", "trained_attn_steps",
@@ -40,7 +41,7 @@ def read_evals(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     except RunFileError as e:
-        raise EvalsUnreadable(f"{e}; {RECOVER}") from None
+        raise EvalsUnreadable(f"{e}; {RECOVER_LINK}") from None
     except OSError as e:
         raise EvalsUnreadable(f"{path}: cannot be read ({e.strerror or e}); {RECOVER}") from None
     try:

@@ -86,10 +86,11 @@ def test_eval_never_merges_an_evals_file_linked_out_of_the_run(project, tmp_path
         {"attn_steps": 7, "mlp_steps": 7, "eval_steps": 7, "test_loss": 0.123, "note": SECRET}]}))
     os.symlink(outside, run_dir / "evals.json")
     res = _eval(b, run_dir)
-    assert res.returncode == 0 and SECRET not in res.output, res.output
-    rows = json.loads((run_dir / "evals.json").read_text())["evals"]
-    assert [r["eval_steps"] for r in rows] == [1] and SECRET not in json.dumps(rows)
-    assert SECRET in outside.read_text()  # the user's file is untouched
+    # refused in one line (the link is the user's: never replaced, never followed into the report)
+    assert res.returncode == 2 and SECRET not in res.output and "Traceback" not in res.output, res.output
+    assert "leads outside the run directory" in res.output and "move it aside" in res.output, res.output
+    assert (run_dir / "evals.json").is_symlink() and SECRET in outside.read_text()  # the user's files untouched
+    assert json.loads(outside.read_text())["evals"][0]["eval_steps"] == 7
 
 
 def test_eval_never_hangs_on_a_result_fifo(project):
