@@ -266,6 +266,8 @@ def test_claims_command_writes_the_plan_the_verdicts_csv_and_a_figure(tmp_path):
     parts = pd.read_csv(out / "claims.csv")
     assert {"claim", "part", "effect", "runs", "verdict", "verdict_holm", "holm_low", "holm_high"} <= set(parts.columns)
     assert len(parts.loc[0, "runs"].split(",")) == 6
+    assert list(parts["experiment"]) == ["mine"]  # which grid the part comes from (a claim may span grids)
+    assert "| claim | part | experiment | scale |" in md
     assert (out / "claims.png").read_bytes().startswith(b"\x89PNG")
     assert cli(tmp_path, "claims", "--out", str(out)).returncode == 0  # an earlier claims folder is ours to replace
     (out / "mine.txt").write_text("x")

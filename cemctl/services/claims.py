@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 VERDICT_COLORS = {"holds": "#2ca02c", "contradicted": "#d62728", "inconclusive": "#7f7f7f", "not run": "#c7c7c7"}
-CSV_COLUMNS = ("claim", "part", "scale", "statistic", "unit", "expect", "margin", "at", "variance", "variance_rule",
+CSV_COLUMNS = ("claim", "part", "experiment", "scale", "statistic", "unit", "expect", "margin", "at", "variance", "variance_rule",
                "effect", "ci95_low", "ci95_high", "method", "df", "n", "p", "p_of", "label", "verdict", "p_holm",
                "holm_level", "holm_low", "holm_high", "label_holm", "verdict_holm", "censored", "other_at",
                "other_effect", "other_low", "other_high", "other_label", "disagree", "optima", "seed_optima",
@@ -260,7 +260,7 @@ def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[
         unadjusted=[f"{lab}: {v}" for lab, v in zip(parts["label"], parts["verdict"])],
         adjusted=[f"{lab}: {v}" for lab, v in zip(parts["label_holm"], parts["verdict_holm"])],
     )
-    cols = ["claim", "part", "scale", "at", "expect", "unit", "margin", "effect", "ci95", "method", "df", "n", "p",
+    cols = ["claim", "part"] + (["experiment"] if "experiment" in parts.columns else []) + ["scale", "at", "expect", "unit", "margin", "effect", "ci95", "method", "df", "n", "p",
             "p_of", "unadjusted", "holm", "p_holm", "adjusted"]
     if "seeds_for_80pct_power" in parts.columns:
         table = table.assign(seeds_needed=[_power_cell(r) for r in parts.itertuples()])
