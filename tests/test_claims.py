@@ -362,7 +362,7 @@ def test_claims_md_fills_df_and_names_the_test_of_its_p(tmp_path):
     assert res.returncode == 0, res.output
     md = (tmp_path / "c" / "claims.md").read_text()
     table = [line for line in md.splitlines() if line.startswith("| B |") and line.count("|") > 12]
-    header = next(line for line in md.splitlines() if line.startswith("| claim | part | scale | at |"))
+    header = next(line for line in md.splitlines() if line.startswith("| claim | part | experiment | scale | at |"))
     cells = [c.strip() for c in header.strip("|").split("|")]
     df, p_of = cells.index("df"), cells.index("p_of")
     for row in table[:2]:
