@@ -46,6 +46,23 @@ def _no_raw_markup(text: str) -> None:
         assert re.fullmatch(r'<script src="/static/(uPlot\.iife\.min|dashboard)\.js">', tag), tag
 
 
+def test_curves_colour_each_arm_when_the_chart_hue_gives_them_one_colour(project, base):
+    """x = the learning rate: the hue (attention) colours the curves and the dash tells the rates apart; with one
+    attention selected every arm would be one colour: then each arm gets its own, and the lines are solid."""
+    from urllib.parse import quote
+
+    status, _, body = get(base, "/experiments/demo/curves.json?x=train.lr")
+    assert status == 200, body[:300]
+    series = [s for s in json.loads(body)["charts"][0]["series"] if s.get("y")]
+    assert len(series) == 6 and len({s["color"] for s in series}) == 2  # coloured by attention, 3 rates per colour
+    assert len({(s["color"], json.dumps(s["dash"])) for s in series}) == 6
+    status, _, body = get(base, "/experiments/demo/curves.json?x=train.lr&where=" + quote("attention=cem"))
+    assert status == 200, body[:300]
+    series = [s for s in json.loads(body)["charts"][0]["series"] if s.get("y")]
+    assert len(series) == 3 and len({s["color"] for s in series}) == 3 and all(s["dash"] is None for s in series)
+    assert len({s["label"] for s in series}) == 3
+
+
 def test_every_page_answers_and_shows_strings_as_text(project, base):
     run0, failed = project.runs[0], project.runs[3]
     pages = ["/", "/claims", "/experiments/demo", "/experiments/demo/live", "/experiments/demo/claims",

@@ -209,7 +209,8 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
                palette: Palette | None = None, x: str | None = None, order: Sequence[str] = (),
                nuisance: Sequence[str] = ("train.seed",)) -> FigurePart | None:
     """Training loss per arm: the mean over seeds (line) with a band from the lowest to the highest seed; the
-    colour of the arm's hue series (the metric figure's), the line style of what else tells the arms apart."""
+    colour of the arm's hue series (the metric figure's), the line style of what else tells the arms apart. When
+    all arms share one hue (only the metric figure's x varies), each arm gets its own colour instead."""
     import numpy as np
 
     if curves is None or curves.empty or runs.empty:
@@ -224,9 +225,12 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
     by_run = dict(tuple(curves.groupby("run_id", sort=False)))
     fig, (ax,) = style.new_figure(1, panel_w=6.4, panel_h=4.2)
     arms = list(dict.fromkeys(sel[ARM]))
-    styles = Palette.linestyles([palette.curve_style_of[a] for a in arms])
+    # One colour for every arm (the metric figure's hue does not vary: its x tells them apart) carries nothing:
+    # then the colours tell the curves apart, one per arm in grid order, and the lines stay solid.
+    by_arm = len(arms) > 1 and len({palette.hue_of[a] for a in arms}) == 1
+    styles = None if by_arm else Palette.linestyles([palette.curve_style_of[a] for a in arms])
     shades: dict[str, float] = {}
-    if styles is None:  # too many for line styles: lighter shades of the arm's colour, in the order the arms come
+    if styles is None and not by_arm:  # too many for line styles: lighter shades of the arm's colour, in the order the arms come
         for hue in dict.fromkeys(palette.hue_of[a] for a in arms):
             mine = [a for a in arms if palette.hue_of[a] == hue]
             shades.update({a: 0.6 * i / max(1, len(mine) - 1) for i, a in enumerate(mine)})
@@ -236,7 +240,8 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
     for aid in arms:
         group = sel[sel[ARM].eq(aid)]
         hue, sty = palette.hue_of[aid], palette.curve_style_of[aid]
-        color = _lighter(palette.color[hue], shades.get(aid, 0.0))
+        color = style.CYCLE[arms.index(aid) % len(style.CYCLE)] if by_arm else \
+            _lighter(palette.color[hue], shades.get(aid, 0.0))
         ls = styles[sty] if styles else "-"
         series = []
         for rid in group["run_id"]:
@@ -265,7 +270,7 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
             ax.plot(v["tokens"], v["val_loss"], "o", color=color, markersize=3.5, markeredgecolor="black",
                     markeredgewidth=0.4)
         several = sum(1 for a in arms if palette.hue_of[a] == hue) > 1  # the style tells this colour's arms apart
-        label = f"{hue}, {sty}" if several and hue != "all runs" else sty if hue == "all runs" else hue
+        label = sty if by_arm or hue == "all runs" else f"{hue}, {sty}" if several else hue
         handles.append(Line2D([], [], color=color, linestyle=ls, label=f"{label}, n={len(series)}"))
     from matplotlib.ticker import EngFormatter
 
@@ -276,5 +281,7 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
     style.figure_legend(fig, [], [], extra=handles, max_cols=2)
     caption = ("Training loss against training " + ("examples" if is_gp else "tokens") + " per arm: the mean over seeds "
                "(line, rolling mean over ~5% of the steps) and the band from the lowest to the highest seed; "
-               "dots: validation loss, mean over seeds; colours as in the metric figure.")
+               "dots: validation loss, mean over seeds; "
+               + ("one colour per arm (the metric figure's x tells them apart)." if by_arm
+                  else "colours as in the metric figure."))
     return FigurePart(name, fig, caption)

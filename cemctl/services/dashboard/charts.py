@@ -288,7 +288,8 @@ def experiment_curves(src: "Source", name: str, sel: "Selection", *, metric: str
                       chart_x: str | None = None, hue: Sequence[str] = (), log_x: bool = False,
                       log_y: bool = False) -> dict[str, Any]:
     """The training curves of the experiment's arms (the runs meeting the selection), coloured as the metric
-    chart colours them (`chart_x`, `hue`: its x and hue keys)."""
+    chart colours them (`chart_x`, `hue`: its x and hue keys); when that gives every arm one colour (only the
+    chart's x varies), each arm gets its own (as the static report's curves do)."""
     from cem_core.arms import config_of
     from cemctl.records.fields import resolve
     from cemctl.services.dashboard.tables import experiment_axes, experiment_records, select
@@ -306,6 +307,10 @@ def experiment_curves(src: "Source", name: str, sel: "Selection", *, metric: str
                     order=meta.axes if meta else [])
     names = Styles(configs, shown=[], hue=[], keys=keys, nuisance=nuisance, order=meta.axes if meta else [])
     groups = []
+    if len(arms) > 1 and len(set(colour.color)) == 1:  # one colour carries nothing: then one per arm, solid lines
+        return curve_groups(src, [(names.names[i], names.color[i], None, [r["run_id"] for r in runs])
+                                  for i, runs in enumerate(arms.values())],
+                            metric=metric, x=x, log_x=log_x, log_y=log_y)
     per_colour: dict[str, int] = {}
     for i, runs in enumerate(arms.values()):
         k = per_colour.setdefault(colour.color[i], 0)
