@@ -93,9 +93,43 @@ def test_an_ended_run_line_fits_an_80_column_terminal_and_keeps_its_result(tmp_p
                   ["abc0000000001", "def0000000002"])
     st = JobStatus(job=Job("abc0000000001", run), state="done", started_time=time.time() - 77, ended_time=time.time())
     line = view.ended_line(st, width=80)
-    assert len(line) <= 80 and line.rstrip().endswith("test loss 6.2665  in 1m17s") and "attention=llama" in line
-    assert "\u2026" in line  # the axes were cut, not the result
+    assert len(line) <= 80 and line.rstrip().endswith("test loss 6.2665  in 1m17s") and "llama" in line
     assert "mlp_precond=identity" in view.ended_line(st)  # a log line (no width) keeps every axis
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_ended_run_lines_stand_in_columns_under_a_header_that_names_the_keys(tmp_path, width):
+    """The README's demo grid: four arms over seven keys; the lines show the values of the keys that tell the runs
+    apart, each under its name (cut with '…' at 80 columns), and every line keeps its result."""
+    run = tmp_path / "abc"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({"state": "done", "test_loss": 6.26651}))
+    keys = ["model.attention", "model.kq_diagonal", "model.attn_steps", "model.mlp", "model.mlp_steps",
+            "model.attn_precond", "model.mlp_precond"]
+    arms = [["llama", "none", 1, "llama", 1, "identity", "identity"], ["cem", "shared", 1, "llama", 1, "identity",
+            "identity"], ["cem", "shared", 2, "llama", 1, "identity", "identity"],
+            ["cem", "shared", 2, "cem", 2, "diag_lowrank", "diag_lowrank"]]
+    ids = ["3fa2c1d0aa11", "77b1e0c2bb22", "a0c3d9e1cc33", "c9d8e7f6dd44"]
+    view = LiveLaunchView(Console(width=width, file=open(os.devnull, "w")))
+    view.set_runs({i: dict(zip(keys, a)) for i, a in zip(ids, arms)}, ids)
+    header = view.ended_header(width)
+    lines = [view.ended_line(JobStatus(job=Job(i, run), state="done", started_time=time.time() - 77,
+                                       ended_time=time.time()), width=width) for i in ids]
+    assert header.split()[:3] == ["time", "run", "state"] and header.split()[-1] == "result"
+    named = header.split()[3:-1]
+    assert len(named) == 3  # attention, attn_steps, mlp tell the four arms apart; their zip partners are left out
+    if width == 120:
+        assert named == ["attention", "attn_steps", "mlp"]
+    else:
+        assert all(n.endswith("\u2026") or n in ("attention", "attn_steps", "mlp") for n in named)
+    for line, arm in zip(lines, arms):
+        assert len(line) <= width and line.endswith("test loss 6.2665  in 1m17s"), line
+        cells = line.split()
+        assert cells[3:6] == [str(arm[0]), str(arm[2]), str(arm[3])]  # the values, whole
+    for name, value_col in zip(named, range(3)):  # each value starts under its name
+        at = header.index(name)
+        assert all(line[at:].startswith(str(arm[[0, 2, 3][value_col]])) for line, arm in zip(lines, arms))
+    assert header.index("result") == lines[0].index("test loss")
 
 
 

@@ -4,7 +4,7 @@ On a terminal (`LiveLaunchView`): a live table of the runs in flight at the bott
 (run, the axes that vary among the launched runs, slot, step/total, training loss,
 tokens/s, ETA) under a line of counts with the grid's ETA (`status --watch`'s:
 `cemctl.records.progress.grid_eta_s`), and one line per run above it when the run ends (done with its test loss, failed with
-its reason). Without a terminal (`LogLaunchView`: pipes, `--detach` logs, CI): a line
+its reason: the values of the axes that tell the runs apart in columns under a header naming them). Without a terminal (`LogLaunchView`: pipes, `--detach` logs, CI): a line
 per state change and, every `every_s` seconds, a progress line per running run and the
 counts with the grid's ETA, so a log shows life.
 
@@ -124,18 +124,50 @@ class _Base:
         a = self.axes.get(run_id, {})
         return " ".join(f"{names[k]}={F.value(a.get(k))}" for k in self._varying)
 
+    STATE_W = 9  # the ended-line state column: 'cancelled' (an 'interrupted' run pushes its line by two)
+
+    def _columns(self, width: int) -> tuple[list[str], dict[str, str], dict[str, int]]:
+        """The axes an ended line shows on a terminal `width` wide: those that tell the launched runs apart (a
+        [[zip]] partner that moves with them is left out), each under its short name, the longest names cut with
+        '…' (never narrower than the values) so that the line keeps room for its result."""
+        from cemctl.commands.views.plan import axis_headers, distinguishing
+
+        rows = list(self.axes.values())
+        keys = distinguishing(list(self._varying), rows) if rows else []
+        names = short_names(self._varying)
+        widest = {k: max([len(F.value(a.get(k))) for a in rows] or [0]) for k in keys}
+        fixed = 8 + 2 + len(next(iter(self._ids.values()), "x" * 8)) + 2 + self.STATE_W + 2 + len("test loss 0.0000  in 10m00s") + 2
+        headers = axis_headers({k: names[k] for k in keys}, widest, max(0, width - fixed))
+        widths = {k: max(len(headers[k]), widest[k]) for k in keys}
+        return keys, headers, widths
+
+    def ended_header(self, width: int) -> str:
+        """The header above a terminal's ended-run lines: 'time  run  state  <the axes>  result'."""
+        keys, headers, widths = self._columns(width)
+        run_w = len(next(iter(self._ids.values()), "x" * 8))
+        axes = "  ".join(headers[k].ljust(widths[k]) for k in keys)
+        line = "  ".join(p for p in ["time".ljust(8), "run".ljust(run_w), "state".ljust(self.STATE_W), axes, "result"]
+                         if p)
+        return printable(line if len(line) <= width else line[:width - 1] + "\u2026")
+
     def ended_line(self, st: Any, width: int | None = None) -> str:
-        """'12:01:03 3fa2c1d0 done  attn_steps=2  test loss 6.4884  in 1m05s' (or the reason). With a `width`
-        (a terminal) the axes are cut with '…' so that the line fits and the result stays on it."""
+        """A log line '12:01:03  3fa2c1d0  done  attn_steps=2  test loss 6.4884  in 1m05s' (or the reason). With a
+        `width` (a terminal) the axes' values stand in columns under `ended_header`'s names, cut with '…' only if
+        even they do not fit, so that the line fits and the result stays on it."""
         took = F.duration((st.ended_time or time.time()) - st.started_time) if st.started_time else ""
         note = _result_note(st.job.run_dir) if st.state == "done" else \
             (st.reason or "").strip().splitlines()[-1][:160] if st.reason else ""
         head = [time.strftime("%H:%M:%S"), self.short(st.job.run_id), st.state]
         tail = [p for p in (note, f"in {took}" if took and st.state == "done" else "") if p]
-        axes = printable(self.axes_text(st.job.run_id))
-        if width is not None:
-            room = width - len("  ".join(head + tail)) - 4  # the two separators around the axes
-            axes = axes if len(axes) <= room else (axes[:room - 1] + "\u2026" if room > 1 else "")
+        if width is None:
+            return printable("  ".join(p for p in [*head, printable(self.axes_text(st.job.run_id)), *tail] if p))
+        keys, _, widths = self._columns(width)
+        a = self.axes.get(st.job.run_id, {})
+        head[2] = head[2].ljust(self.STATE_W)
+        axes = printable("  ".join(F.value(a.get(k)).ljust(widths[k]) for k in keys))
+        axes = axes if tail else axes.rstrip()  # padded: the result starts under its header
+        room = width - len("  ".join(head + tail)) - 2  # the axes and one more separator
+        axes = axes if len(axes) <= room else (axes[:room - 1] + "\u2026" if room > 1 else "")
         return printable("  ".join(p for p in [*head, axes, *tail] if p))
 
     def changes(self, statuses: Sequence[Any]) -> list[Any]:
@@ -203,6 +235,7 @@ class LiveLaunchView(_Base):
         self._live: Any = None
         self._last = 0.0
         self._statuses: Sequence[Any] = []
+        self._header_shown = False
 
     def __enter__(self) -> "LiveLaunchView":
         from rich.live import Live
@@ -228,6 +261,9 @@ class LiveLaunchView(_Base):
 
         for st in self.changes(statuses):
             if st.state in ENDED:
+                if not self._header_shown:  # once, above the first ended run: the names of the columns
+                    self._header_shown = True
+                    self.console.print(Text(self.ended_header(self.console.width), style="bold"), soft_wrap=True)
                 self.console.print(Text(self.ended_line(st, width=self.console.width),
                                         style=STATE_STYLES.get(st.state, "")), soft_wrap=True)
 
