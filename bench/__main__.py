@@ -20,7 +20,8 @@ from bench import env
 from bench.settings import Settings
 from bench.table import Section, write_results
 
-BENCHMARKS = ("train", "variants", "mfu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest", "data", "serve")
+BENCHMARKS = ("train", "variants", "mfu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest", "data", "serve",
+              "environment")
 GPU_BENCHMARKS = ("gpu", "gpu_attention", "gpu_memory")
 
 
@@ -45,7 +46,14 @@ def _runners() -> dict[str, Callable[[Settings, dict[str, Section]], Section]]:
         "ingest": orchestration("ingest"),
         "data": lambda s, done: data_prepare.run(s),
         "serve": lambda s, done: _serve(s),
+        "environment": lambda s, done: _environment(s),
     }
+
+
+def _environment(s: Settings) -> Section:
+    from bench import run_environment
+
+    return run_environment.run(s)
 
 
 def _serve(s: Settings) -> Section:

@@ -89,7 +89,7 @@ def test_quick_mode_runs_every_benchmark(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "latest.json").read_text())
     keys = [s["key"] for s in data["sections"]]
     assert keys == ["train_vs_hf", "cem_variants", "mfu_cpu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest",
-                    "data_prepare", "serve"]
+                    "data_prepare", "serve", "environment"]
     for s in data["sections"]:
         assert not (s["skipped"] or "").startswith("failed"), (s["key"], s["skipped"])
     ingest = next(s for s in data["sections"] if s["key"] == "ingest")

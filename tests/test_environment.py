@@ -264,18 +264,16 @@ def test_the_reader_refuses_what_is_no_environment_file(tmp_path):
         read_environment(tmp_path)
 
 
-def test_gathering_the_environment_on_the_cpu_takes_well_under_100_ms():
+def test_gathering_the_environment_on_the_cpu_records_its_own_cost():
+    """The run records what gathering cost it (gather_ms); the speed target (< 100 ms) is bench's
+    (`python -m bench --only environment`), not a timed test."""
     import torch
 
     from cem_core.train.environment import gather_environment
 
-    costs = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        env = gather_environment(torch.device("cpu"), attempt=1, code_fingerprint="0123456789ab")
-        costs.append((time.perf_counter() - t0) * 1000)
-        check_environment(env)
-    assert min(costs) < 100 and env["gather_ms"] < 100, costs  # measured 1-5 ms on the 2-core CI machine
+    env = gather_environment(torch.device("cpu"), attempt=1, code_fingerprint="0123456789ab")
+    check_environment(env)
+    assert isinstance(env["gather_ms"], float) and env["gather_ms"] >= 0
 
 
 class _Clock:
