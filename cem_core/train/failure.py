@@ -15,11 +15,16 @@ from cem_core.runfiles.failure import failure_line
 ERROR_TAIL_LINES = 15
 
 
+def error_tail(exc: BaseException, lines: int = ERROR_TAIL_LINES) -> str:
+    """The last `lines` lines of `exc`'s traceback."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    return "\n".join(text.splitlines()[-lines:])
+
+
 def error_text(exc: BaseException, previous: dict[str, Any] | None = None, lines: int = ERROR_TAIL_LINES) -> str:
     """The traceback's last `lines` lines, then the failure line when it says more than the last of them
     (the user's file:line, the advice for a failure that will repeat). `previous` is the previous attempt's result."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
-    tail = text.splitlines()[-lines:]
+    tail = error_tail(exc, lines).splitlines()
     before = previous if previous and previous.get("state") == "failed" else {}
     line = failure_line(exc, str(before.get("error") or ""), before.get("attempt"))
     if not tail or tail[-1].strip() != line:

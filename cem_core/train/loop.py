@@ -44,7 +44,6 @@ import signal
 import socket
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -55,7 +54,7 @@ from cem_core.config import RunConfig, resolve, run_id, total_steps
 from cem_core.counts import run_counts
 from cem_core.errors import ConfigError, RunDiverged
 from cem_core.names import is_run_id
-from cem_core.train.failure import error_text, fingerprint_or_error
+from cem_core.train.failure import error_tail, error_text, fingerprint_or_error
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
 from cem_core.train.environment import RunMonitor
@@ -124,7 +123,6 @@ class Preemption:
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum is not None else "a peer rank's signal"
-ERROR_TAIL_LINES = 15
 
 
 # ---------------------------------------------------------------------------
@@ -320,11 +318,6 @@ def make_result(cfg: RunConfig, st: RunState, state: str, *, error: str | None =
         "host": socket.gethostname(), "run_id": run_id(cfg),
     } | task_class(cfg).result_fields(cfg, examples=st.tokens, val_loss=st.val_loss, test_loss=st.test_loss,
                                       **st.task_info)
-
-
-def error_tail(exc: BaseException, lines: int = ERROR_TAIL_LINES) -> str:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def run_training(run_dir: str | os.PathLike[str], device: str | None = None) -> dict[str, Any]:
