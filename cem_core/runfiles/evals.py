@@ -10,12 +10,11 @@ keeps the rows it mirrored. Torch-free.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from cem_core.runfiles.files import EVALS_FILE, MAX_JSON_BYTES, RunFileError, read_run_file
+from cem_core.runfiles.files import EVALS_FILE, RunFileError, read_run_json_strict
 
 RECOVER = "fix the file by hand (it is JSON) or move it aside; `cemctl eval` writes a new one"
 RECOVER_LINK = "move it aside; `cemctl eval` writes a new one"  # a link or a special file: nothing to fix by hand
@@ -23,6 +22,9 @@ RECOVER_LINK = "move it aside; `cemctl eval` writes a new one"  # a link or a sp
 
 NUMBERS = ("eval_steps", "test_loss", "test_ppl", "test_tokens", "flops_per_token", "trained_attn_steps",
            "trained_mlp_steps", "time", "eval_time_s")  # numbers or null where present; other keys are free text
+
+
+_MISSING = object()  # no evals.json (a file holding `null` is a bad shape, not "none")
 
 
 class EvalsUnreadable(RunFileError):
@@ -36,18 +38,10 @@ def _number(v: Any) -> bool:
 def read_evals(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of RUN_DIR/evals.json (the whole shape checked); [] when there is none."""
     path = Path(run_dir) / EVALS_FILE
-    try:
-        data = read_run_file(run_dir, EVALS_FILE, max_bytes=MAX_JSON_BYTES)
-    except FileNotFoundError:
+    doc = read_run_json_strict(run_dir, EVALS_FILE, EvalsUnreadable, RECOVER, recover_refused=RECOVER_LINK,
+                               missing=_MISSING)
+    if doc is _MISSING:
         return []
-    except RunFileError as e:
-        raise EvalsUnreadable(f"{e}; {RECOVER_LINK}") from None
-    except OSError as e:
-        raise EvalsUnreadable(f"{path}: cannot be read ({e.strerror or e}); {RECOVER}") from None
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise EvalsUnreadable(f"{path}: is not valid JSON ({e}); {RECOVER}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("evals"), list):
         raise EvalsUnreadable(f'{path}: must be {{"run_id": ..., "evals": [...]}}; {RECOVER}')
     for i, row in enumerate(doc["evals"]):

@@ -192,6 +192,28 @@ def run_json(run_dir: str | os.PathLike[str], name: str) -> dict[str, Any] | Non
     return obj if isinstance(obj, dict) else None
 
 
+def read_run_json_strict(run_dir: str | os.PathLike[str], name: str, error: type[RunFileError], recover: str, *,
+                         max_bytes: int = MAX_JSON_BYTES, recover_refused: str | None = None,
+                         missing: Any = None) -> Any:
+    """The parsed JSON of `run_dir/name` for a strict reader (tags.json, evals.json): `missing` when there is no
+    such file; a file that is there but cannot be read (refused: a link out of the run, not a regular file, too
+    large; unreadable; not JSON) raises `error`, one line naming the file and ending with how to `recover`
+    (`recover_refused` for a refused one, where there is nothing to fix by hand). The caller checks the shape."""
+    path = Path(run_dir) / name
+    try:
+        data = read_run_file(run_dir, name, max_bytes=max_bytes)
+    except FileNotFoundError:
+        return missing
+    except RunFileError as e:
+        raise error(f"{e}; {recover_refused or recover}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e.strerror or e}); {recover}") from None
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise error(f"{path}: is not valid JSON ({e}); {recover}") from None
+
+
 def iter_jsonl(path: str | os.PathLike[str], *, max_bytes: int = MAX_LOG_BYTES) -> Iterator[dict[str, Any]]:
     """Every complete, parseable object line; a truncated or garbled line is skipped."""
     try:

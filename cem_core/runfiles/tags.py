@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from cem_core.errors import ConfigError
-from cem_core.runfiles.files import RunFileError, atomic_write_json, read_run_file
+from cem_core.runfiles.files import RunFileError, atomic_write_json, read_run_json_strict
 
 TAGS_FILE = "tags.json"
 TAGS_LOCK = ".tags.lock"
@@ -30,6 +30,9 @@ MAX_VALUE_CHARS = 200
 MAX_NOTE_CHARS = 2000
 MAX_NOTES = 1000
 MAX_TAGS_BYTES = 16 << 20  # 1,000 notes of 2,000 characters (escaped) fit well below it
+
+
+_MISSING = object()  # no tags.json (a file holding `null` is a bad shape, not "no tags")
 
 
 class TagsUnreadable(RunFileError):
@@ -107,21 +110,10 @@ def read_tags(run_dir: str | os.PathLike[str]) -> TagsRecord:
     """The run's tags.json (confined read, the whole shape checked); an empty record when it has none. A file that
     exists but cannot be read as tags (too large, not JSON, a bad entry, not a regular file) raises TagsUnreadable
     naming the file: it is never taken for "no tags", so nothing that writes tags can wipe it."""
-    import json
-
     path = str(Path(run_dir) / TAGS_FILE)
-    try:
-        data = read_run_file(run_dir, TAGS_FILE, max_bytes=MAX_TAGS_BYTES)
-    except FileNotFoundError:
+    d = read_run_json_strict(run_dir, TAGS_FILE, TagsUnreadable, RECOVER, max_bytes=MAX_TAGS_BYTES, missing=_MISSING)
+    if d is _MISSING:
         return TagsRecord()
-    except RunFileError as e:
-        raise TagsUnreadable(f"{e}; {RECOVER}") from None
-    except OSError as e:
-        raise TagsUnreadable(f"{path}: cannot be read ({e.strerror or e}); {RECOVER}") from None
-    try:
-        d = json.loads(data)
-    except ValueError as e:
-        raise TagsUnreadable(f"{path}: is not valid JSON ({e}); {RECOVER}") from None
     try:
         return _strict(d, path)
     except TagsUnreadable as e:
