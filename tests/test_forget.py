@@ -111,3 +111,29 @@ def test_each_claim_part_names_its_experiment(tmp_path):
             finish_run(tmp_path / "runs" / rid, test_loss=2.0 + 0.01 * i)
     parts = claims_report(f"sqlite:///{tmp_path / 'results.db'}", runs_root=tmp_path / "runs").parts
     assert dict(zip(parts["part"], parts["experiment"])) == {"cem - llama": "real", "cem - llama, at another lr": "more"}
+
+
+def test_a_planned_run_with_rows_in_any_derived_table_is_kept_and_a_removed_run_leaves_no_row(tmp_path):
+    """What the database holds of a run is asked of every table keyed by a run id (cemctl.db.projection), not of a
+    hand list: a row in run_environment keeps the run; the runs removed leave no row in any run-keyed table."""
+    from sqlalchemy import func, select
+
+    from cemctl.db import open_db
+    from cemctl.db.engine import read_session, write_session
+    from cemctl.db.models import Run, RunEnvironment
+    from cemctl.db.projection import _run_column, _run_keyed_tables
+
+    oops = _plan(tmp_path, _grid(tmp_path, "oops"))
+    engine = open_db(f"sqlite:///{tmp_path / 'results.db'}", create=False)
+    with write_session(engine) as s:
+        s.add(RunEnvironment(run_id=oops[0], attempt=1, recorded_at=1.0))
+    res = cli(tmp_path, "forget", "oops")
+    assert res.returncode == 0, res.output
+    assert f"{oops[0][:8]} (rows in run_environment)" in res.stdout
+    with read_session(engine) as s:
+        assert s.get(Run, oops[0]) is not None
+        gone = oops[1:]
+        assert all(s.get(Run, rid) is None for rid in gone)
+        for table in _run_keyed_tables():
+            n = s.scalar(select(func.count()).select_from(table).where(_run_column(table).in_(gone)))
+            assert n == 0, table.name

@@ -3,6 +3,8 @@
     derived_tables()                         -> [metrics, results, evals, run_tags, run_environment, ...]
     rebuild_run(engine, runs_root, run_id)   # forget every derived row of the run, read its folder again
     forget_run(session, run_id)              # inside a caller's write transaction
+    holds_rows(session, run_id)              # the derived tables holding rows of the run
+    remove_runs(session, run_ids)            # runs gone outright: every row keyed by them, then their own
 
 A run's rows in every table keyed by its id (a foreign key to `runs.id`) are derived from
 its folder: `derived_tables` finds them from the schema (`cemctl.db.models.Base.metadata`),
@@ -37,13 +39,13 @@ PLAN_COLUMNS = ("id", "config_json", "run_dir", "created_at", "total_steps", "pa
 
 def derived_tables() -> list[Table]:
     """Every table keyed by a run id, derived from the run's folder (found from the schema)."""
-    out = []
-    for table in Base.metadata.sorted_tables:
-        if table.name == Run.__tablename__ or table.name in PLAN_TABLES:
-            continue
-        if any(fk.column.table.name == Run.__tablename__ for fk in table.foreign_keys):
-            out.append(table)
-    return out
+    return [t for t in _run_keyed_tables() if t.name not in PLAN_TABLES]
+
+
+def _run_keyed_tables() -> list[Table]:
+    """Every table with a foreign key to `runs.id` (the plan's links included), the run table itself not."""
+    return [t for t in Base.metadata.sorted_tables
+            if t.name != Run.__tablename__ and any(fk.column.table.name == Run.__tablename__ for fk in t.foreign_keys)]
 
 
 def _run_column(table: Table) -> Any:
@@ -75,6 +77,24 @@ def forget_run(session: Session, run_id: str, *, reason: str = "", now: float | 
         row.state_at = row.updated_at = time.time() if now is None else now
         row.attempts = 0
     return counts
+
+
+def holds_rows(session: Session, run_id: str) -> list[str]:
+    """The derived tables that hold rows of the run (a table's own rows, `keep_where`, count too)."""
+    from sqlalchemy import exists, select
+
+    return [t.name for t in derived_tables() if session.scalar(select(exists().where(_run_column(t) == run_id)))]
+
+
+def remove_runs(session: Session, run_ids: list[str], chunk: int = 500) -> None:
+    """Delete runs outright (inside the caller's transaction): their rows in every table keyed by a run id, the
+    plan's links included (found from the schema, as `derived_tables`), then their own rows."""
+    tables = _run_keyed_tables()
+    for i in range(0, len(run_ids), chunk):
+        part = run_ids[i:i + chunk]
+        for table in tables:
+            session.execute(delete(table).where(_run_column(table).in_(part)))
+        session.execute(delete(Run).where(Run.id.in_(part)))
 
 
 def rebuild_run(engine: Engine, runs_root: Path | str, run_id: str, *, reason: str = "",

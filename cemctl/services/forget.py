@@ -96,6 +96,7 @@ def _database_holds(session: Any, run: Any) -> str:
     from sqlalchemy import func, select
 
     from cemctl.db.models import Eval, Metric, Result, RunEvent, RunTags
+    from cemctl.db.projection import holds_rows
 
     held = []
     if run.state != "planned":
@@ -114,6 +115,9 @@ def _database_holds(session: Any, run: Any) -> str:
         held.append("events beyond its plan")
     if run.job_id or run.attempts:
         held.append("a job")
+    named = {Metric.__tablename__, Result.__tablename__, Eval.__tablename__, RunTags.__tablename__,
+             RunEvent.__tablename__}
+    held += [f"rows in {name}" for name in holds_rows(session, run.id) if name not in named]  # any table added later
     return ", ".join(held)
 
 
@@ -124,7 +128,8 @@ def forget_experiment(db_url: str, experiment: str, runs_root: Path | str, *, dr
 
     from cemctl.db import open_db, sync_runs
     from cemctl.db.engine import open_existing_db, read_session, retry_locked, write_session
-    from cemctl.db.models import Eval, Experiment, ExperimentRun, Metric, Result, Run, RunEvent, RunTags
+    from cemctl.db.models import Experiment, ExperimentRun, Run
+    from cemctl.db.projection import remove_runs
     from cemctl.db.runs import resolve_runs_root
     from cemctl.grid.claims import recorded_claims
 
@@ -173,11 +178,7 @@ def forget_experiment(db_url: str, experiment: str, runs_root: Path | str, *, dr
                 else:
                     result.kept.append(KeptRun(rid, _folder_holds(root / rid, rid) or "its folder could not be removed"))
             s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id))
-            for table in (RunEvent, Metric, Result, Eval, RunTags, ExperimentRun):
-                for i in range(0, len(result.removed), 500):
-                    s.execute(delete(table).where(table.run_id.in_(result.removed[i:i + 500])))
-            for i in range(0, len(result.removed), 500):
-                s.execute(delete(Run).where(Run.id.in_(result.removed[i:i + 500])))
+            remove_runs(s, result.removed)  # every row keyed by them (the schema's run-keyed tables), then theirs
             s.delete(exp)
         return result
 
