@@ -32,6 +32,13 @@ def repeat_advice(experiment: str | None = None) -> str:
     return f"{ADVICE}it, then {retry_command(experiment)}"
 
 
+def repeated_line(line: str, what: str, attempt: int | None, experiment: str | None = None) -> str:
+    """'<line>; <what> as attempt 2: fix it, then `cemctl launch EXPERIMENT --retry-failed`' (a failure that repeats
+    an earlier attempt's)."""
+    again = f" {attempt}" if attempt else ""
+    return f"{line}; {what} as attempt{again}: fix it, then {retry_command(experiment)}"
+
+
 def without_advice(line: str) -> str:
     """A failure line without its advice (to compare two attempts' errors)."""
     return line.split(ADVICE, 1)[0].split("; the same error as attempt", 1)[0].strip()
@@ -50,6 +57,5 @@ def failure_line(exc: BaseException, previous_error: str | None = None, previous
     if isinstance(exc, REPEATING):
         return line + repeat_advice(experiment)
     if previous_error and without_advice(last_line(previous_error)) == line:
-        attempt = f" {previous_attempt}" if previous_attempt else ""
-        return f"{line}; the same error as attempt{attempt}" + repeat_advice(experiment).replace(";", ":", 1)
+        return repeated_line(line, "the same error", previous_attempt, experiment)
     return line

@@ -170,7 +170,7 @@ def exit_state(run_dir: Path, returncode: int | None, experiment: str = "") -> t
     that will repeat (a refused configuration, the same reason as the previous attempt) says to fix it, then
     `cemctl launch EXPERIMENT --retry-failed` (`experiment`: the one the launch named).
     """
-    from cem_core.runfiles.failure import ADVICE, repeat_advice, without_advice
+    from cem_core.runfiles.failure import repeat_advice, repeated_line, without_advice
 
     result = runfiles.read_result(run_dir)
     if runfiles.cancel_requested(run_dir):
@@ -203,8 +203,7 @@ def exit_state(run_dir: Path, returncode: int | None, experiment: str = "") -> t
     reason = f"{what} before finishing"
     before, attempt = _previous_failure(run_dir)
     if before and without_advice(before).split(";")[0] == reason:
-        again = f" {attempt}" if attempt else ""
-        return "failed", f"{reason}; the same as attempt{again}" + repeat_advice(experiment).replace(ADVICE, ": fix ", 1), False
+        return "failed", repeated_line(reason, "the same", attempt, experiment), False
     name = experiment or "EXPERIMENT"
     then = ("resumable from its last checkpoint" if _has_checkpoint(run_dir)
             else f"no checkpoint yet: `cemctl launch {name}` starts it again")

@@ -99,15 +99,15 @@ class LaunchReport:
     def failure_summary(self) -> str:
         """'2 of 4 runs failed; the first, 3fa2c1d0: SyntaxError: invalid syntax (my_layer/layers.py:34); fix it,
         then `cemctl launch EXP --retry-failed`' ('' when none failed): how many, and the first one's reason."""
+        from cem_core.names import plural
         from cem_core.runfiles.failure import last_line
 
         failed = self.failed
         if not failed:
             return ""
-        n, of = len(failed), len(self.submitted)
         first = failed[0]
         why = last_line(first.reason) or "no reason recorded (see `cemctl logs`)"
-        return f"{n} of {of} run{'s' if of != 1 else ''} failed; the first, {first.run_id[:8]}: {why}"
+        return f"{len(failed)} of {plural(len(self.submitted), 'run')} failed; the first, {first.run_id[:8]}: {why}"
 
     def to_json(self) -> dict[str, Any]:
         by_id = {s.run_id: s for s in self.submitted}
