@@ -329,14 +329,16 @@ def profile_advice(lrs: list[float], *, low_edge: bool = False, high_edge: bool 
     return sorted(set(add) - set(have))
 
 
-def _selector_matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
+def selector_matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
+    """A flat, resolved config is in the arm a selector names: every key it sets has that value (numbers compared as
+    numbers; the same rule as `cemctl.report.claims`)."""
     import math
 
     for key, want in selector.items():
         have = config.get(key)
         if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(have, (int, float)) \
                 and not isinstance(have, bool):
-            if not math.isclose(float(have), float(want), rel_tol=1e-12):
+            if not math.isclose(float(have), float(want), rel_tol=1e-12, abs_tol=0.0):
                 return False
         elif str(have) != str(want):
             return False
@@ -359,7 +361,7 @@ def profile_notes(runs: list[tuple[dict[str, Any], str]], claims: list[ClaimSpec
                 free = {key: v for key, v in selector.items() if key != LR}
                 by_setting: dict[str, set[float]] = {}
                 for config, setting in runs:
-                    if _selector_matches(config, free):
+                    if selector_matches(config, free):
                         by_setting.setdefault(setting, set()).add(float(config.get(LR) or 0))
                 for setting, lrs in sorted(by_setting.items()):
                     where = f"claim {claim.id}, {part.name!r}, arm {k + 1} ({scale}{'/' + setting if setting else ''})"
@@ -381,22 +383,6 @@ def profile_notes(runs: list[tuple[dict[str, Any], str]], claims: list[ClaimSpec
                                      f"({', '.join(f'{v:g}' for v in have)}): add train.lr = "
                                      f"{', '.join(f'{v:g}' for v in fill)}")
     return notes
-
-
-def selector_matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
-    """A flat, resolved config is in the arm a selector names: every key it sets has that value (numbers compared as
-    numbers; the same rule as `cemctl.report.claims`)."""
-    import math
-
-    for key, want in selector.items():
-        have = config.get(key)
-        if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(have, (int, float)) \
-                and not isinstance(have, bool):
-            if not math.isclose(float(have), float(want), rel_tol=1e-12, abs_tol=0.0):
-                return False
-        elif str(have) != str(want):
-            return False
-    return True
 
 
 def unmatched_selectors(claims: list[ClaimSpec], configs: list[dict[str, Any]]) -> list[tuple[int, int, int]]:

@@ -84,9 +84,9 @@ class PooledArms(ConfigError):
 
 
 def _matches(config: dict[str, Any], selector: dict[str, Any]) -> bool:
-    from cemctl.grid.claims import _selector_matches
+    from cemctl.grid.claims import selector_matches
 
-    return _selector_matches(config, selector)
+    return selector_matches(config, selector)
 
 
 @dataclass

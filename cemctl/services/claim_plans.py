@@ -53,7 +53,7 @@ def finished_runs(engine: Any, scale: str | None) -> Any:
 
 def part_run_ids(part: Any, runs: Any) -> list[str]:
     """The finished runs any of the part's arms could use (its selectors; without train.lr for an lr profile)."""
-    from cemctl.grid.claims import LR, SWEEP_STATISTICS, _selector_matches
+    from cemctl.grid.claims import LR, SWEEP_STATISTICS, selector_matches
     from cemctl.report.arms import config_of
 
     if runs is None or len(runs) == 0:
@@ -63,7 +63,7 @@ def part_run_ids(part: Any, runs: Any) -> list[str]:
     out = []
     for row in runs.to_dict("records"):
         cfg = config_of(row)
-        if any(_selector_matches(cfg, sel) for sel in selectors):
+        if any(selector_matches(cfg, sel) for sel in selectors):
             out.append(str(row["run_id"]))
     return out
 

@@ -80,11 +80,11 @@ def _planned_arms(plan_runs: list[Any]) -> dict[str, dict[str, Any]]:
 
 
 def _part_arms(part: Any, arms: dict[str, dict[str, Any]]) -> list[str]:
-    from cemctl.grid.claims import LR, SWEEP_STATISTICS, _selector_matches
+    from cemctl.grid.claims import LR, SWEEP_STATISTICS, selector_matches
 
     free = part.tuned or part.statistic in SWEEP_STATISTICS
     selectors = [{k: v for k, v in sel.items() if not (free and k == LR)} for sel in part.arms]
-    return sorted(key for key, cfg in arms.items() if any(_selector_matches(cfg, sel) for sel in selectors))
+    return sorted(key for key, cfg in arms.items() if any(selector_matches(cfg, sel) for sel in selectors))
 
 
 def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_seeds: int = DEFAULT_MAX_SEEDS,
