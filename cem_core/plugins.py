@@ -278,18 +278,22 @@ def _root_of(top: str) -> Path | None:
 
 # ---------------------------------------------------------------------------------------------- what a run uses
 
+def used_variants(cfg: Any) -> list[tuple[str, Any]]:
+    """(config key, spec) of every registered variant a config uses: its attention, MLP, preconditioners and task."""
+    m = cfg.model
+    out = []
+    for key, registry, name in (("model.attention", V.ATTENTION, m.attention), ("model.mlp", V.MLPS, m.mlp),
+                                ("model.attn_precond", V.PRECONDITIONERS, m.attn_precond),
+                                ("model.mlp_precond", V.PRECONDITIONERS, m.mlp_precond), ("task", V.TASKS, cfg.task)):
+        if isinstance(name, str) and name in registry:
+            out.append((key, registry.spec(name)))
+    return out
+
+
 def used_plugins(cfg: Any) -> tuple[str, ...]:
     """The plugin modules a config's numbers depend on: the plugin of every variant it uses (its attention, MLP,
     preconditioners and task). A plugin the config loads but whose names it does not use is not one of them."""
-    names = set()
-    m = cfg.model
-    for registry, name in ((V.ATTENTION, m.attention), (V.MLPS, m.mlp), (V.PRECONDITIONERS, m.attn_precond),
-                           (V.PRECONDITIONERS, m.mlp_precond), (V.TASKS, cfg.task)):
-        if name in registry:
-            plugin = getattr(registry.spec(name), "plugin", "")
-            if plugin:
-                names.add(plugin)
-    return tuple(sorted(names))
+    return tuple(sorted({getattr(spec, "plugin", "") for _, spec in used_variants(cfg)} - {""}))
 
 
 def loaded_plugins(cfg: Any) -> tuple[str, ...]:

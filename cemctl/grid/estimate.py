@@ -67,42 +67,32 @@ def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: flo
 def undeclared_flops(configs: "list[RunConfig]") -> list[str]:
     """A line per plugin variant the runs use whose FLOPs its spec leaves at the default of 0 (a preconditioner
     without `attention_flops` / `mlp_flops`): its cost is counted as 0 extra FLOPs, which `plan` says."""
+    from cem_core.plugins import used_variants
     from cem_core.spec import PreconditionerSpec
-    from cem_core.variants import PRECONDITIONERS
 
     defaults = {f.name: f.default for f in PreconditionerSpec.__dataclass_fields__.values()}
     out: dict[str, str] = {}
     for cfg in configs:
-        for key, name in (("model.attn_precond", cfg.model.attn_precond), ("model.mlp_precond", cfg.model.mlp_precond)):
-            if name in out or name not in PRECONDITIONERS:
+        for key, spec in used_variants(cfg):
+            if key not in ("model.attn_precond", "model.mlp_precond") or spec.name in out:
                 continue
-            spec = PRECONDITIONERS.spec(name)
             field = "attention_flops" if key == "model.attn_precond" else "mlp_flops"
             if spec.plugin and getattr(spec, field) is defaults[field]:
-                label = f" ({spec.label})" if spec.label and spec.label != name else ""
-                out[name] = (f"note: preconditioner {name!r}{label} of plugin {spec.plugin} declares no {field} "
-                             f"(used by {key}): its extra FLOPs are counted as 0; give {field}= in its "
-                             "PreconditionerSpec (0 if it really costs none)")
+                label = f" ({spec.label})" if spec.label and spec.label != spec.name else ""
+                out[spec.name] = (f"note: preconditioner {spec.name!r}{label} of plugin {spec.plugin} declares no "
+                                  f"{field} (used by {key}): its extra FLOPs are counted as 0; give {field}= in its "
+                                  "PreconditionerSpec (0 if it really costs none)")
     return list(out.values())
-
-
-VARIANT_KEYS = (("model.attention", "ATTENTION"), ("model.mlp", "MLPS"), ("model.attn_precond", "PRECONDITIONERS"),
-                ("model.mlp_precond", "PRECONDITIONERS"), ("task", "TASKS"))
 
 
 def plugin_variants(configs: "list[RunConfig]") -> list[str]:
     """'scalar = one scalar per head (plugin scalar_precond)': each plugin variant the runs use, by its declared label."""
-    from cem_core import variants as V
-    from cem_core.config import flatten
+    from cem_core.plugins import used_variants
 
     out: dict[str, str] = {}
     for cfg in configs:
-        flat = flatten(cfg.to_dict())
-        for key, registry_name in VARIANT_KEYS:
-            name, registry = flat.get(key), getattr(V, registry_name)
-            if not isinstance(name, str) or name in out or name not in registry:
-                continue
-            spec = registry.spec(name)
-            if spec.plugin:
-                out[name] = f"{name} = {spec.label or name} (plugin {spec.plugin})"
+        for _, spec in used_variants(cfg):
+            if spec.plugin and spec.name not in out:
+                label = getattr(spec, "label", "") or spec.name  # a TaskSpec has no label
+                out[spec.name] = f"{spec.name} = {label} (plugin {spec.plugin})"
     return list(out.values())
