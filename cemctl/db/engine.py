@@ -72,6 +72,23 @@ def sqlite_path(url: str) -> Path | None:
     return target[0] if target is not None else None
 
 
+def shown_url(url: str, *, relative: bool = False, unknown: str = "the results database") -> str:
+    """A results database as a person names it: a SQLite file's path (`relative`: relative to the current folder
+    where it is below it), else the URL without its password; `unknown` for what cannot be read as a URL."""
+    try:
+        path = sqlite_path(url)
+        if path is None:
+            return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL: named by `unknown`
+        return unknown
+    if relative:
+        try:
+            return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
+        except ValueError:
+            pass
+    return str(path)
+
+
 def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float, readonly: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -525,17 +525,9 @@ def _loopback_host(host: str) -> bool:
 
 def _shown_url(url: str) -> str:
     """The database as a reader knows it: a SQLite file's path, else the URL without its password."""
-    try:
-        from sqlalchemy.engine import make_url
+    from cemctl.db.engine import shown_url
 
-        from cemctl.db.engine import sqlite_path
-
-        path = sqlite_path(url)
-        if path is not None:
-            return str(path)
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001
-        return "(database)"
+    return shown_url(url, unknown="(database)")
 
 
 def _when(t: Any) -> str:

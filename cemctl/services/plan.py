@@ -112,28 +112,6 @@ def grid_path(target: str | Path) -> Path:
     return found
 
 
-def database_name(url: str) -> str:
-    """A results database as a person names it: 'results.db' (a path relative to here where it is below), else the
-    URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    from cemctl.db.engine import sqlite_path
-
-    try:
-        path = sqlite_path(url)
-    except Exception:  # noqa: BLE001 - not a URL we can read a file from: shown as a URL
-        path = None
-    if path is not None:
-        try:
-            return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
-        except ValueError:
-            return str(path)
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001
-        return "the results database"
-
-
 def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float,
               cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> list[dict[str, Any]]:
     rows = []
@@ -253,8 +231,10 @@ def plan_experiment(
         plan.runs = [pr for pr in plan.runs if only(pr)]
     rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
     configs = [pr.config for pr in plan.runs]
+    from cemctl.db.engine import shown_url
+
     report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan), notes=undeclared_flops(configs),
-                        variants=plugin_variants(configs), database=database_name(db_url) if db_url else "")
+                        variants=plugin_variants(configs), database=shown_url(db_url, relative=True) if db_url else "")
     if record:
         from cemctl.db import open_db, record_plan
         from cemctl.db.engine import DatabaseError, is_readonly
