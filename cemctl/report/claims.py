@@ -598,7 +598,7 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                     "label": d.label, "verdict": d.verdict,
                     "censored": getattr(est, "censored", "") if est is not None else "",
                     "grid_octaves": info.get("grid_octaves", math.nan), "runs": ",".join(sorted(set(prim.runs))),
-                    "source": source, "experiment": source, "why_not_run": prim.why if est is None else "",
+                    "experiment": source, "why_not_run": prim.why if est is None else "",
                     "optima": _fmt_lrs(info["optima"]) if info.get("optima") else "",
                     "seed_optima": "; ".join(_fmt_lrs(v) for v in info.get("seed_optima", [])),
                     "advice": "; ".join(advice),

@@ -415,7 +415,7 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                          slopes=val_slopes(engine, runs), declared=declared_labels(runs_root, claims),
                          designs=load_designs(runs_root, scale))
     parts = page.parts
-    parts["next"] = [f"cemctl launch {r.source} --scale {r.scale}" if r.verdict == "not run" and r.scale else ""
+    parts["next"] = [f"cemctl launch {r.experiment} --scale {r.scale}" if r.verdict == "not run" and r.scale else ""
                      for r in parts.itertuples()]
     verdicts = claim_verdicts(parts)
     result = ClaimsResult(parts, verdicts, robustness=page.robustness)

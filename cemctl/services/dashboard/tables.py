@@ -358,10 +358,10 @@ def claims_by_experiment(src: "Source", compute: bool = True) -> dict[str, str]:
     """{experiment: '2 holds, 1 inconclusive'}: the adjusted verdicts (docs/claims.md) of the claim parts it declares (with
     `compute=False`: only if the claims of this state of the database were computed already, else {})."""
     result = claims_result(src) if compute else src.peek("claims")
-    if result is None or result.parts.empty or "source" not in result.parts.columns:
+    if result is None or result.parts.empty or "experiment" not in result.parts.columns:
         return {}
     out: dict[str, str] = {}
-    for name, group in result.parts.groupby("source", sort=False):
+    for name, group in result.parts.groupby("experiment", sort=False):
         counts = Counter(group["verdict_holm"])
         out[str(name)] = ", ".join(f"{n} {v}" for v, n in counts.most_common())
     return out
@@ -401,8 +401,8 @@ def claim_parts(src: "Source", experiment: str | None = None) -> list[ClaimPart]
     if result is None or result.parts.empty:
         return []
     parts = result.parts
-    if experiment is not None and "source" in parts.columns:
-        parts = parts[parts["source"] == experiment]
+    if experiment is not None and "experiment" in parts.columns:
+        parts = parts[parts["experiment"] == experiment]
 
     def f(v: Any, digits: int = 4) -> str:
         return f"{v:+.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else ""
