@@ -77,6 +77,7 @@ class _Base:
         self._ids: dict[str, str] = {}
         self._varying: list[str] = []
         self._walls: dict[str, float | None] = {}  # run id -> wall time of a run that finished (read once)
+        self._column_cache: dict[int, tuple[list[str], dict[str, str], dict[str, int]]] = {}  # width -> columns
 
     def set_runs(self, axes: dict[str, dict[str, Any]], run_ids: Sequence[str]) -> None:
         """The launched runs and their axes (the launcher's report, before any job starts)."""
@@ -86,6 +87,7 @@ class _Base:
             keys += [k for k in a if k not in keys]
         self._varying = [k for k in keys if len({F.value(a.get(k)) for a in self.axes.values()}) > 1]
         self._ids = short_ids(list(run_ids))
+        self._column_cache = {}
 
     def grid_eta(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> float | None:
         """The grid's ETA, as `status --watch` computes it (`cemctl.records.progress.grid_eta_s`): the running runs'
@@ -132,21 +134,27 @@ class _Base:
         '…' (never narrower than the values) so that the line keeps room for its result."""
         from cemctl.commands.views.plan import axis_headers, distinguishing
 
+        cached = self._column_cache.get(width)
+        if cached is not None:
+            return cached
         rows = list(self.axes.values())
         keys = distinguishing(list(self._varying), rows) if rows else []
         names = short_names(self._varying)
         widest = {k: max([len(F.value(a.get(k))) for a in rows] or [0]) for k in keys}
-        fixed = 8 + 2 + len(next(iter(self._ids.values()), "x" * 8)) + 2 + self.STATE_W + 2 + len("test loss 0.0000  in 10m00s") + 2
+        fixed = 8 + 2 + self._run_w() + 2 + self.STATE_W + 2 + len("test loss 0.0000  in 10m00s") + 2
         headers = axis_headers({k: names[k] for k in keys}, widest, max(0, width - fixed))
         widths = {k: max(len(headers[k]), widest[k]) for k in keys}
+        self._column_cache[width] = (keys, headers, widths)  # the launched runs are fixed: once per terminal width
         return keys, headers, widths
+
+    def _run_w(self) -> int:
+        return len(next(iter(self._ids.values()), "x" * 8))
 
     def ended_header(self, width: int) -> str:
         """The header above a terminal's ended-run lines: 'time  run  state  <the axes>  result'."""
         keys, headers, widths = self._columns(width)
-        run_w = len(next(iter(self._ids.values()), "x" * 8))
         axes = "  ".join(headers[k].ljust(widths[k]) for k in keys)
-        line = "  ".join(p for p in ["time".ljust(8), "run".ljust(run_w), "state".ljust(self.STATE_W), axes, "result"]
+        line = "  ".join(p for p in ["time".ljust(8), "run".ljust(self._run_w()), "state".ljust(self.STATE_W), axes, "result"]
                          if p)
         return printable(line if len(line) <= width else line[:width - 1] + "\u2026")
 
