@@ -151,7 +151,7 @@ def _has_checkpoint(run_dir: Path) -> bool:
 def _previous_failure(run_dir: Path) -> tuple[str, int | None]:
     """(reason, attempt) of the run's last `failed` event (an earlier attempt's), ("", None) if none."""
     try:
-        events = runfiles.read_jsonl(Path(run_dir) / runfiles.EVENTS_FILE)
+        events = runfiles.read_jsonl(runfiles.confined_path(run_dir, runfiles.EVENTS_FILE))  # never a link out of it
     except (OSError, runfiles.RunFileError):
         return "", None
     for event in reversed(events):

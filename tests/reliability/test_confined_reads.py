@@ -218,3 +218,19 @@ def test_status_escapes_a_job_id_and_never_reads_markup(tmp_path):
     assert res.returncode == 0 and "\x1b" not in res.stdout, res.output
     assert "[link=https://evil.example]" in res.stdout
     assert status_rows(tmp_path)[ids[0]]["state"] == "failed"
+
+
+def test_a_failed_jobs_reason_never_reads_events_linked_out_of_the_run(tmp_path):
+    """exit_state compares a failure with the previous attempt's (events.jsonl): a link out of the run is not read."""
+    from cemctl.executors.base import exit_state
+
+    run_dir = tmp_path / "runs" / "abc"
+    run_dir.mkdir(parents=True)
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_text(json.dumps({"state": "failed", "attempt": 1, "reason": "exit code 7 before finishing"}) + "\n")
+    os.symlink(outside, run_dir / "events.jsonl")
+    state, reason, _ = exit_state(run_dir, 7, "mine")
+    assert state == "failed" and "the same as attempt" not in reason, reason
+    (run_dir / "events.jsonl").unlink()
+    (run_dir / "events.jsonl").write_text(outside.read_text())  # the same record inside the run: compared
+    assert "the same as attempt 1" in exit_state(run_dir, 7, "mine")[1]
