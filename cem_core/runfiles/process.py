@@ -71,18 +71,24 @@ def _cmdline_has(pid: int, words: tuple[str, ...]) -> bool:
 
 
 def started_at(pid: int) -> float | None:
-    """The unix time a live process started (from /proc: boot time + start tick); None when it cannot be told."""
+    """The unix time a live process started; None when it cannot be told.
+
+    Its age comes from one clock, the time since boot (/proc/uptime against the start tick in /proc/<pid>/stat),
+    and is subtracted from the wall clock read at the same moment: /proc/stat's btime is a whole second and, in a
+    VM restored from a snapshot or a sandbox, may be stale by more than that (a process then seemed to start in
+    the future). A start later than now is read as now."""
     import os
+    import time
 
     fields = _stat_fields(pid)
     if fields is None or len(fields) < 20:
         return None
     try:
-        btime = next(int(line.split()[1]) for line in (_PROC / "stat").read_text().splitlines()
-                     if line.startswith("btime "))
-        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, StopIteration, ValueError):
+        uptime_s = float((_PROC / "uptime").read_text().split()[0])
+        age_s = max(0.0, uptime_s - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, IndexError, ValueError):
         return None
+    return time.time() - age_s
 
 
 def process_matches(pid: int | None, start: str = "", token: str = "", *, legacy_words: tuple[str, ...] = (),
