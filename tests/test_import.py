@@ -120,6 +120,44 @@ def test_a_same_named_experiment_of_another_grid_is_not_taken_over(archive, tmp_
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
 
 
+def _without_grid_sha(m: dict) -> None:
+    for e in m["experiments"]:
+        e.pop("grid_sha256", None)
+
+
+def test_a_same_named_experiment_of_another_grid_is_refused_before_a_folder_moves_without_a_sha(archive, tmp_path):
+    """An archive whose manifest has no grid_sha256 (an older or edited one): the grids are told apart by their text,
+    before anything moves. Before, the run folders were renamed in and then recording the plan refused."""
+    bare = _with_manifest(archive, tmp_path, _without_grid_sha)
+    (tmp_path / "imp.toml").write_text(GRID.replace('seeds = [0, 1]', 'seeds = [5]'))  # same name, other grid
+    assert cli(tmp_path, "plan", str(tmp_path / "imp.toml")).returncode == 0
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    line = assert_clean_error(cli(tmp_path, "import", str(bare)), contains="is here already from another grid")
+    assert "nothing was imported" in line
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
+
+
+def test_the_same_grid_without_a_sha_imports_by_its_text(archive, tmp_path):
+    """The same grid text planned here (another --set: other runs) under another path: the archive without a sha is the
+    same experiment."""
+    bare = _with_manifest(archive, tmp_path, _without_grid_sha)
+    (tmp_path / "imp.toml").write_text(GRID)
+    assert cli(tmp_path, "plan", str(tmp_path / "imp.toml"), "--set", "train.lr=0.0123").returncode == 0
+    res = cli(tmp_path, "import", str(bare))
+    assert res.returncode == 0, res.output
+    states = sorted(v[0] for v in _snapshot(tmp_path).values())
+    assert states == ["done"] * 4 + ["planned"] * 4  # the archive's runs and this project's, in one experiment
+
+
+def test_a_grid_sha_that_is_not_the_grid_texts_is_refused(archive, tmp_path):
+    """A manifest cannot claim the local grid's sha256 for other text (it would replace the experiment's grid)."""
+    def edit(m: dict) -> None:
+        m["experiments"][0]["grid_text"] += "\n# edited\n"
+
+    assert_clean_error(cli(tmp_path, "import", str(_with_manifest(archive, tmp_path, edit))), contains="grid_sha256")
+    _untouched(tmp_path)
+
+
 def test_the_runs_folder_the_project_recorded_is_used(archive, tmp_path):
     """A project whose runs live elsewhere (--runs-dir at plan) imports there; its earlier runs never turn damaged."""
     (tmp_path / "own.toml").write_text(tiny_grid("own", seeds="[9]"))  # no run in common with the archive

@@ -215,6 +215,25 @@ def _same_grid(exp: Experiment, path: str, sha256: str) -> bool:
         return exp.grid_path == path
 
 
+def _clash(exp: Experiment | None, plan: PlanLike) -> None:
+    """`ExperimentClash` when `exp` (the experiment of the plan's name here) is another grid file's."""
+    if exp is not None and not _same_grid(exp, str(plan.path), plan.sha256):
+        raise ExperimentClash(
+            f"{plan.path}: experiment.name: {plan.name!r} is already the experiment of {exp.grid_path} "
+            "(another grid file); give this grid its own [experiment] name")
+
+
+def check_plan(engine: Engine, plan: PlanLike) -> None:
+    """What `record_plan` would refuse, checked without writing anything (`cemctl import` asks before a run folder
+    moves): a name that cannot name a folder (ConfigError), another grid's experiment of that name
+    (`ExperimentClash`). The one rule; `record_plan` applies it again inside its transaction."""
+    from cem_core.names import check_experiment_name
+
+    check_experiment_name(plan.name, plan.path or None)
+    with read_session(engine) as s:
+        _clash(s.scalars(select(Experiment).where(Experiment.name == plan.name)).one_or_none(), plan)
+
+
 @dataclass
 class RecordedPlan:
     experiment_id: int
@@ -243,13 +262,10 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
         now = time.time()
         with write_session(engine) as s:
             exp = s.scalars(select(Experiment).where(Experiment.name == plan.name)).one_or_none()
+            _clash(exp, plan)
             if exp is None:
                 exp = Experiment(name=plan.name, created_at=now)
                 s.add(exp)
-            elif not _same_grid(exp, str(plan.path), plan.sha256):
-                raise ExperimentClash(
-                    f"{plan.path}: experiment.name: {plan.name!r} is already the experiment of {exp.grid_path} "
-                    "(another grid file); give this grid its own [experiment] name")
             exp.description = plan.description
             exp.figure = plan.figure
             exp.grid_path = str(plan.path)

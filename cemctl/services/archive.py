@@ -295,6 +295,9 @@ def read_manifest(data: bytes, path: Path | str) -> dict[str, Any]:
         if e["name"] in names:
             raise ArchiveError(f"{where}: experiments[{i}].name: {e['name']!r} appears twice")
         names.add(e["name"])
+        if e.get("grid_sha256") and e.get("grid_text") and _sha256(e["grid_text"].encode()) != e["grid_sha256"]:
+            raise ArchiveError(f"{where}: experiments[{i}].grid_sha256: not the sha256 of its grid_text "
+                               "(edited or damaged manifest)")
     for rid, r in m["runs"].items():
         if runfiles.CONFIG_FILE not in r["files"]:
             raise ArchiveError(f"{where}: runs.{rid}: no config.json listed")
@@ -374,19 +377,20 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
             if run_id(cfg) != rid:
                 raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
             configs[rid] = cfg
-        _check_experiments(engine, manifest, path)
+        plans = [_ImportedPlan(exp, plan, configs, path.name) for exp in manifest["experiments"]
+                 for plan in exp["plans"]]
+        _check_experiments(engine, manifest, plans, path)  # what recording the plans would refuse: before any move
         _check_runs_here(engine, manifest, root, stage, result)
         _stage_done("checked")
+        if plugin_tops:  # the one step left that may refuse (an edited copy of the plugins): before any run moves
+            _place_plugins(stage, root, plugin_tops)
         for rid in manifest["runs"]:  # every check passed: the new runs go into place, each by one rename
             if rid not in result.present:
                 os.rename(stage / "runs" / rid, root / rid)
                 result.imported.append(rid)
                 _stage_done("moved")
-        if plugin_tops:
-            _place_plugins(stage, root, plugin_tops)
-        for exp in manifest["experiments"]:
-            for plan in exp["plans"]:
-                record_plan(engine, _ImportedPlan(exp, plan, configs, path.name), root)
+        for plan in plans:
+            record_plan(engine, plan, root)
         _stage_done("planned")
         sync_runs(engine, root, run_ids=list(manifest["runs"]))  # tags and notes too (tags.json)
         done = True
@@ -452,9 +456,11 @@ def runfiles_mkdtemp(root: Path) -> str:
     return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root)
 
 
-def _check_experiments(engine: Any, manifest: dict[str, Any], path: Path) -> None:
-    """An experiment of the same name here must be the same grid (the same text): never taken over by another."""
-    from cemctl.db.runs import get_experiment
+def _check_experiments(engine: Any, manifest: dict[str, Any], plans: list[_ImportedPlan], path: Path) -> None:
+    """An experiment of the same name here must be the same grid (the same text): never taken over by another.
+    Asked of `cemctl.db.runs.check_plan` (the rule `record_plan` applies), so recording the plans after the run
+    folders moved in cannot refuse what this let through."""
+    from cemctl.db.runs import ExperimentClash, check_plan, get_experiment
     from cemctl.grid.kinds import FIGURE_KINDS
 
     for exp in manifest["experiments"]:
@@ -463,13 +469,19 @@ def _check_experiments(engine: Any, manifest: dict[str, Any], path: Path) -> Non
                 FIGURE_KINDS.check(exp["figure"])
             except ConfigError as e:
                 raise ArchiveError(f"import: {path}: experiment {exp['name']!r}: {e.message}") from None
-        local = get_experiment(engine, exp["name"])
-        if local is not None and local.grid_sha256 and exp.get("grid_sha256") and \
-                local.grid_sha256 != exp["grid_sha256"]:
+    for plan in plans:
+        try:
+            check_plan(engine, plan)
+        except ExperimentClash:
+            local = get_experiment(engine, plan.name)
+            ours = f", sha256 {local.grid_sha256[:12]}" if local is not None and local.grid_sha256 else ""
             raise ArchiveError(
-                f"import: {path}: experiment {exp['name']!r} is here already from another grid ({local.grid_path}, "
-                f"sha256 {local.grid_sha256[:12]}; the archive's: {exp['grid_sha256'][:12]}); nothing was imported "
-                "(import into another project, or rename the experiment here)")
+                f"import: {path}: experiment {plan.name!r} is here already from another grid "
+                f"({local.grid_path if local is not None else '?'}{ours}; the archive's: "
+                f"{plan.sha256[:12] or 'no sha256'}); nothing was imported "
+                "(import into another project, or rename the experiment here)") from None
+        except ConfigError as e:
+            raise ArchiveError(f"import: {path}: experiment {plan.name!r}: {e.message}") from None
 
 
 def _check_runs_here(engine: Any, manifest: dict[str, Any], root: Path, stage: Path, result: ImportResult) -> None:
@@ -523,7 +535,9 @@ class _ImportedPlan:
         grid = exp.get("grid_file", "") or f"{exp['name']}.toml"
         # the grid's path as the archive names it: never a file here that happens to share its name
         self.path = f"{archive}:{grid}" if archive else grid
-        self.text, self.sha256 = exp.get("grid_text", ""), exp.get("grid_sha256", "")
+        self.text = exp.get("grid_text", "")
+        # an archive without the sha names its grid by the text's (checked equal when both are given: read_manifest)
+        self.sha256 = exp.get("grid_sha256", "") or (_sha256(self.text.encode()) if self.text else "")
         self.scale = plan["scale"]
         self.plan_overrides = json.loads(plan.get("overrides_json") or "{}")
         self.overrides = {k: v for k, v in self.plan_overrides.items() if k != "--seeds"}
