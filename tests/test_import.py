@@ -99,6 +99,20 @@ BAD_MANIFESTS = {
     "a bad sha256": lambda m: [v.update(sha256="x") for v in (m.get("files") or {}).values()]
     or [f.update(sha256="x") for r in m.get("runs", {}).values() for f in r["files"].values()],
     "not a cemctl archive": lambda m: m.update(format="zip", written_by="someone", what="photos"),
+    "a run linked twice in a plan": lambda m: m["experiments"][0]["plans"][0]["links"].append(
+        dict(m["experiments"][0]["plans"][0]["links"][0], position=99)),
+    "a position twice in a plan": lambda m: m["experiments"][0]["plans"][0]["links"][1].update(
+        position=m["experiments"][0]["plans"][0]["links"][0]["position"]),
+    "a plan key twice": lambda m: m["experiments"][0]["plans"].append(dict(m["experiments"][0]["plans"][0])),
+    "an unknown scale": lambda m: m["experiments"][0]["plans"][0].update(scale="huge"),
+    "an axis that is no config key": lambda m: m["experiments"][0]["plans"][0]["links"][0].update(axes={"x.y": 1}),
+    "an axis value that is not the run's": lambda m: m["experiments"][0]["plans"][0]["links"][0]["axes"].update(
+        {"model.attention": "nonsense"}),
+    "an override that is no config key": lambda m: m["experiments"][0]["plans"][0].update(
+        overrides_json='{"train.nope": 1}'),
+    "an override that is a table": lambda m: m["experiments"][0]["plans"][0].update(
+        overrides_json='{"train.lr": {"a": 1}}'),
+    "seeds that are not numbers": lambda m: m["experiments"][0]["plans"][0].update(overrides_json='{"--seeds": "x"}'),
 }
 
 
@@ -107,7 +121,7 @@ def test_every_bad_manifest_shape_is_one_line_and_writes_nothing(archive, tmp_pa
     bad = _with_manifest(archive, tmp_path, BAD_MANIFESTS[case])
     res = cli(tmp_path, "import", str(bad), subprocess=True)
     line = assert_clean_error(res)
-    assert "internal error" not in line and "manifest" in line or "archive" in line, line
+    assert "internal error" not in line and ("manifest" in line or "archive" in line), line
     _untouched(tmp_path)
 
 

@@ -377,6 +377,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
             if run_id(cfg) != rid:
                 raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
             configs[rid] = cfg
+        _check_axes(manifest, configs, path)
         plans = [_ImportedPlan(exp, plan, configs, path.name) for exp in manifest["experiments"]
                  for plan in exp["plans"]]
         _check_experiments(engine, manifest, plans, path)  # what recording the plans would refuse: before any move
@@ -454,6 +455,25 @@ def runfiles_mkdtemp(root: Path) -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root)
+
+
+def _check_axes(manifest: dict[str, Any], configs: dict[str, Any], path: Path) -> None:
+    """Each link's axes are its run's config values (plan records them so; status, labels and figures read them)."""
+    from cem_core.config import flatten
+
+    flat: dict[str, dict[str, Any]] = {}
+    for i, exp in enumerate(manifest["experiments"]):
+        for j, plan in enumerate(exp["plans"]):
+            for k, link in enumerate(plan["links"]):
+                rid = link["run_id"]
+                values = flat.setdefault(rid, flatten(configs[rid].to_dict()))
+                for key, value in link.get("axes", {}).items():
+                    if json.dumps(value, sort_keys=True, default=str) != \
+                            json.dumps(values.get(key), sort_keys=True, default=str):
+                        raise ArchiveError(
+                            f"import: {path}: manifest.json: experiments[{i}].plans[{j}].links[{k}].axes: {key} = "
+                            f"{str(value)[:40]!r}, but run {rid}'s config.json has {str(values.get(key))[:40]!r} "
+                            "(edited or damaged manifest)")
 
 
 def _check_experiments(engine: Any, manifest: dict[str, Any], plans: list[_ImportedPlan], path: Path) -> None:

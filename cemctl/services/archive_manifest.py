@@ -20,8 +20,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cem_core.config import field_names
+from cem_core.errors import ConfigError
 from cem_core.names import is_run_id
 from cem_core.runfiles.manifest import FileEntry, ManifestError, manifest_bytes, parse_manifest_bytes
+from cemctl.grid.fields import check_scalar
+from cemctl.grid.kinds import SCALES
 
 WHAT = "archive"
 PLUGINS = "plugins"  # members plugins/<path>.py: the plugin sources the archived runs' configs name
@@ -78,26 +82,68 @@ def _experiment(exp: Any, key: str, source: str, runs: dict[str, Any]) -> None:
         _check(isinstance(exp.get(name, ""), str), source, f"{key}.{name}", "a string")
     plans = exp.get("plans", [])
     _check(isinstance(plans, list), source, f"{key}.plans", "a list")
+    keys: set[tuple[str, str]] = set()
     for j, plan in enumerate(plans):
         where = f"{key}.plans[{j}]"
         _check(isinstance(plan, dict), source, where, "a table")
-        _check(isinstance(plan.get("scale"), str) and bool(plan["scale"]), source, f"{where}.scale", "a scale name")
+        _check(isinstance(plan.get("scale"), str) and plan["scale"] in SCALES, source, f"{where}.scale",
+               f"a scale ({', '.join(SCALES.names())})")
         overrides = plan.get("overrides_json") or "{}"
         try:
-            ok = isinstance(overrides, str) and isinstance(json.loads(overrides), dict)
+            parsed = json.loads(overrides) if isinstance(overrides, str) else None
         except (ValueError, RecursionError):
-            ok = False
-        _check(ok, source, f"{where}.overrides_json", "the JSON text of a table")
+            parsed = None
+        _check(isinstance(parsed, dict), source, f"{where}.overrides_json", "the JSON text of a table")
+        _overrides(parsed, f"{where}.overrides_json", source)
+        plan_key = (plan["scale"], json.dumps(parsed, sort_keys=True, default=str))  # record_plan's plan key
+        _check(plan_key not in keys, source, where, "a plan of its own (another has the same scale and overrides)")
+        keys.add(plan_key)
         links = plan.get("links")
         _check(isinstance(links, list), source, f"{where}.links", "a list")
+        linked: set[str] = set()
+        positions: set[int] = set()
         for k, link in enumerate(links):
             at = f"{where}.links[{k}]"
             _check(isinstance(link, dict), source, at, "a table")
             _check(link.get("run_id") in runs, source, f"{at}.run_id", "a run the archive holds")
-            _check(isinstance(link.get("axes", {}), dict), source, f"{at}.axes", "a table")
+            _check(link["run_id"] not in linked, source, f"{at}.run_id", "linked once per plan (it appears twice)")
+            linked.add(link["run_id"])
+            axes = link.get("axes", {})
+            _check(isinstance(axes, dict), source, f"{at}.axes", "a table")
+            for name in axes:
+                _check(name in field_names(), source, f"{at}.axes", "a table of config keys (model.*, data.*, train.*)")
             position = link.get("position", 0)
             _check(isinstance(position, int) and not isinstance(position, bool), source, f"{at}.position",
                    "an integer")
+            _check(position not in positions, source, f"{at}.position", "a position of its own in the plan "
+                   "(it appears twice)")
+            positions.add(position)
             marks = link.get("marks", [])
             _check(isinstance(marks, list) and all(isinstance(m, str) for m in marks), source, f"{at}.marks",
                    "a list of strings")
+
+
+def _overrides(overrides: dict[str, Any], key: str, source: str) -> None:
+    """A plan's key as plan writes it: `--set` config keys with single values, `--seeds` (seed numbers) and
+    `--axis` (config keys with lists of single values)."""
+    for name, value in overrides.items():
+        if name == "--seeds":
+            _check(isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
+                   source, f"{key}: --seeds", "a list of seed numbers")
+        elif name == "--axis":
+            _check(isinstance(value, dict) and all(k in field_names() and isinstance(v, list)
+                                                   and all(_single(x) for x in v) for k, v in value.items()),
+                   source, f"{key}: --axis", "a table of config keys with lists of single values")
+        else:
+            _check(name in field_names(), source, f"{key}: {name[:60]!r}", "a config key (model.*, data.*, train.*), "
+                   "--seeds or --axis")
+            _check(_single(value), source, f"{key}: {name}", "a single value (a string, number or boolean)")
+
+
+def _single(value: Any) -> bool:
+    """One grid value (`cemctl.grid.fields.check_scalar`'s rule)."""
+    try:
+        check_scalar("value", value, "", "")
+    except ConfigError:
+        return False
+    return True
