@@ -243,18 +243,18 @@ PEAK = ("import atexit, sys\n"
         "main()\n")
 
 
-@pytest.mark.slow
-def test_memory_stays_bounded_on_a_large_archive(tmp_path):
-    """A 200 MiB member (a few hundred kB compressed, as a decompression bomb would be) is streamed to disk and its
-    lines read in chunks: the importing process's peak memory stays far below the member's size."""
+def _bomb(tmp_path: Path, member: str, size: int) -> tuple[Path, str]:
+    """An archive of one finished run whose `member` is `size` bytes of one endless line (a few hundred kB
+    compressed, as a decompression bomb would be); returns it and the run id."""
     src = tmp_path / "src"
-    src.mkdir()
-    (src / "big.toml").write_text(tiny_grid("big", seeds="[0]"))
-    rid = json.loads(cli(src, "plan", str(src / "big.toml"), "--json").stdout)["runs"][0]["run_id"]
-    finish_run(src / "runs" / rid)
-    assert cli(src, "archive", "big", "-o", str(src / "small.tar.gz")).returncode == 0
+    if not src.exists():
+        src.mkdir()
+        (src / "big.toml").write_text(tiny_grid("big", seeds="[0]"))
+        rid = json.loads(cli(src, "plan", str(src / "big.toml"), "--json").stdout)["runs"][0]["run_id"]
+        finish_run(src / "runs" / rid)
+        assert cli(src, "archive", "big", "-o", str(src / "small.tar.gz")).returncode == 0
     members = _members(src / "small.tar.gz")
-    size = 200 << 20
+    rid = next(n.split("/")[1] for n in members if n.startswith("runs/"))
     digest = hashlib.sha256()
     stream = _Endless(size)
     while chunk := stream.read(1 << 20):
@@ -262,30 +262,64 @@ def test_memory_stays_bounded_on_a_large_archive(tmp_path):
     manifest = json.loads(members["manifest.json"])
     entry = {"size": size, "sha256": digest.hexdigest()}
     if "files" in manifest:
-        manifest["files"][f"runs/{rid}/metrics.jsonl"] = entry
+        manifest["files"][f"runs/{rid}/{member}"] = entry
     else:
-        manifest["runs"][rid]["files"]["metrics.jsonl"] = entry
+        manifest["runs"][rid]["files"][member] = entry
     members["manifest.json"] = json.dumps(manifest).encode()
-    members.pop(f"runs/{rid}/metrics.jsonl", None)
-    bomb = tmp_path / "bomb.tar.gz"
+    members.pop(f"runs/{rid}/{member}", None)
+    bomb = tmp_path / f"bomb-{member}.tar.gz"
     with tarfile.open(bomb, "w:gz") as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-        info = tarfile.TarInfo(f"runs/{rid}/metrics.jsonl")
+        info = tarfile.TarInfo(f"runs/{rid}/{member}")
         info.size = size
         tar.addfile(info, io.BufferedReader(_Endless(size)))
     assert bomb.stat().st_size < 2 << 20
-    where = tmp_path / "dst"
-    where.mkdir()
+    return bomb, rid
+
+
+def _peak_import(bomb: Path, where: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """`cemctl import` in a process of its own; (the process, its peak resident memory in MiB)."""
     proc = subprocess.run([sys.executable, "-c", PEAK, "import", str(bomb), "--db", str(where / "results.db"),
                            "--runs-dir", str(where / "runs")], cwd=where, env=subprocess_env(), capture_output=True,
                           text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    peak_mib = int(proc.stderr.split("VmHWM")[-1].split()[0]) / 1024
-    assert peak_mib < 160, f"peak {peak_mib:.0f} MiB importing a {size >> 20} MiB member"
-    assert (where / "runs" / rid / "metrics.jsonl").stat().st_size == size
+    return proc, int(proc.stderr.split("VmHWM")[-1].split()[0]) / 1024
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_on_a_large_archive(tmp_path):
+    """A 200 MiB metrics.jsonl is streamed to disk and its lines read in chunks, and hashed in chunks when the run is
+    here already (a second import): the importing process's peak memory stays far below the member's size."""
+    size = 200 << 20
+    bomb, rid = _bomb(tmp_path, "metrics.jsonl", size)
+    where = tmp_path / "dst"
+    where.mkdir()
+    for _ in range(2):  # the second import hashes the 200 MiB file already here
+        proc, peak_mib = _peak_import(bomb, where)
+        assert proc.returncode == 0, proc.stderr
+        assert peak_mib < 160, f"peak {peak_mib:.0f} MiB importing a {size >> 20} MiB member"
+        assert (where / "runs" / rid / "metrics.jsonl").stat().st_size == size
+    assert "(1 already here)" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("member", ["config.json", "result.json", "tags.json", "evals.json", "environment.json"])
+def test_a_json_member_over_its_readers_cap_is_refused_unread(tmp_path, member):
+    """A JSON run file is read whole by its one reader: a member larger than that reader's cap is refused from its
+    header, in one line naming the member and the cap, never read (a 200 MiB config.json took 462 MB before)."""
+    from cemctl.services.archive import member_cap
+
+    bomb, rid = _bomb(tmp_path, member, 200 << 20)
+    where = tmp_path / "dst"
+    where.mkdir()
+    proc, peak_mib = _peak_import(bomb, where)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("VmHWM")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"runs/{rid}/{member}" in lines[0] and f"at most {member_cap(member)} for {member}" in lines[0], lines[0]
+    assert peak_mib < 160, f"peak {peak_mib:.0f} MiB refusing a 200 MiB {member}"
+    _untouched(where)
 
 
 def test_an_archive_of_a_plugin_experiment_imports_where_the_plugin_is_not(tmp_path):

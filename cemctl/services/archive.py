@@ -35,8 +35,21 @@ from cemctl.services.archive_manifest import read_archive_manifest
 
 RUN_FILES = (runfiles.CONFIG_FILE, runfiles.RESULT_FILE, runfiles.METRICS_FILE, runfiles.EVENTS_FILE,
              runfiles.EVALS_FILE, "tags.json", ENVIRONMENT_FILE)
-MAX_MEMBER_BYTES = 256 << 20
+MAX_MEMBER_BYTES = 256 << 20  # an append-only log (metrics.jsonl, events.jsonl): streamed, never read whole
 MAX_MANIFEST_BYTES = 64 << 20
+MAX_SOURCE_BYTES = 16 << 20  # a plugin's source file
+
+
+def member_cap(name: str) -> int:
+    """The most bytes a run file of this name may have in an archive: a JSON file's is the cap of its one reader
+    (it is read whole: config.json, result.json, tags.json, evals.json, environment.json), a log's
+    `MAX_MEMBER_BYTES` (streamed)."""
+    from cem_core.runfiles.environment import MAX_ENVIRONMENT_BYTES
+    from cem_core.runfiles.tags import MAX_TAGS_BYTES, TAGS_FILE
+
+    if name in (runfiles.METRICS_FILE, runfiles.EVENTS_FILE):
+        return MAX_MEMBER_BYTES
+    return {TAGS_FILE: MAX_TAGS_BYTES, ENVIRONMENT_FILE: MAX_ENVIRONMENT_BYTES}.get(name, runfiles.MAX_JSON_BYTES)
 
 
 class ArchiveError(CemError):
@@ -108,7 +121,7 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
                     files = {}
                     for name_ in RUN_FILES:
                         try:
-                            data = runfiles.read_run_file(root / rid, name_, max_bytes=MAX_MEMBER_BYTES)
+                            data = runfiles.read_run_file(root / rid, name_, max_bytes=member_cap(name_))
                         except FileNotFoundError:
                             continue
                         except (runfiles.RunFileError, OSError) as e:
@@ -237,10 +250,14 @@ def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, d
                     where = _member_path(m.name, path)
                     if not m.isfile():
                         raise ArchiveError(f"import: {path}: refused member {m.name!r} (only plain files)")
-                    limit = MAX_MANIFEST_BYTES if where is None else MAX_MEMBER_BYTES
-                    if m.size > limit or total + m.size > MAX_TOTAL_BYTES:
+                    limit = MAX_MANIFEST_BYTES if where is None else \
+                        MAX_SOURCE_BYTES if where[0] == "plugins" else member_cap(where[1])
+                    if m.size > limit:
                         raise ArchiveError(f"import: {path}: member {m.name!r} is too large ({m.size} bytes; at most "
-                                           f"{limit} each, {MAX_TOTAL_BYTES} in all)")
+                                           f"{limit} for {m.name.rsplit('/', 1)[-1]}); nothing was imported")
+                    if total + m.size > MAX_TOTAL_BYTES:
+                        raise ArchiveError(f"import: {path}: the members are too large together (more than "
+                                           f"{MAX_TOTAL_BYTES} bytes unpacked); nothing was imported")
                     if m.name in staged or (where is None and manifest_bytes is not None):
                         raise ArchiveError(f"import: {path}: member {m.name!r} appears twice")
                     f = tar.extractfile(m)
@@ -509,6 +526,7 @@ def _check_runs_here(engine: Any, manifest: dict[str, Any], root: Path, stage: P
     id must be the archive's."""
     from sqlalchemy import select
 
+    from cem_core.runfiles.manifest import file_digest
     from cemctl.db.engine import read_session
     from cemctl.db.models import Result
 
@@ -519,15 +537,15 @@ def _check_runs_here(engine: Any, manifest: dict[str, Any], root: Path, stage: P
         here = root / rid
         if os.path.lexists(here):
             for name, info in meta["files"].items():
-                try:
-                    ours = runfiles.read_run_file(here, name, max_bytes=MAX_MEMBER_BYTES)
+                try:  # hashed as it is read (a log may be large): never held whole
+                    ours = file_digest(runfiles.confined_path(here, name))
                 except FileNotFoundError:
                     ours = None
                 except (runfiles.RunFileError, OSError) as e:
                     raise ArchiveError(f"import: run {rid}: {here / name}: {str(e).split(': ', 1)[-1]}") from None
                 if ours is None and name not in (runfiles.CONFIG_FILE, runfiles.RESULT_FILE):
                     continue  # a metrics or events file this copy does not have yet: not a conflict
-                if ours is None or _sha256(ours) != info["sha256"]:
+                if ours is None or (ours.size, ours.sha256) != (info["size"], info["sha256"]):
                     raise ArchiveError(f"import: run {rid} is already in {root} with a different {name}; "
                                        "nothing was imported (import into another --runs-dir, or remove it yourself)")
             result.present.append(rid)
