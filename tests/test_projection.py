@@ -74,9 +74,9 @@ def test_a_rebuild_reads_the_folder_again_in_one_transaction(project):
     where, ids = project
     engine = _engine(where)
     before = {m.__tablename__: _count(engine, m, ids[0]) for m in (Metric, Result, Eval, RunTags)}
-    state = rebuild_run(engine, where / "runs", ids[0])
+    rebuilt = rebuild_run(engine, where / "runs", ids[0])
     after = {m.__tablename__: _count(engine, m, ids[0]) for m in (Metric, Result, Eval, RunTags)}
-    assert state == "done" and before == after and after["evals"] == 3  # the same folder: the same rows
+    assert rebuilt.state == "done" and not rebuilt.warnings and before == after and after["evals"] == 3  # the same folder: the same rows
 
 
 def test_rerun_outdated_drops_the_old_evals_keeps_tags_and_notes_and_the_old_result_as_history(project):
@@ -156,3 +156,41 @@ def test_a_thousand_long_notes_fit(project):
     path = where / "runs" / ids[0] / "tags.json"
     path.write_text(json.dumps({"tags": {}, "notes": [{"time": 1.0, "text": "\u00e9" * MAX_NOTE_CHARS}] * MAX_NOTES}))
     assert len(read_tags(path.parent).notes) == MAX_NOTES
+
+
+@pytest.mark.parametrize("flag", ["outdated", "damaged"])
+def test_a_rerun_with_an_unreadable_tags_file_keeps_the_recorded_tags_and_says_so(project, flag):
+    """`--rerun-outdated` / `--redo-damaged` with a tags.json that cannot be read: the tags and notes the database
+    mirrored stay (the rebuild marks them to be read again, never deletes them), the repair names the file, and once
+    the file is fixed the next sync reads it. Before, the rebuild deleted the run_tags row and the reread failed."""
+    from cemctl.db.models import RunTags
+    from cemctl.services.launch.repair import repair_damaged, set_aside_outdated
+
+    where, ids = project
+    engine = _engine(where)
+    run = where / "runs" / ids[0]
+    good = (run / "tags.json").read_text()
+    (run / "tags.json").write_text('{"tags": {"phase": "b"}, "notes": [{"time": 1, "text": "bad \\x escape"}]}')
+    done = (set_aside_outdated if flag == "outdated" else repair_damaged)(engine, ids[0], run)
+    assert "tags.json" in done and "kept" in done, done
+    assert _count(engine, RunTags, ids[0]) == 1
+    rows = {r["run_id"]: r for r in json.loads(cli(where, "status", "--json", "--no-sync", "--columns",
+                                                   "run,tag.phase,note").stdout)["experiments"][0]["runs"]}
+    assert rows[ids[0]]["tag.phase"] == "b" and rows[ids[0]]["note"] == "the old code's number"
+    (run / "tags.json").write_text(good.replace('"b"', '"c"'))  # fixed by hand (and edited): read again
+    assert cli(where, "sync").returncode == 0
+    rows = {r["run_id"]: r for r in json.loads(cli(where, "status", "--json", "--no-sync", "--columns",
+                                                   "run,tag.phase").stdout)["experiments"][0]["runs"]}
+    assert rows[ids[0]]["tag.phase"] == "c"
+
+
+def test_a_rebuild_after_tags_json_was_removed_drops_the_mirrored_tags(project):
+    """The tags row is kept only while its file cannot be read: a tags.json removed by hand means no tags."""
+    from cemctl.db.models import RunTags
+    from cemctl.db.projection import rebuild_run
+
+    where, ids = project
+    engine = _engine(where)
+    (where / "runs" / ids[0] / "tags.json").unlink()
+    rebuild_run(engine, where / "runs", ids[0])
+    assert _count(engine, RunTags, ids[0]) == 0

@@ -490,12 +490,17 @@ def _ingest_environment(session: Session, run: Run, run_dir: Path, now: float, o
 
 def _ingest_tags(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
     """Mirror RUN_DIR/tags.json into `run_tags` when its mtime changed. A tags.json that cannot be read keeps the
-    row it had (never read as "no tags") and is reported (`out.warnings`)."""
+    row it had (never read as "no tags") and is reported (`out.warnings`); a rebuild marks the row stale
+    (file_mtime NULL: `cemctl.db.projection`), so it is read again, and dropped when the file is gone."""
     from cem_core.runfiles.tags import TAGS_FILE, TagsUnreadable, read_tags
     from cemctl.db.models import RunTags
 
     mtime = _mtime(run_dir / TAGS_FILE)
     row = session.get(RunTags, run.id)
+    if row is not None and mtime is None and row.file_mtime is None:  # stale, and its file is gone: no tags
+        session.delete(row)
+        out.changed = True
+        return
     if row is not None and row.file_mtime == mtime:
         return
     if row is None and mtime is None:

@@ -34,7 +34,8 @@ helpers in `cemctl.db.frames`). Every time column is a float in unix seconds
 Every table keyed by a run id (a foreign key to `runs.id`) but `experiment_runs` (the plan's
 links) is a projection of the run's folder: `cemctl.db.projection` finds them from this schema
 and rebuilds them in one transaction; a table that keeps rows of its own says so in
-`__table_args__` info (`{"projection": {"keep_where": (column, value)}}`).
+`__table_args__` info (`{"projection": {"keep_where": (column, value)}}`), and a table whose rows a
+rebuild marks stale instead of deleting says which column marks them (`{"projection": {"stale_column": column}}`).
 """
 
 from __future__ import annotations
@@ -224,6 +225,9 @@ class RunTags(Base):
     notes_json: Mapped[str] = mapped_column(Text, default="[]")
     file_mtime: Mapped[Optional[float]] = mapped_column(Float)  # tags.json when it was read
     recorded_at: Mapped[float] = mapped_column(Float)
+    # what the user wrote is never forgotten by a rebuild: the row is marked to be read again (file_mtime NULL) and
+    # replaced only once tags.json can be read (`cemctl.db.ingest_files._ingest_tags`)
+    __table_args__ = ({"info": {"projection": {"stale_column": "file_mtime"}}},)
 
 
 class RunEnvironment(Base):

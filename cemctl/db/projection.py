@@ -1,7 +1,8 @@
 """The database as a projection of the run folders: a run's derived rows, forgotten and rebuilt in one place.
 
     derived_tables()                         -> [metrics, results, evals, run_tags, run_environment, ...]
-    rebuild_run(engine, runs_root, run_id)   # forget every derived row of the run, read its folder again
+    rebuild_run(engine, runs_root, run_id)   # forget every derived row of the run, read its folder again;
+                                             # -> Rebuilt(state, warnings: files that could not be read)
     forget_run(session, run_id)              # inside a caller's write transaction
     holds_rows(session, run_id)              # the derived tables holding rows of the run
     remove_runs(session, run_ids)            # runs gone outright: every row keyed by them, then their own
@@ -11,7 +12,9 @@ its folder: `derived_tables` finds them from the schema (`cemctl.db.models.Base.
 so a table added later is rebuilt too, never forgotten by a hand list. Two exceptions are
 declared in the schema itself, not here: the plan's links (`experiment_runs`, what the
 planner recorded) and rows a table marks as its own (`run_events` keeps the database's
-derived judgements: `__table_args__` info `{"projection": {"keep_where": ("source", "derived")}}`).
+derived judgements: `__table_args__` info `{"projection": {"keep_where": ("source", "derived")}}`; `run_tags`,
+what the user wrote, is marked stale, `{"projection": {"stale_column": "file_mtime"}}`, and replaced only when
+its file can be read: a tags.json that cannot be read never loses the tags and notes the database holds).
 The run's own row keeps what the plan owns (`PLAN_COLUMNS`) and every other column goes
 back to its default before the folder is read again.
 
@@ -23,10 +26,11 @@ happen in one transaction, so a reader never sees the run half-forgotten.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table, and_, delete, not_
+from sqlalchemy import Table, and_, delete, not_, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -61,7 +65,12 @@ def forget_run(session: Session, run_id: str, *, reason: str = "", now: float | 
     counts: dict[str, int] = {}
     for table in derived_tables():
         cond = _run_column(table) == run_id
-        keep = (table.info.get("projection") or {}).get("keep_where")
+        rules = table.info.get("projection") or {}
+        if rules.get("stale_column"):  # marked to be read again; the file's reader replaces or keeps them
+            session.execute(update(table).where(cond).values({rules["stale_column"]: None}))
+            counts[table.name] = 0
+            continue
+        keep = rules.get("keep_where")
         if keep:
             column, value = keep
             cond = and_(cond, not_(table.c[column] == value))
@@ -97,9 +106,15 @@ def remove_runs(session: Session, run_ids: list[str], chunk: int = 500) -> None:
         session.execute(delete(Run).where(Run.id.in_(part)))
 
 
+@dataclass
+class Rebuilt:
+    state: str  # the run's state read from its folder again
+    warnings: list[str]  # run files that could not be read (one line each); their rows are kept as they were
+
+
 def rebuild_run(engine: Engine, runs_root: Path | str, run_id: str, *, reason: str = "",
-                heartbeat_timeout_s: float | None = None, now: float | None = None) -> str:
-    """Forget every derived row of the run and read its folder again, in one transaction; returns its state."""
+                heartbeat_timeout_s: float | None = None, now: float | None = None) -> Rebuilt:
+    """Forget every derived row of the run and read its folder again, in one transaction."""
     from cem_core import runfiles
     from cemctl.db.engine import retry_locked, write_session
     from cemctl.db.ingest import _ingest_locked, _Outcome
@@ -109,7 +124,8 @@ def rebuild_run(engine: Engine, runs_root: Path | str, run_id: str, *, reason: s
     timeout_s = runfiles.heartbeat_timeout_s(heartbeat_timeout_s)
     run_dir = Path(runs_root) / run_id
 
-    def write() -> str:
+    def write() -> Rebuilt:
+        out = _Outcome()
         with write_session(engine) as s:
             forget_run(s, run_id, reason=reason, now=now)
             run = s.get(Run, run_id)
@@ -118,7 +134,7 @@ def rebuild_run(engine: Engine, runs_root: Path | str, run_id: str, *, reason: s
             if reason:
                 s.add(RunEvent(run_id=run_id, time=now, state="planned", source="derived", reason=reason))
             s.flush()
-            _ingest_locked(s, run, run_dir, now, timeout_s, _Outcome())
-            return run.state
+            _ingest_locked(s, run, run_dir, now, timeout_s, out)
+            return Rebuilt(run.state, list(out.warnings or []))
 
     return retry_locked(write)

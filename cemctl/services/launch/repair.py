@@ -96,6 +96,7 @@ def _set_aside(engine: Engine, run_id: str, run_dir: Path, prefix: str, what: st
 
     why = f"{done} by {flag}: files moved to {quarantine.name}, recorded config restored" if moved else \
         f"{done} by {flag}: recorded config restored"
-    rebuild_run(engine, run_dir.parent, run_id, reason=why)  # every row of the old files forgotten, one transaction
-    return (f"{done}: {moved} file(s) moved to {quarantine.name}/, recorded config restored" if moved
-            else f"{done}: recorded config restored")
+    rebuilt = rebuild_run(engine, run_dir.parent, run_id, reason=why)  # every row of the old files forgotten, one transaction
+    kept = "".join(f"; {w}" for w in rebuilt.warnings)  # e.g. a tags.json that cannot be read: its rows kept
+    return (f"{done}: {moved} file(s) moved to {quarantine.name}/, recorded config restored{kept}" if moved
+            else f"{done}: recorded config restored{kept}")
