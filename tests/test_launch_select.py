@@ -66,3 +66,76 @@ def test_slurm_job_without_squeue_is_not_started_twice(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no squeue
     (sel,) = select_runs(runs)
     assert sel.action == SKIP and "12_3" in sel.reason
+
+
+def test_a_result_json_that_is_not_json_is_never_started_over(tmp_path):
+    """The one reader of result.json (cem_core.runfiles.results.read_result_file), as ingest reads it: a truncated
+    file is damaged once it is older than the grace period, and until then the run is skipped, never started over
+    (its file would be replaced). Before, the launcher read it as "no result" and started the run."""
+    rid, d = make(tmp_path, "cut", result="done")
+    text = (d / "result.json").read_text()
+    (d / "result.json").write_text(text[: len(text) // 2])
+    (sel,) = select_runs([(rid, d)])
+    assert sel.action == SKIP and "result.json cannot be read yet" in sel.reason, sel.reason
+    old = os.stat(d / "result.json").st_mtime - 3600
+    os.utime(d / "result.json", (old, old))
+    (sel,) = select_runs([(rid, d)])
+    assert sel.action == SKIP and "damaged: result.json: not valid JSON" in sel.reason, sel.reason
+    (again,) = select_runs([(rid, d)], redo_damaged=True)
+    assert again.action == RETRY
+
+
+def test_the_dry_run_tells_a_damaged_run_as_status_does(tmp_path):
+    """`launch --dry-run` reads the database without syncing: the damage found in the folders is judged by the same
+    rule as sync's (cemctl.db.ingest), so a result.json cut after the last sync reads damaged in the dry run, in
+    status and in a real launch alike (before, the dry run said "start")."""
+    from tests.helpers import cli, finish_run, plan_ids, tiny_grid
+
+    _, ids = plan_ids(tmp_path, tiny_grid("cut", seeds="[0]"), "cut")
+    run = tmp_path / "runs" / ids[0]
+    finish_run(run)
+    assert cli(tmp_path, "sync").returncode == 0
+    text = (run / "result.json").read_text()
+    (run / "result.json").write_text(text[: len(text) // 2])
+    old = os.stat(run / "result.json").st_mtime - 3600
+    os.utime(run / "result.json", (old, old))
+    dry = cli(tmp_path, "launch", "cut", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.output
+    (sel,) = json.loads(dry.stdout)["runs"]
+    assert sel["action"] == "skip" and "damaged: result.json: not valid JSON" in sel["reason"], sel
+    status = json.loads(cli(tmp_path, "status", "cut", "--json").stdout)["experiments"][0]["runs"][0]
+    assert status["state"] == "damaged"
+
+
+def test_cancel_leaves_a_run_whose_result_json_is_not_a_result_and_says_so(tmp_path):
+    """cancel asks the same rule: a damaged result.json is not "no result" (before, the run was marked cancelled and
+    got a cancel file, as an unfinished one)."""
+    from tests.helpers import cli, finish_run, plan_ids, tiny_grid
+
+    _, ids = plan_ids(tmp_path, tiny_grid("cut", seeds="[0]"), "cut")
+    run = tmp_path / "runs" / ids[0]
+    finish_run(run)
+    text = (run / "result.json").read_text()
+    (run / "result.json").write_text(text[: len(text) // 2])
+    old = os.stat(run / "result.json").st_mtime - 3600
+    os.utime(run / "result.json", (old, old))
+    res = cli(tmp_path, "cancel", ids[0])
+    assert res.returncode == 0 and "not cancelled" in res.stdout and "not valid JSON" in res.stdout, res.output
+    assert "cancelled 0 run(s)" in res.stdout
+    assert not (run / "cancel").exists()
+    assert "cancelled" not in (run / "events.jsonl").read_text()
+
+
+def test_update_job_never_replaces_a_job_json_it_cannot_read(tmp_path):
+    """A job.json that is not JSON (or not an object) is refused, one line naming it, and left as it is: merging
+    fields into an empty record would lose its job's PID or SLURM id (before, it was overwritten)."""
+    import pytest
+
+    for bad in ('{"executor": "slurm", "job_id": "12', "[1, 2]"):
+        (tmp_path / "job.json").write_text(bad)
+        with pytest.raises(runfiles.JobUnreadable, match="job.json") as e:
+            runfiles.update_job(tmp_path, state="cancelled", reason="cancelled by user")
+        assert "\n" not in str(e.value) and "move the file aside" in str(e.value)
+        assert (tmp_path / "job.json").read_text() == bad
+    (tmp_path / "job.json").unlink()
+    assert runfiles.update_job(tmp_path, state="cancelled").state == "cancelled"  # none yet: a new record

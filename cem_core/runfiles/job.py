@@ -4,8 +4,12 @@ and cheap readers of the trainer's liveness files (`cemctl launch`, `cemctl stat
 Every executor records where a run's current job is in `<run_dir>/job.json`
 (written atomically). `JobRecord.state` is the executor's view: queued,
 running, exited, interrupted, cancelled, lost. A `cancel` file in the run
-directory asks every executor not to (re)start the run. Readers here never
-raise on a missing, truncated or refused file.
+directory asks every executor not to (re)start the run. The readers here
+(`read_job`, `read_heartbeat`, `read_result`) are for showing and liveness: they never
+raise on a missing, truncated or refused file. A write never replaces what it could not
+read: `update_job` refuses a job.json that is there but cannot be read (`JobUnreadable`),
+and what a result.json says is decided by one strict rule
+(`cem_core.runfiles.results.read_result_file`), which the launcher, cancel and ingest ask.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from cem_core.runfiles.files import (
     atomic_write_json,
     confined_path,
     read_bytes,
+    read_run_json_strict,
     run_json,
 )
 
@@ -84,9 +89,22 @@ def write_job(run_dir: str | os.PathLike[str], job: JobRecord) -> None:
     atomic_write_json(Path(run_dir) / JOB_FILE, job.to_dict(), durable=False, indent=1)
 
 
+class JobUnreadable(RunFileError):
+    """A job.json that is there but cannot be read: never replaced by a record made from nothing."""
+
+
+RECOVER_JOB = ("it records where the run's job is: check that no job of this run is still running (`cemctl status`, "
+               "squeue), then move the file aside; the next launch writes a new one")
+
+
 def update_job(run_dir: str | os.PathLike[str], **fields: Any) -> JobRecord:
-    job = read_job(run_dir) or JobRecord()
-    job = dataclasses.replace(job, **fields)
+    """job.json with `fields` changed (a new record when there is none). A job.json that is there but cannot be read
+    (not JSON, not an object, refused) raises `JobUnreadable`, one line naming it: its job (a PID, a SLURM id) would
+    be lost under a record made from nothing."""
+    d = read_run_json_strict(run_dir, JOB_FILE, JobUnreadable, RECOVER_JOB)
+    if d is not None and not isinstance(d, dict):
+        raise JobUnreadable(f"{Path(run_dir) / JOB_FILE}: must be a JSON object, got {type(d).__name__}; {RECOVER_JOB}")
+    job = dataclasses.replace(JobRecord.from_dict(d) if d is not None else JobRecord(), **fields)
     write_job(run_dir, job)
     return job
 
@@ -96,9 +114,9 @@ def read_heartbeat(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def read_result(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """result.json if it is a JSON object with a terminal state (a run that ended: never started over), else None.
-    Whether it is a *valid* result is `cem_core.runfiles.results.result_problem` (the launcher and ingest both ask:
-    a done result without a finite test loss is damaged, skipped with the reason)."""
+    """result.json if it is a JSON object with a terminal state, else None: for showing a result and for liveness
+    (a job whose run wrote one has ended). Not for deciding what to start or stop: a file that cannot be read is None
+    here; `cem_core.runfiles.results.read_result_file` (the launcher, cancel and ingest) tells it from "no result"."""
     result = run_json(run_dir, RESULT_FILE)
     return result if result is not None and result.get("state") in RESULT_STATES else None
 

@@ -25,4 +25,5 @@ def register(app: typer.Typer) -> None:
             done = cancel_target(db_url(db), runs_dir(runs), target, scale=scale)
             for c in done:
                 stdout_console().print(f"  {c.run_id}  {printable(c.action)}", markup=False, highlight=False)
-            stdout_console().print(f"cancelled {len(done)} run(s)", markup=False)
+            n = sum(not c.action.startswith("not cancelled") for c in done)
+            stdout_console().print(f"cancelled {n} run(s)", markup=False)

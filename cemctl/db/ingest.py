@@ -230,6 +230,27 @@ def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, resu
     return ""
 
 
+def damage_found(engine: Engine, runs: Iterable[tuple[str, Path]], *, now: float | None = None) -> dict[str, str]:
+    """{run id: why} of the recorded runs whose folders the one rule (`_damage`, as sync applies it) finds damaged
+    now, judged without writing anything (a dry run reads the database without syncing it first)."""
+    from cem_core.runfiles.results import read_result_file
+    from cemctl.db.engine import read_session
+
+    now = time.time() if now is None else now
+    out: dict[str, str] = {}
+    with read_session(engine) as s:
+        for rid, run_dir in runs:
+            run = s.get(Run, rid)
+            if run is None:
+                continue
+            s.expunge(run)  # judged, never written (the rule notes what it checked on the run's row)
+            found = read_result_file(run_dir, now=now)
+            why = _damage(s, run, Path(run_dir), found.result, found.problem, result_present=found.mtime is not None)
+            if why:
+                out[rid] = why
+    return out
+
+
 def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeout_s: float, out: _Outcome) -> None:
     """Apply the run dir's files to `run` inside the caller's write transaction."""
     metrics_rewritten = _ingest_metrics(session, run, run_dir, out)

@@ -373,21 +373,12 @@ def _result_event_time(session: Session, run: Run, state: str) -> float | None:
 
 def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> tuple[dict | None, float | None, str]:
     """result.json -> the `results` row; returns (result or None, its mtime, damage reason or "")."""
-    res_mtime = _mtime(run_dir / RESULT_FILE)
-    if res_mtime is None:
-        return None, None, ""
-    try:
-        res: Any = json.loads(runfiles.read_run_file(run_dir, RESULT_FILE))
-    except RunFileError as e:
-        return None, res_mtime, f"result.json: {str(e).split(': ', 1)[-1]}"
-    except (OSError, ValueError) as e:  # garbled or truncated (judged again next time while it is new)
-        why = "not valid JSON (truncated or garbled)" if isinstance(e, ValueError) else f"unreadable ({e.strerror or e})"
-        return None, res_mtime, f"result.json: {why}" if res_mtime < now - 60 else ""
-    from cem_core.runfiles.results import result_problem
+    from cem_core.runfiles.results import read_result_file
 
-    problem = result_problem(res)  # the one rule of what a result is (the launcher reads it too)
-    if problem:
-        return None, res_mtime, f"result.json: {problem}"
+    found = read_result_file(run_dir, now=now)  # the one rule of what a result is (the launcher reads it too)
+    res, res_mtime = found.result, found.mtime
+    if res is None:
+        return None, res_mtime, found.problem
     if res_mtime != run.result_mtime:
         values: dict[str, Any] = {"run_id": run.id, "state": res["state"], "recorded_at": now,
                                   "result_json": json.dumps(res, sort_keys=True, default=str),

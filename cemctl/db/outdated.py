@@ -49,16 +49,20 @@ def current_code(plugins: tuple[str, ...] = ()) -> str:
     return code_fingerprint(plugins=plugins)
 
 
-def _current_for(config: Any, rid: str = "?") -> tuple[str, ...] | None:
-    """The current fingerprints one run's configuration may have been recorded with (a dict or its JSON): with the
-    plugins whose names it uses, then (for runs trained before that rule) with every plugin it loads; None when it
-    cannot be told (a plugin that no longer loads, an unreadable config)."""
+def _current_for(config: Callable[[], Any], rid: str = "?") -> tuple[str, ...] | None:
+    """The current fingerprints one run's configuration (`config()`: a RunConfig, a dict or its JSON) may have been
+    recorded with: with the plugins whose names it uses, then (for runs trained before that rule) with every plugin
+    it loads; None when it cannot be told (a plugin that no longer loads, a config missing or unreadable)."""
     from cem_core.errors import CemError
     from cem_core.plugins import load_plugins, loaded_plugins, used_plugins
     from cem_core.runfiles import config_of_record
+    from cem_core.schema import RunConfig
 
     try:
-        cfg = config_of_record(config if config is not None else "{}", rid)
+        found = config()
+        if found is None:
+            return None
+        cfg = found if isinstance(found, RunConfig) else config_of_record(found, rid)
         if cfg.plugins:
             load_plugins(cfg.plugins)
         used, loaded = used_plugins(cfg), loaded_plugins(cfg)
@@ -79,7 +83,7 @@ def judge(recorded: Iterable[tuple[str, Any, Callable[[], Any]]]) -> dict[str, O
     for rid, code, config in recorded:
         if not isinstance(code, str) or not code or code == base:
             continue
-        current = _current_for(config(), rid)
+        current = _current_for(config, rid)
         if current is not None and code not in current:
             out[rid] = Outdated(code, current[0])
     return out

@@ -281,7 +281,14 @@ def launch(
     executor = build_executor(req, target, runs_root, on_tick)  # bad options fail here, dry run included
     if engine is not None and not req.dry_run:
         sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=[rid for rid, _ in runs])
-    damaged = damaged_runs(engine, [rid for rid, _ in runs]) if engine is not None else {}
+    if engine is None:
+        damaged: dict[str, str] = {}
+    elif req.dry_run:  # not synced: the folders judged now by sync's rule, without writing
+        from cemctl.db.ingest import damage_found
+
+        damaged = damage_found(engine, runs)
+    else:  # just synced: the database holds the rule's verdicts
+        damaged = damaged_runs(engine, [rid for rid, _ in runs])
     if req.dry_run:  # runs not planned yet have no folder: they would start
         new = [(rid, d) for rid, d in runs if not Path(d).exists()]
         selections = [Selection(rid, d, "start", "new run, not planned yet") for rid, d in new]

@@ -50,7 +50,7 @@ def newest_checkpoint_step(run_dir: Path) -> int | None:
 
 def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
                 damaged: dict[str, str] | None = None, redo_damaged: bool = False,
-                rerun_outdated: bool = False) -> list[Selection]:
+                rerun_outdated: bool = False, now: float | None = None) -> list[Selection]:
     """A Selection for every (run_id, run_dir), in the given order.
 
     `damaged` maps run ids the database found damaged to the reason: they are
@@ -61,15 +61,16 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
     """
     from cemctl.db.outdated import judge
 
-    from cem_core.runfiles.results import result_problem
+    from cem_core.runfiles.results import read_result_file
 
     damaged = dict(damaged or {})
-    results = {run_id: runfiles.read_result(Path(run_dir)) for run_id, run_dir in runs}
-    for run_id, res in results.items():  # the one rule of what a result is (ingest calls the same run damaged)
-        if res is not None and run_id not in damaged and result_problem(res):
-            damaged[run_id] = f"result.json: {result_problem(res)}"
+    files = {run_id: read_result_file(Path(run_dir), now=now) for run_id, run_dir in runs}
+    results = {run_id: found.result for run_id, found in files.items()}
+    for run_id, found in files.items():  # the one rule of what a result is (ingest calls the same run damaged)
+        if found.problem and run_id not in damaged:
+            damaged[run_id] = found.problem
     stale = judge((run_id, (results[run_id] or {}).get("code_fingerprint"),
-                   lambda d=Path(run_dir): runfiles.run_json(d, runfiles.CONFIG_FILE))
+                   lambda d=Path(run_dir): runfiles.read_run_config(d).config)
                   for run_id, run_dir in runs
                   if (results[run_id] or {}).get("state") in ("done", "diverged") and run_id not in damaged)
     older = {rid: f"trained by older model code ({o.recorded}; this code is {o.current})" for rid, o in stale.items()}
@@ -82,6 +83,10 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
             continue
         if not run_dir.is_dir():
             out.append(Selection(run_id, run_dir, SKIP, f"damaged: run directory {run_dir} is gone"))
+            continue
+        if files[run_id].pending and run_id not in damaged:
+            out.append(Selection(run_id, run_dir, SKIP, "result.json cannot be read yet (not valid JSON); judged "
+                                 "again at the next launch (never started over: its file would be replaced)"))
             continue
         state = (results[run_id] or {}).get("state")
         if run_id in older and rerun_outdated:
@@ -120,7 +125,7 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
                 result_list.append(Selection(run_id, run_dir, SKIP, f"already {job.state} ({job.executor} job {job.job_id})"))
                 continue
         step = newest_checkpoint_step(run_dir)
-        failed = (runfiles.read_result(run_dir) or {}).get("state") == "failed"
+        failed = (results[run_id] or {}).get("state") == "failed"
         if run_id in damaged:
             result_list.append(Selection(run_id, run_dir, RETRY, f"redo damaged run ({damaged[run_id]})"))
         elif failed:
