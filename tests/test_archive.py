@@ -130,3 +130,15 @@ def test_an_imported_run_shows_the_time_it_trained_not_the_time_since(project, t
     assert len(runs) == 6 and all(r["state"] == "done" for r in runs)
     assert all(r["elapsed_s"] == pytest.approx(1.0, abs=0.01) for r in runs), [r["elapsed_s"] for r in runs]
 
+
+
+def test_archive_refuses_a_run_whose_config_json_its_reader_refuses(project, tmp_path):
+    """The archived config.json is parsed by the one reader of config.json (as import parses it): a config that
+    reader refuses is one line naming the run, and no archive is written (before, it was skipped silently and the
+    archive written, which every import then refused)."""
+    rid = json.loads(cli(project, "status", "arch", "--json").stdout)["experiments"][0]["runs"][0]["run_id"]
+    (project / "runs" / rid / "config.json").write_text('{"model": {"attention": 3}}')
+    out = tmp_path / "arch.tar.gz"
+    line = assert_clean_error(cli(project, "archive", "arch", "-o", str(out), subprocess=True), contains=rid)
+    assert "config.json" in line
+    assert not out.exists()

@@ -164,13 +164,13 @@ def _add_plugin_sources(root: Path, manifest: dict[str, Any], blobs: dict[str, b
 
     tops: set[str] = set()
     for rid in manifest["runs"]:
-        try:
-            cfg = json.loads(blobs[f"runs/{rid}/{runfiles.CONFIG_FILE}"])
-        except (KeyError, ValueError):
-            continue
-        names = cfg.get("plugins") if isinstance(cfg, dict) else None
-        if names:
-            tops.update(n.split(".")[0] for n in parse_names(names))
+        try:  # the bytes archived, parsed by the one reader of config.json (import parses them so too)
+            cfg = runfiles.parse_config(blobs[f"runs/{rid}/{runfiles.CONFIG_FILE}"],
+                                        str(root / rid / runfiles.CONFIG_FILE)).config
+        except ConfigError as e:
+            raise CemError(f"archive: run {rid}: {e}") from None
+        if cfg.plugins:
+            tops.update(n.split(".")[0] for n in parse_names(cfg.plugins))
     for top in sorted(tops):
         found = plugin_sources(top, root / PLUGINS_DIR) or plugin_sources(top)
         if not found:

@@ -63,7 +63,7 @@ class ForgetResult:
 
 def _folder_holds(run_dir: Path, run_id: str) -> str:
     """What a run folder holds beyond the config.json plan wrote ('' when nothing; the folder may be absent)."""
-    from cem_core.runfiles import CONFIG_FILE, run_json
+    from cem_core.runfiles import CONFIG_FILE, read_run_config
 
     if os.path.islink(run_dir):
         return "a symbolic link"
@@ -79,12 +79,11 @@ def _folder_holds(run_dir: Path, run_id: str) -> str:
     if extra:
         return ", ".join(extra[:6]) + (f" and {len(extra) - 6} more" if len(extra) > 6 else "")
     if CONFIG_FILE in names:
-        from cem_core.config import RunConfig, resolve, run_id as config_run_id
+        from cem_core.config import run_id as config_run_id
         from cem_core.errors import ConfigError
 
-        try:
-            config = run_json(run_dir, CONFIG_FILE)
-            if config is None or config_run_id(resolve(RunConfig.from_dict(config))) != run_id:
+        try:  # the one reader of config.json (strict: any bad shape is a ConfigError)
+            if config_run_id(read_run_config(run_dir).config) != run_id:
                 return "a config.json that is not this run's"
         except (ConfigError, OSError, ValueError):
             return "a config.json that is not this run's"
