@@ -142,3 +142,43 @@ def test_archive_refuses_a_run_whose_config_json_its_reader_refuses(project, tmp
     line = assert_clean_error(cli(project, "archive", "arch", "-o", str(out), subprocess=True), contains=rid)
     assert "config.json" in line
     assert not out.exists()
+
+
+def test_the_claims_registrations_and_until_decided_looks_travel_with_the_archive(project, tmp_path):
+    """`.claims/` (the claims' pre-registration and the looks of `launch --until-decided`) of the archived experiments
+    travels with the archive and is merged on import: the parts read as they did (not "not registered"), a second
+    import adds nothing, and a different design here is refused in one line, never replaced."""
+    from cemctl.db import open_db
+    from cemctl.services.claim_plans import design_path, read_registry, register_claims, write_design
+
+    runs = json.loads(cli(project, "status", "arch", "--json").stdout)["experiments"][0]["runs"]
+    engine = open_db(f"sqlite:///{project / 'results.db'}")
+    assert register_claims(engine, "arch", project / "runs", scale="tiny", now=1_700_000_000.0) == 1
+    write_design(project / "runs", "arch", "tiny", {
+        "design": {"experiment": "arch", "scale": "tiny", "alpha": 0.05, "spending": "obrien-fleming",
+                   "max_seeds": 6, "round_seeds": 1, "family": [["arch", "A", "CEM attention - Llama"]],
+                   "started_at": 1_700_000_001.0},
+        "looks": [{"time": 1_700_000_002.0, "runs": sorted(r["run_id"] for r in runs)}]})
+    out = tmp_path / "arch.tar.gz"
+    assert cli(project, "archive", "arch", "-o", str(out)).returncode == 0
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert "claims/registry.jsonl" in names and "claims/sequential/arch@tiny.json" in names
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    res = cli(fresh, "import", str(out))
+    assert res.returncode == 0, res.output
+    assert read_registry(fresh / "runs") == read_registry(project / "runs")
+    mine = design_path(fresh / "runs", "arch", "tiny")
+    assert mine.read_bytes() == design_path(project / "runs", "arch", "tiny").read_bytes()
+    for where in (project, fresh):
+        assert cli(where, "claims", "--scale", "tiny", "--out", str(where / "claims")).returncode == 0
+    before = pd.read_csv(project / "claims" / "claims.csv")
+    after = pd.read_csv(fresh / "claims" / "claims.csv")
+    assert "not registered" not in set(after["declared"]) and list(after["declared"]) == list(before["declared"])
+    assert cli(fresh, "import", str(out)).returncode == 0  # twice: nothing added
+    assert len(read_registry(fresh / "runs")) == 1
+    edited = mine.read_text().replace('"max_seeds": 6', '"max_seeds": 9')
+    mine.write_text(edited)
+    line = assert_clean_error(cli(fresh, "import", str(out)), contains="differs from the design here")
+    assert "claims/sequential/arch@tiny.json" in line and mine.read_text() == edited

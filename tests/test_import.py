@@ -134,6 +134,30 @@ def test_a_same_named_experiment_of_another_grid_is_not_taken_over(archive, tmp_
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
 
 
+BAD_CLAIMS = {
+    "a registration of another experiment": ("claims/registry.jsonl",
+                                             b'{"experiment": "other", "time": 1, "scale": "tiny", "parts": []}\n'),
+    "a registry that is not JSON": ("claims/registry.jsonl", b'{"experiment": "imp", "ti\n'),
+    "a design named for another experiment": ("claims/sequential/other@tiny.json",
+                                              b'{"design": {"experiment": "imp", "scale": "tiny"}, "looks": []}'),
+    "a claims path out of the folder": ("claims/sequential/../../x.json", b"{}"),
+    "a claims file that is not claims state": ("claims/notes.txt", b"hello"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CLAIMS))
+def test_bad_claims_state_in_an_archive_is_one_line_and_writes_nothing(archive, tmp_path, case):
+    name, data = BAD_CLAIMS[case]
+    members = _members(archive)
+    members[name] = data
+    manifest = json.loads(members["manifest.json"])
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    members["manifest.json"] = json.dumps(manifest).encode()
+    line = assert_clean_error(cli(tmp_path, "import", str(_write(tmp_path / "bad.tar.gz", members))))
+    assert "internal error" not in line and "claims" in line, line
+    _untouched(tmp_path)
+
+
 def _without_grid_sha(m: dict) -> None:
     for e in m["experiments"]:
         e.pop("grid_sha256", None)

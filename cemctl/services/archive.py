@@ -6,7 +6,10 @@
 An archive holds, for each experiment, its grid file's text and its plans at the scale
 (the runs each plan linked, with their axes and [[mark]] labels), and for each run the
 files its results come from: config.json, result.json, metrics.jsonl, events.jsonl,
-evals.json and tags.json (no checkpoints, no logs). `manifest.json` lists every file
+evals.json and tags.json (no checkpoints, no logs), the plugin sources the configs name,
+and what `<runs>/.claims/` holds of the experiments (`claims/registry.jsonl`: the claims'
+pre-registration; `claims/sequential/*.json`: the looks of `launch --until-decided`; merged on
+import, never replacing a different entry here). `manifest.json` lists every file
 with its size and sha256. Import checks everything before it writes anything: every
 member a plain file at its listed path, every hash, every config.json hashing to its
 run id; a run id already present with other content is refused (nothing is replaced);
@@ -132,6 +135,10 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
                         raise CemError(f"archive: run {rid} has no config.json in {root / rid} (--runs-dir?)")
                     manifest["runs"][rid] = {"files": files}
     _add_plugin_sources(root, manifest, blobs)
+    from cemctl.services.claim_plans import claims_state
+
+    scales = {e["name"]: [p["scale"] for p in e["plans"]] for e in manifest["experiments"]}
+    blobs.update({f"claims/{rel}": data for rel, data in claims_state(root, scales).items()})
     from cem_core.runfiles.manifest import FileEntry
     from cemctl.services.archive_manifest import archive_manifest_bytes
 
@@ -215,10 +222,12 @@ def _open_regular(path: Path) -> Any:
 
 
 def _member_path(name: str, path: Path) -> tuple[str, str] | None:
-    """(run id, file name) of `runs/<run id>/<file>`, ("plugins", path) of `plugins/<path>.py`; None for
-    manifest.json; anything else is refused."""
+    """(run id, file name) of `runs/<run id>/<file>`, ("plugins", path) of `plugins/<path>.py`, ("claims", path) of
+    `claims/registry.jsonl` and `claims/sequential/<experiment>@<scale>.json`; None for manifest.json; anything else
+    is refused."""
     from cem_core.names import is_run_id
     from cem_core.runfiles.manifest import _safe_rel
+    from cemctl.services.claim_plans import claims_rel_ok
 
     if name == "manifest.json":
         return None
@@ -227,8 +236,10 @@ def _member_path(name: str, path: Path) -> tuple[str, str] | None:
         return parts[1], parts[2]
     if parts[0] == "plugins" and len(parts) >= 2 and _safe_rel(name) and parts[-1].endswith(".py"):
         return "plugins", "/".join(parts[1:])
+    if parts[0] == "claims" and _safe_rel(name) and claims_rel_ok("/".join(parts[1:])):
+        return "claims", "/".join(parts[1:])
     raise ArchiveError(f"import: {path}: refused member {name!r} (allowed: manifest.json, "
-                       f"runs/<run id>/{{{','.join(RUN_FILES)}}} and plugins/<path>.py)")
+                       f"runs/<run id>/{{{','.join(RUN_FILES)}}}, plugins/<path>.py and claims/...)")
 
 
 def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -250,8 +261,8 @@ def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, d
                     where = _member_path(m.name, path)
                     if not m.isfile():
                         raise ArchiveError(f"import: {path}: refused member {m.name!r} (only plain files)")
-                    limit = MAX_MANIFEST_BYTES if where is None else \
-                        MAX_SOURCE_BYTES if where[0] == "plugins" else member_cap(where[1])
+                    limit = MAX_MANIFEST_BYTES if where is None else MAX_SOURCE_BYTES if where[0] == "plugins" \
+                        else runfiles.MAX_JSON_BYTES if where[0] == "claims" else member_cap(where[1])
                     if m.size > limit:
                         raise ArchiveError(f"import: {path}: member {m.name!r} is too large ({m.size} bytes; at most "
                                            f"{limit} for {m.name.rsplit('/', 1)[-1]}); nothing was imported")
@@ -265,7 +276,7 @@ def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, d
                         manifest_bytes = f.read(limit + 1) if f is not None else b""
                         continue
                     rid, name = where
-                    target = stage / "plugins" / name if rid == "plugins" else stage / "runs" / rid / name
+                    target = stage / rid / name if rid in ("plugins", "claims") else stage / "runs" / rid / name
                     target.parent.mkdir(parents=True, exist_ok=True)
                     digest, size = hashlib.sha256(), 0
                     with open(target, "wb") as out:
@@ -373,6 +384,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         _stage_done("staged")
         listed = {f"runs/{rid}/{name}": meta for rid, r in manifest["runs"].items() for name, meta in r["files"].items()}
         listed.update({f"plugins/{rel}": meta for rel, meta in manifest.get("plugins", {}).items()})
+        listed.update({f"claims/{rel}": meta for rel, meta in manifest.get("claims", {}).items()})
         for name, got in staged.items():
             meta = listed.get(name)
             if meta is None:
@@ -399,6 +411,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                  for plan in exp["plans"]]
         _check_experiments(engine, manifest, plans, path)  # what recording the plans would refuse: before any move
         _check_runs_here(engine, manifest, root, stage, result)
+        claims = _check_claims(manifest, root, stage, path)
         _stage_done("checked")
         if plugin_tops:  # the one step left that may refuse (an edited copy of the plugins): before any run moves
             _place_plugins(stage, root, plugin_tops)
@@ -409,6 +422,10 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                 _stage_done("moved")
         for plan in plans:
             record_plan(engine, plan, root)
+        if claims:
+            from cemctl.services.claim_plans import apply_claims_merge
+
+            apply_claims_merge(root, claims)  # the registrations and until-decided looks of these runs
         _stage_done("planned")
         sync_runs(engine, root, run_ids=list(manifest["runs"]))  # tags and notes too (tags.json)
         done = True
@@ -472,6 +489,20 @@ def runfiles_mkdtemp(root: Path) -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root)
+
+
+def _check_claims(manifest: dict[str, Any], root: Path, stage: Path, path: Path) -> Any:
+    """The archive's `.claims/` state against what is here (`cemctl.services.claim_plans.check_claims_merge`):
+    what to add, refused in one line where it differs from an entry here; nothing written."""
+    from cemctl.services.claim_plans import check_claims_merge
+
+    members = {rel: (stage / "claims" / rel).read_bytes() for rel in manifest.get("claims", {})}
+    if not members:
+        return None
+    try:
+        return check_claims_merge(root, members, [e["name"] for e in manifest["experiments"]], f"import: {path}")
+    except CemError as e:
+        raise ArchiveError(str(e)) from None
 
 
 def _check_axes(manifest: dict[str, Any], configs: dict[str, Any], path: Path) -> None:

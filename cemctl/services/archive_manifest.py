@@ -26,9 +26,11 @@ from cem_core.names import is_run_id
 from cem_core.runfiles.manifest import FileEntry, ManifestError, manifest_bytes, parse_manifest_bytes
 from cemctl.grid.fields import check_scalar
 from cemctl.grid.kinds import SCALES
+from cemctl.services.claim_plans import claims_rel_ok
 
 WHAT = "archive"
 PLUGINS = "plugins"  # members plugins/<path>.py: the plugin sources the archived runs' configs name
+CLAIMS = "claims"  # members claims/registry.jsonl, claims/sequential/<experiment>@<scale>.json: .claims/ of the runs
 MANIFEST_NAME = "manifest.json"
 
 
@@ -51,14 +53,19 @@ def read_archive_manifest(data: bytes | None, source: str) -> ArchiveManifest:
     manifest = parse_manifest_bytes(data, source, what=WHAT, name=MANIFEST_NAME)
     runs: dict[str, dict[str, Any]] = {}
     plugins: dict[str, dict[str, Any]] = {}
+    claims: dict[str, dict[str, Any]] = {}
     for rel, entry in manifest.files.items():
         parts = rel.split("/")
         if parts[0] == PLUGINS and len(parts) >= 2 and parts[-1].endswith(".py"):
             plugins["/".join(parts[1:])] = {"size": entry.size, "sha256": entry.sha256}  # a plugin's source
             continue
+        if parts[0] == CLAIMS and claims_rel_ok("/".join(parts[1:])):
+            claims["/".join(parts[1:])] = {"size": entry.size, "sha256": entry.sha256}  # .claims/ of the runs
+            continue
         if len(parts) != 3 or parts[0] != "runs" or not is_run_id(parts[1]):
-            raise ManifestError(f"{source}: {rel[:80]!r} is not a run file (runs/<run id>/<file>) or a plugin "
-                                "source (plugins/<path>.py)")
+            raise ManifestError(f"{source}: {rel[:80]!r} is not a run file (runs/<run id>/<file>), a plugin "
+                                "source (plugins/<path>.py) or claims state (claims/registry.jsonl, "
+                                "claims/sequential/<experiment>@<scale>.json)")
         runs.setdefault(parts[1], {"files": {}})["files"][parts[2]] = {"size": entry.size, "sha256": entry.sha256}
     experiments = manifest.extra.get("experiments", [])
     _check(isinstance(experiments, list), source, "experiments", "a list")
@@ -66,8 +73,8 @@ def read_archive_manifest(data: bytes | None, source: str) -> ArchiveManifest:
         _experiment(exp, f"experiments[{i}]", source, runs)
     created = manifest.extra.get("created", 0)
     _check(isinstance(created, (int, float)) and not isinstance(created, bool), source, "created", "a number")
-    return ArchiveManifest({**manifest.extra, "experiments": experiments, "runs": runs, "plugins": plugins},
-                           manifest.files)
+    return ArchiveManifest({**manifest.extra, "experiments": experiments, "runs": runs, "plugins": plugins,
+                            "claims": claims}, manifest.files)
 
 
 def _check(ok: bool, source: str, key: str, what: str) -> None:

@@ -16,6 +16,10 @@ Both live under `<runs root>/.claims/` beside the runs they describe (ground tru
   from every registered one; `not registered` when no launch recorded it (runs imported from an archive).
 - `sequential/<experiment>@<scale>.json`: the until-decided design (alpha, spending, the seed cap, its parts)
   and its looks (the finished runs at each), and why it stopped.
+
+`cemctl archive` carries both for the experiments it archives (`claims_state`: members `claims/...`) and
+`cemctl import` merges them (`check_claims_merge` before anything moves, `apply_claims_merge` after): a line or a
+design already here is skipped, a different one under the same key is refused; nothing here is replaced.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from cem_core.runfiles import atomic_write_json
+from cem_core.errors import CemError
+from cem_core.runfiles import atomic_write_bytes, atomic_write_json
 
 FOLDER = ".claims"
 REGISTRY = "registry.jsonl"
@@ -197,3 +203,131 @@ def load_designs(runs_root: Path | str | None, scale: str | None = None) -> list
         if scale is None or design.scale == scale:
             out.append(design)
     return out
+
+
+# ---------------------------------------------------------------------------------------------- archives
+
+
+def claims_state(runs_root: Path | str, experiments: Mapping[str, Iterable[str]]) -> dict[str, bytes]:
+    """What `cemctl archive` carries of `.claims/` for {experiment: its archived scales}: the registry lines of those
+    experiments (`registry.jsonl`, as register_claims writes them) and their until-decided designs with their looks
+    (`sequential/<experiment>@<scale>.json`, the bytes as they are). Relative paths inside `.claims/`."""
+    from cem_core.runfiles import MAX_JSON_BYTES, RunFileError, read_bytes
+
+    out: dict[str, bytes] = {}
+    lines = [r for r in read_registry(runs_root) if r.get("experiment") in experiments]
+    if lines:
+        out[REGISTRY] = "".join(json.dumps(r, sort_keys=True) + "\n" for r in lines).encode()
+    for experiment, scales in experiments.items():
+        for scale in sorted(set(scales)):
+            path = design_path(runs_root, experiment, scale)
+            try:
+                out[f"{SEQUENTIAL}/{path.name}"] = read_bytes(path, max_bytes=MAX_JSON_BYTES)
+            except FileNotFoundError:
+                continue
+            except (RunFileError, OSError) as e:
+                raise CemError(f"archive: {path}: {str(e).split(': ', 1)[-1]}") from None
+    return out
+
+
+def claims_rel_ok(rel: str) -> bool:
+    """A path inside `.claims/` an archive may carry: the registry or one design file."""
+    parts = rel.split("/")
+    return rel == REGISTRY or (len(parts) == 2 and parts[0] == SEQUENTIAL and parts[1].endswith(".json")
+                               and parts[1] not in (".json",) and not parts[1].startswith("."))
+
+
+@dataclass
+class ClaimsMerge:
+    """What an import adds to `.claims/`: registry lines not here yet, design files not here yet."""
+
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    designs: dict[str, bytes] = field(default_factory=dict)  # file name in sequential/ -> bytes
+
+    def __bool__(self) -> bool:
+        return bool(self.lines or self.designs)
+
+
+def check_claims_merge(runs_root: Path | str, members: Mapping[str, bytes], experiments: Iterable[str],
+                       source: str) -> ClaimsMerge:
+    """Check an archive's `.claims/` members against what is here, writing nothing: every registry line a
+    registration of one of the archive's experiments (the same line here: skipped; another line of the same
+    experiment, scale and time: refused), every design one of theirs (the same file here: skipped; another:
+    refused). One line (CemError) naming the member otherwise."""
+    names = set(experiments)
+    merge = ClaimsMerge()
+    here = {_entry_key(r): r for r in read_registry(runs_root)}
+    for rel, data in sorted(members.items()):
+        where = f"{source}: claims/{rel}"
+        if rel == REGISTRY:
+            for n, text in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+                if not text.strip():
+                    continue
+                try:
+                    line = json.loads(text)
+                except (ValueError, RecursionError):
+                    raise CemError(f"{where}: line {n} is not valid JSON") from None
+                if not (isinstance(line, dict) and line.get("experiment") in names
+                        and isinstance(line.get("time"), (int, float)) and not isinstance(line["time"], bool)
+                        and isinstance(line.get("parts"), list) and all(isinstance(p, dict) for p in line["parts"])):
+                    raise CemError(f"{where}: line {n} must be a registration of an archived experiment "
+                                   "(experiment, time, parts)")
+                ours = here.get(_entry_key(line))
+                if ours is None:
+                    merge.lines.append(line)
+                    here[_entry_key(line)] = line
+                elif _sha(ours) != _sha(line):
+                    raise CemError(f"{where}: line {n} registers {line['experiment']!r} at the time of a different "
+                                   f"registration in {Path(runs_root) / FOLDER / REGISTRY}; nothing was imported")
+            continue
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError):
+            raise CemError(f"{where}: not valid JSON") from None
+        design = doc.get("design") if isinstance(doc, dict) else None
+        if not (isinstance(design, dict) and design.get("experiment") in names and isinstance(design.get("scale"), str)
+                and isinstance(doc.get("looks", []), list)
+                and design_path(runs_root, design["experiment"], design["scale"]).name == rel.split("/", 1)[1]):
+            raise CemError(f"{where}: must be the until-decided design of an archived experiment, named "
+                           "<experiment>@<scale>.json")
+        local = design_path(runs_root, design["experiment"], design["scale"])
+        try:
+            mine = local.read_bytes() if os.path.lexists(local) else None
+        except OSError as e:
+            raise CemError(f"{where}: {local} cannot be read ({e.strerror or e}); nothing was imported") from None
+        if mine is None:
+            merge.designs[local.name] = data
+        elif mine != data:
+            raise CemError(f"{where}: differs from the design here ({local}: other looks or settings); nothing was "
+                           "imported (import into another project, or move that file aside)")
+    return merge
+
+
+def apply_claims_merge(runs_root: Path | str, merge: ClaimsMerge) -> None:
+    """Append the new registry lines (one write each, as register_claims) and put the new design files in place
+    without replacing one that appeared meanwhile (a link of a finished file: it fails if the name is taken)."""
+    folder = Path(runs_root) / FOLDER
+    if merge.lines:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / REGISTRY, "a") as f:
+            for line in sorted(merge.lines, key=lambda r: float(r["time"])):
+                f.write(json.dumps(line, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    for name, data in merge.designs.items():
+        target = folder / SEQUENTIAL / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{name}.import-{os.getpid()}"
+        atomic_write_bytes(tmp, data)
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            if target.read_bytes() != data:
+                raise CemError(f"{target}: written meanwhile by another command; the archive's design was not "
+                               "placed (import again to compare)") from None
+        finally:
+            os.unlink(tmp)
+
+
+def _entry_key(line: Mapping[str, Any]) -> tuple[str, str, float]:
+    return (str(line.get("experiment")), str(line.get("scale", "")), float(line.get("time") or 0))
