@@ -3,6 +3,7 @@ folder moves, a kill at any stage leaves the project as before or finishable by 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -207,6 +208,69 @@ def test_the_runs_folder_the_project_recorded_is_used(archive, tmp_path):
     st = cli(None, "status", "--json", "--db", str(tmp_path / "results.db"), cwd=tmp_path)
     states = {r["state"] for e in json.loads(st.stdout)["experiments"] for r in e["runs"]}
     assert "damaged" not in states
+
+
+def test_a_result_the_database_records_otherwise_is_refused_before_anything_moves(archive, tmp_path):
+    """A run whose folder is gone here but whose result the database still records: an archive bringing another
+    result for it is refused in one line, and nothing is written (no folder comes back, no other run moves)."""
+    assert cli(tmp_path, "import", str(archive)).returncode == 0
+    members = _members(archive)
+    rid = _first_run(json.loads(members["manifest.json"]))
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs" / rid)  # the folder is gone; the database keeps its result
+    name = f"runs/{rid}/result.json"
+    result = json.loads(members[name])
+    result["test_loss"] = 9.25  # another result under the same run id
+    members[name] = json.dumps(result).encode()
+    manifest = json.loads(members["manifest.json"])
+    manifest["files"][name] = {"size": len(members[name]), "sha256": hashlib.sha256(members[name]).hexdigest()}
+    members["manifest.json"] = json.dumps(manifest).encode()
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    line = assert_clean_error(cli(tmp_path, "import", str(_write(tmp_path / "other.tar.gz", members))),
+                              contains="the database already records another result")
+    assert rid in line and "nothing was imported" in line
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
+
+
+@contextlib.contextmanager
+def _read_only_view(src: Path):
+    """`src` seen read-only: a read-only bind mount as root (chmod does not stop root), chmod otherwise."""
+    if os.geteuid() != 0:
+        src.chmod(0o555)
+        try:
+            yield src
+        finally:
+            src.chmod(0o755)
+        return
+    view = src.parent / f"{src.name}-ro"
+    view.mkdir()
+    ok = subprocess.run(["mount", "--bind", str(src), str(view)], capture_output=True).returncode == 0 and \
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], capture_output=True).returncode == 0
+    try:
+        if not ok:
+            pytest.skip("running as root without permission to mount a read-only view")
+        yield view
+    finally:
+        subprocess.run(["umount", "-l", str(view)], capture_output=True)
+
+
+def test_a_read_only_database_is_refused_before_anything_is_written(archive, tmp_path):
+    """A results database in a folder that cannot be written (a read-only bind mount, as root; chmod otherwise):
+    one line, and the runs folder stays as it was (no staging folder, no run)."""
+    src = tmp_path / "db"
+    src.mkdir()
+    (src / "own.toml").write_text(tiny_grid("own", seeds="[9]"))
+    runs = tmp_path / "runs"
+    assert cli(None, "plan", str(src / "own.toml"), "--db", str(src / "results.db"), "--runs-dir",
+               str(runs), subprocess=True).returncode == 0  # its own process: the database closed, its WAL folded in
+    before = sorted(p.name for p in runs.iterdir())
+    with _read_only_view(src) as view:
+        res = cli(None, "import", str(archive), "--db", str(view / "results.db"), "--runs-dir", str(runs),
+                  subprocess=True)
+        line = assert_clean_error(res)
+        assert "is read-only here: nothing was imported" in line, line
+    assert sorted(p.name for p in runs.iterdir()) == before
 
 
 def _import(where: Path, archive: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:

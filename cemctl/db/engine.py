@@ -120,6 +120,14 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_s: float, readonly: bool 
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _readonly_mode(path: Path, full: bool | None = None) -> str:
+    """How SQLite reads the file read-only: immutable where it could not make the -shm file a WAL reader needs (a
+    full disk without one there, or a folder it cannot write: a read-only mount), else plain read-only."""
+    full = disk_full(path) if full is None else full
+    no_room = full and not os.path.exists(f"{path}-shm")
+    return "ro&immutable=1" if no_room or not os.access(path.parent, os.W_OK) else "ro"
+
+
 def check_sqlite_file(path: Path) -> None:
     """Refuse, without changing a byte, a file that is not SQLite or is another application's database."""
     try:
@@ -132,8 +140,7 @@ def check_sqlite_file(path: Path) -> None:
     if header != b"SQLite format 3\x00":
         raise DatabaseError(f"--db: {str(path)!r} is not a SQLite database (file is not a database)")
     try:
-        extra = "&immutable=1" if disk_full(path) and not os.path.exists(f"{path}-shm") else ""  # no room for one
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{extra}", uri=True)
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode={_readonly_mode(path)}", uri=True)
         try:
             tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
         finally:
@@ -208,14 +215,12 @@ def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIME
         full = exists and disk_full(path)  # a reader must still read: SQLite cannot make its -shm file there
         # with the -shm file there (a writer has the database open) a read-only reader uses it, WAL included;
         # without it the WAL was checkpointed when the last connection closed: the file alone is the database
-        no_shm = full and not os.path.exists(f"{path}-shm")
         if full:
             _note_full(path)
         readonly = asked_ro or full or (exists and not _writable(path))
         if readonly:
             # immutable: the folder may not allow (or have room for) the -shm/-wal files a WAL reader would create
-            mode = "ro&immutable=1" if no_shm or not os.access(path.parent, os.W_OK) else "ro"
-            url = f"sqlite:///file:{path.as_posix()}?mode={mode}&uri=true"
+            url = f"sqlite:///file:{path.as_posix()}?mode={_readonly_mode(path, full)}&uri=true"
         else:
             url = u.set(database=str(path), query={}).render_as_string(hide_password=False)
     key = (url, os.getpid())
