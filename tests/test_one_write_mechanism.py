@@ -216,3 +216,31 @@ def test_a_process_holding_the_cache_lock_is_not_waited_for(tmp_path, monkeypatc
     assert not (tmp_path / "cache" / "code-fingerprints.json").exists()
     assert fingerprint.code_fingerprint() == value
     assert (tmp_path / "cache" / "code-fingerprints.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------------ folders put in place
+
+def test_publish_dir_puts_a_finished_folder_in_place_and_never_replaces_one(tmp_path):
+    """The one way a folder is put in place (cem_core.runfiles.publish_dir: data cache generations, code snapshots,
+    imported plugin sources): one rename of a finished folder; whatever holds the name already (an empty folder,
+    which a plain rename would replace, a file, a link) stays, and the caller gets False."""
+    from cem_core.runfiles import publish_dir
+
+    def finished(name: str) -> Path:
+        tmp = tmp_path / name
+        (tmp / "sub").mkdir(parents=True)
+        (tmp / "sub" / "a.py").write_bytes(b"x = 1\n")
+        return tmp
+
+    tmp = finished(".new")
+    assert publish_dir(tmp, tmp_path / "final") is True
+    assert (tmp_path / "final" / "sub" / "a.py").read_bytes() == b"x = 1\n" and not tmp.exists()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    for name in ("empty", "file", "link"):
+        tmp = finished(f".new-{name}")
+        assert publish_dir(tmp, tmp_path / name) is False
+        assert (tmp / "sub" / "a.py").exists()  # left for the caller
+    assert not any((tmp_path / "empty").iterdir()) and (tmp_path / "file").read_text() == "mine"
+    assert os.path.islink(tmp_path / "link")

@@ -36,7 +36,7 @@ import numpy as np
 
 from cem_core.config import DataConfig
 from cem_core.data.tokenizer import build_tokenizer
-from cem_core.runfiles.files import RunFileError, atomic_write_bytes, read_bytes, test_write_pause
+from cem_core.runfiles.files import RunFileError, atomic_write_bytes, atomic_write_json, read_bytes, test_write_pause
 from cem_core.runfiles.manifest import FileEntry, file_digest, listing
 
 CHUNK_DOCS = 1024
@@ -141,7 +141,7 @@ def _open_shard_dir(shard_dir: Path, manifest: dict[str, Any]) -> None:
     shard_dir.mkdir(parents=True, exist_ok=True)
     for p in shard_dir.glob(".chunk_*.tmp"):  # half-written files of a killed worker
         p.unlink(missing_ok=True)
-    path.write_text(json.dumps(manifest))
+    atomic_write_json(path, manifest, indent=1)  # read back whole or not at all
 
 
 _RECIPE_KEYS = {"identity", "chunk_docs", "dtype", "eod_id"}

@@ -11,12 +11,11 @@ path: a published file or directory is always complete.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from cem_core.runfiles.files import fsync_dir
+from cem_core.runfiles.files import publish_dir as runfiles_publish_dir
 
 
 def make_temp_dir(parent: Path, name: str) -> Path:
@@ -25,13 +24,10 @@ def make_temp_dir(parent: Path, name: str) -> Path:
 
 
 def publish_dir(tmp_dir: Path, final: Path) -> None:
-    """Atomically make `tmp_dir` visible as `final` (which must not exist yet)."""
-    for child in tmp_dir.iterdir():
-        if child.is_file():
-            with open(child, "rb") as f:
-                os.fsync(f.fileno())
-    os.rename(tmp_dir, final)
-    fsync_dir(final.parent)
+    """Atomically make `tmp_dir` visible as `final`, which must not exist yet (`cem_core.runfiles.publish_dir`: the
+    one way a folder is put in place; FileExistsError when it does, the caller removes `tmp_dir`)."""
+    if not runfiles_publish_dir(tmp_dir, final):
+        raise FileExistsError(f"{final}: exists already (another prepare published it)")
 
 
 def remove_dir(path: Path) -> None:

@@ -52,6 +52,7 @@ from cem_core.runfiles.files import (
     confined_path,
     finite_json,
     fsync_dir,
+    publish_dir,
     checkpoint_name,
     heartbeat_timeout_s,
     hostname,
@@ -110,6 +111,6 @@ __all__ = [
     "read_config_file", "read_run_config", "Heartbeat", "Manifest", "ManifestError", "JobRecord", "JobUnreadable", "RunDir", "RunFileError", "RunState", "append_event",
     "append_jsonl", "atomic_write", "atomic_write_bytes", "atomic_write_path", "checkpoint_name", "list_checkpoints", "audit_folder", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",
     "confined_path", "describe_mismatch", "file_digest", "finite_json", "fsync_dir", "heartbeat_age_s", "heartbeat_timeout_s", "hostname", "iter_jsonl",
-    "last_metrics", "open_run_file", "process_matches", "process_start", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
+    "last_metrics", "open_run_file", "process_matches", "process_start", "publish_dir", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
     "read_manifest", "read_result", "read_run_file", "remove_owned", "request_cancel", "run_json", "truncate_metrics", "update_job", "write_job", "write_manifest",
 ]

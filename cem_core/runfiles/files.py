@@ -239,6 +239,31 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 # Writes
 
 
+def publish_dir(tmp: str | os.PathLike[str], final: str | os.PathLike[str]) -> bool:
+    """Make the finished folder `tmp` visible as `final` in one rename, durably: every file and folder in it synced
+    first, the parent folder after. `final` is never replaced (an empty folder included): when it exists already
+    (another writer published it first) nothing is renamed and False is returned; the caller removes `tmp`. The one
+    way a folder is put in place (data cache generations, code snapshots, imported plugin sources)."""
+    for dirpath, _dirnames, filenames in os.walk(tmp):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(dirpath)
+    if os.path.lexists(final):
+        return False
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if os.path.lexists(final):  # published meanwhile by another writer (a folder with files: not replaced)
+            return False
+        raise
+    fsync_dir(Path(final).parent)
+    return True
+
+
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a rename inside `path` durable (no-op where directories cannot be opened)."""
     try:

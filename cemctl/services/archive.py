@@ -468,6 +468,7 @@ def _place_plugins(stage: Path, root: Path, tops: list[str]) -> None:
     """The archive's plugin sources kept in the runs root (`.plugins-imported/<digest>/`: their source from now on)
     and copied into the copy the jobs import (`cem_core.plugins.sync_plugin_copy`)."""
     import shutil
+    import tempfile
 
     from cem_core.plugins import add_search_path, sync_plugin_copy
 
@@ -476,11 +477,14 @@ def _place_plugins(stage: Path, root: Path, tops: list[str]) -> None:
     for p in files:
         digest.update(p.relative_to(stage).as_posix().encode() + b"\0" + p.read_bytes())
     home = root / IMPORTED_PLUGINS / digest.hexdigest()[:16]
-    if not home.exists():
-        tmp = root / IMPORTED_PLUGINS / f".{home.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(stage / "plugins", tmp)
-        os.replace(tmp, home)
+    if not os.path.lexists(home):  # content-addressed: one there already holds these very sources
+        home.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{home.name}.", dir=home.parent))  # ours alone
+        try:
+            shutil.copytree(stage / "plugins", tmp, dirs_exist_ok=True)
+            runfiles.publish_dir(tmp, home)  # False: another import placed the same sources meanwhile
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     add_search_path(home)
     sync_plugin_copy(root, tops)
 

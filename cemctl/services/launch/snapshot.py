@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cem_core import runfiles
 from cem_core.errors import CemError
 
 PACKAGES = ("cem_core", "cemctl")
@@ -121,11 +122,9 @@ def take_snapshot(runs_root: Path, packages: tuple[str, ...] = PACKAGES) -> Snap
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(plugins_root / rel, target)
         (tmp / "SNAPSHOT").write_text(digest + "\n")
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not dest.is_dir():  # another launcher won the race otherwise
-                raise
+        if not runfiles.publish_dir(tmp, dest) and not dest.is_dir():  # else another launcher won the race
+            raise CemError(f"{dest}: refused: something that is not a code snapshot is in its place; move it aside "
+                           "and launch again")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
