@@ -182,3 +182,12 @@ def test_the_claims_registrations_and_until_decided_looks_travel_with_the_archiv
     mine.write_text(edited)
     line = assert_clean_error(cli(fresh, "import", str(out)), contains="differs from the design here")
     assert "claims/sequential/arch@tiny.json" in line and mine.read_text() == edited
+
+
+def test_archive_refuses_a_run_whose_result_is_not_a_result(project, tmp_path):
+    """What import would refuse is said at archive time, naming the run and the file (a damaged result.json)."""
+    rid = json.loads(cli(project, "status", "arch", "--json").stdout)["experiments"][0]["runs"][0]["run_id"]
+    (project / "runs" / rid / "result.json").write_text('{"state": "done", "test_loss": null}')
+    out = tmp_path / "arch.tar.gz"
+    line = assert_clean_error(cli(project, "archive", "arch", "-o", str(out)), contains=f"run {rid}: result.json")
+    assert "import would refuse it" in line and not out.exists()

@@ -159,6 +159,34 @@ def test_bad_claims_state_in_an_archive_is_one_line_and_writes_nothing(archive, 
     _untouched(tmp_path)
 
 
+BAD_RUN_FILES = {
+    "tags.json": b'{"tags": {"a": 1}, "notes": []}',
+    "evals.json": b'{"evals": 3}',
+    "environment.json": b'{"attempt": "x"}',
+    "result.json": b'{"state": "done", "test_loss": null}',
+    "result.json cut": b'{"state": "do',
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_RUN_FILES))
+def test_a_run_file_its_reader_refuses_is_refused_before_anything_moves(archive, tmp_path, case):
+    """Each JSON run file of the archive is read by its one reader before a folder moves (before, a tags.json, evals.json
+    or environment.json of the wrong shape was imported as it was, and a result.json that is not a result came in as
+    a damaged run; a cut one, just written, was not even that)."""
+    data = BAD_RUN_FILES[case]
+    members = _members(archive)
+    rid = _first_run(json.loads(members["manifest.json"]))
+    name = f"runs/{rid}/{case.split()[0]}"
+    members[name] = data
+    manifest = json.loads(members["manifest.json"])
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    members["manifest.json"] = json.dumps(manifest).encode()
+    line = assert_clean_error(cli(tmp_path, "import", str(_write(tmp_path / "bad.tar.gz", members))),
+                              contains=f"{name}: ")
+    assert "nothing was imported" in line
+    _untouched(tmp_path)
+
+
 def _without_grid_sha(m: dict) -> None:
     for e in m["experiments"]:
         e.pop("grid_sha256", None)

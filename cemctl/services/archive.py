@@ -133,6 +133,10 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
                         files[name_] = {"size": len(data), "sha256": _sha256(data)}
                     if runfiles.CONFIG_FILE not in files:
                         raise CemError(f"archive: run {rid} has no config.json in {root / rid} (--runs-dir?)")
+                    why = run_files_problem(root / rid)
+                    if why:
+                        raise CemError(f"archive: run {rid}: {why} (an import would refuse it; repair the run or "
+                                       "leave its experiment out)")
                     manifest["runs"][rid] = {"files": files}
     _add_plugin_sources(root, manifest, blobs)
     from cemctl.services.claim_plans import claims_state
@@ -161,6 +165,29 @@ MAX_MEMBERS = 1_000_000
 CHUNK = 1 << 20
 STAGING_PREFIX = ".import-"
 STAGING_MARK = ".cemctl-import"  # the file that proves a staging folder is an import's own (removed when it is dead)
+
+
+def run_files_problem(run_dir: Path) -> str:
+    """'<file>: why' when a JSON run file (result.json, tags.json, evals.json, environment.json) is not what its one
+    reader reads ('' when all are): what archive and import refuse. An archived result.json has no grace period:
+    one that is not JSON is damaged, not 'still arriving'."""
+    import math
+
+    from cem_core.runfiles.environment import read_environment
+    from cem_core.runfiles.evals import read_evals
+    from cem_core.runfiles.results import read_result_file
+    from cem_core.runfiles.tags import TAGS_FILE, read_tags
+
+    problem = read_result_file(run_dir, now=math.inf).problem
+    if problem:
+        return problem
+    for name, read in ((TAGS_FILE, read_tags), (runfiles.EVALS_FILE, read_evals), (ENVIRONMENT_FILE, read_environment)):
+        try:
+            read(run_dir)
+        except (runfiles.RunFileError, ConfigError) as e:
+            why = str(e).replace(str(Path(run_dir) / name), "").lstrip(": ").split("; ")[0]
+            return f"{name}: {why}"
+    return ""
 
 
 def _add_plugin_sources(root: Path, manifest: dict[str, Any], blobs: dict[str, bytes]) -> None:
@@ -406,6 +433,10 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
             if run_id(cfg) != rid:
                 raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
             configs[rid] = cfg
+        for rid in manifest["runs"]:  # every JSON run file as its one reader reads it: nothing moves otherwise
+            why = run_files_problem(stage / "runs" / rid)
+            if why:
+                raise ArchiveError(f"import: {path}: runs/{rid}/{why}; nothing was imported")
         _check_axes(manifest, configs, path)
         plans = [_ImportedPlan(exp, plan, configs, path.name) for exp in manifest["experiments"]
                  for plan in exp["plans"]]
