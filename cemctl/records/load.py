@@ -321,18 +321,21 @@ def summarize(engine: "Engine", experiment: str | None = None, *, scale: str | N
         if experiment is not None and experiment not in names.values():
             raise _unknown(engine, experiment)
         eids = [i for i, n in names.items() if experiment is None or n == experiment]
-        for eid, state, n in s.execute(select(links.c.eid, Run.state, func.count()).join(Run, Run.id == links.c.rid)
-                                       .where(kept, links.c.eid.in_(eids)).group_by(links.c.eid, Run.state)):
+        # One pass over the kept links (eid, run, state, grid position): the counts and the runs shown come from
+        # the same rows (two queries, a GROUP BY and a window, read the links subquery twice: 2x the time at 10k).
+        rank = priority or {}
+        last = len(rank) + 1
+        shown: dict[int, list[tuple[int, int, str]]] = {}
+        for eid, rid, state, position in s.execute(
+                select(links.c.eid, links.c.rid, Run.state, links.c.position).join(Run, Run.id == links.c.rid)
+                .where(kept, links.c.eid.in_(eids))):
             sm = out.setdefault(names[eid], Summary())
-            sm.counts[state] = n
-            sm.total += n
-        if limit > 0:
-            rank = func.row_number().over(partition_by=links.c.eid, order_by=(order, links.c.position)).label("rank")
-            ranked = (select(links.c.eid, links.c.rid, rank).join(Run, Run.id == links.c.rid)
-                      .where(kept, links.c.eid.in_(eids)).subquery())
-            for eid, rid in s.execute(select(ranked.c.eid, ranked.c.rid).where(ranked.c.rank <= limit)
-                                      .order_by(ranked.c.eid, ranked.c.rank)):
-                out.setdefault(names[eid], Summary()).picked.append(rid)
+            sm.counts[state] = sm.counts.get(state, 0) + 1
+            sm.total += 1
+            if limit > 0:
+                shown.setdefault(eid, []).append((rank.get(state, last), position or 0, rid))
+        for eid, rows in shown.items():
+            out[names[eid]].picked = [rid for _, _, rid in sorted(rows)[:limit]]
         if experiment is None and scale is None:
             lone = Run.id.not_in(select(ExperimentRun.run_id))
             for state, n in s.execute(select(Run.state, func.count()).where(lone).group_by(Run.state)):

@@ -174,14 +174,15 @@ def refresh(
             q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).join(
                 Experiment, Experiment.id == ExperimentRun.experiment_id
             ).where(Experiment.name == experiment)
-        root = str(runs_root)
+        root = os.path.join(str(runs_root), "")  # with its trailing separator: a run's files are root + id + "/" + name
+        result_name, config_name = os.sep + runfiles.RESULT_FILE, os.sep + runfiles.CONFIG_FILE
+        events_name = os.sep + runfiles.EVENTS_FILE
         run_ids: list[str] | None = [
             rid for rid, state, result_mtime, config_mtime in s.execute(q)
-            for rdir in (os.path.join(root, rid),)
-            if (_changed(rdir, runfiles.RESULT_FILE, result_mtime) or _changed(rdir, runfiles.CONFIG_FILE, config_mtime)
+            for rdir in (root + rid,)
+            if (_changed(rdir + result_name, result_mtime) or _changed(rdir + config_name, config_mtime)
                 if state in FINAL_STATES else
-                state != "planned" or os.path.exists(os.path.join(rdir, runfiles.EVENTS_FILE))
-                or _changed(rdir, runfiles.CONFIG_FILE, config_mtime))
+                state != "planned" or os.path.exists(rdir + events_name) or _changed(rdir + config_name, config_mtime))
         ]
         if experiment is None:
             n_all = s.execute(select(func.count()).select_from(Run)).scalar_one()
@@ -200,11 +201,12 @@ def refresh(
         reconcile_queued(engine, run_ids, runs_root=runs_root)
 
 
-def _changed(run_dir: str, name: str, recorded_mtime: float | None) -> bool:
+def _changed(path: str, recorded_mtime: float | None) -> bool:
     """A run file is gone, or is not the one the database recorded (one lstat: a file replaced by a symlink
-    counts as changed, whatever the mtime of what it points to)."""
+    counts as changed, whatever the mtime of what it points to). `path`: the file's path as one string (10,000
+    runs are checked on every `status`: no join per call)."""
     try:
-        st = os.lstat(os.path.join(run_dir, name))
+        st = os.lstat(path)
     except OSError:
         return True
     return stat.S_ISLNK(st.st_mode) or st.st_mtime != recorded_mtime
