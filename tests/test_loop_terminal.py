@@ -38,7 +38,7 @@ def test_plan_keeps_every_axis_and_the_seed_and_says_what_it_recorded(tmp_path: 
     header, rows = table_rows(screen.lines)
     assert len(rows) == 32 and "seed" in header.split()
     assert len({row.split(None, 1)[1] for row in rows}) == 32  # without the run id, still no two rows alike
-    assert max(len(line) for line in screen.lines) <= size[0]
+    screen.assert_fits()
     text = " ".join(screen.text.split())
     assert "recorded 32 runs of q at scale tiny in results.db (32 new, 1 axis from --axis)" in text
     if size[0] == 80:  # the axes' headers were cut: their names are given in order under the table

@@ -64,7 +64,7 @@ def test_status_on_a_terminal_fits_and_keeps_state_progress_and_test_loss_readab
     ids = _ids(project)
     lines = _rows(screen.text, ids)
     assert len(lines) == 12, screen.text
-    assert all(len(ln) <= cols for ln in screen.lines), screen.text  # nothing wrapped or cut by the terminal
+    screen.assert_fits()  # nothing wrapped by the terminal
     header = next(ln for ln in screen.lines if ln.startswith("run "))
     for name in ("attn_step_size", "attn_steps", "seed", "state", "progress", "test"):
         assert name in header.split(), header
@@ -174,7 +174,7 @@ def test_plan_at_paper_scale_names_every_size_and_shows_its_cost(tmp_path, cols,
     screen.assert_clean(0)
     body = [ln for ln in screen.lines if re.match(r"^[0-9a-f]{8}\s", ln)]
     assert len(body) == 40
-    assert all(len(ln) <= cols for ln in screen.lines)
+    screen.assert_fits()
     header = next(ln for ln in screen.lines if ln.startswith("run "))
     assert {"size", "params", "tokens", "GPU-h", "state"} <= set(header.split())
     for size in ("86M", "108M", "134M", "162M"):

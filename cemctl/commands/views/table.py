@@ -121,10 +121,11 @@ def render_plain(layout: Layout, rows: Iterable[dict[str, Cell]]) -> list[str]:
 
 
 def render_rich(layout: Layout, rows: Iterable[dict[str, Cell]]) -> "Text":
-    """The same lines as rich Text with the cells' styles (a terminal)."""
+    """The same lines as rich Text with the cells' styles (a terminal). Never re-wrapped by rich: the layout chose
+    the widths (a line rich folded would put half a cell on a row of its own)."""
     from rich.text import Text
 
-    out = Text()
+    out = Text(no_wrap=True, overflow="ignore")
     lines = [_line_cells(layout, None), [("\u2500" * w, "dim") for _, w in layout.columns]]
     lines += [_line_cells(layout, r) for r in rows]
     for i, cells in enumerate(lines):
