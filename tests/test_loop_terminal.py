@@ -92,8 +92,9 @@ def test_placeholders_name_the_values_never_a_type(tmp_path: Path) -> None:
     """Every command's help: `--executor local|slurm`, `--scale tiny|cpu|gpu|paper`, never `<str>`, `{target}`."""
     from tests.helpers import cli
 
-    commands = ["demo", "plan", "launch", "status", "report", "claims", "compare", "export", "tag", "note", "archive",
-                "import", "sync", "logs", "cancel", "eval", "forget", "data prepare", "data info", "data clean"]
+    commands = ["demo", "plan", "launch", "status", "serve", "report", "claims", "compare", "export", "tag", "note",
+                "archive", "import", "sync", "logs", "cancel", "eval", "keys", "forget", "data prepare", "data info",
+                "data clean"]
     from cemctl.commands.common import SCALE_HELP
 
     with_scale = []
@@ -102,9 +103,13 @@ def test_placeholders_name_the_values_never_a_type(tmp_path: Path) -> None:
         assert res.returncode == 0, res.output
         text = res.stdout
         assert not re.search(r"<(str|int|float|int range|float range)>|\{[a-z_]+\}|\{[A-Z_]+\}", text), (command, text)
+        generic = re.findall(r"--[a-z-]+ ([A-Z]+_[A-Z_]+)\b", text)  # the option's own name: '--reports-dir REPORTS_DIR'
+        assert not generic, (command, generic)
         if "--scale" in text:
             with_scale.append(command)
             assert "--scale tiny|cpu|gpu|paper" in text, (command, text)
             assert SCALE_HELP in " ".join(text.split()), (command, text)  # described one way everywhere
     assert len(with_scale) >= 9, with_scale
     assert "-e, --executor local|slurm" in cli(None, "launch", "--help", env={"COLUMNS": "200"}).stdout
+    assert "--reports-dir DIR " in cli(None, "serve", "--help", env={"COLUMNS": "200"}).stdout
+    assert "--plugins MODULE,... " in cli(None, "keys", "--help", env={"COLUMNS": "200"}).stdout
