@@ -197,6 +197,29 @@ def status_rows(where: Path, *args: str, subprocess: bool = False) -> dict[str, 
 # ---------------------------------------------------------------------------
 # A real terminal: run a command on a pseudo-terminal of a given size and keep what the screen shows.
 
+def _screen(cols: int, rows: int) -> Any:
+    """A pyte screen with scrollback that also notes every row the terminal itself wrapped: a character drawn
+    after the last column (auto-wrap) means the program wrote a line wider than the terminal."""
+    import pyte
+
+    class Screen(pyte.HistoryScreen):
+        def __init__(self) -> None:
+            super().__init__(cols, rows, history=100_000, ratio=0.001)
+            self.wrapped: list[str] = []  # each row the terminal continued on the next one
+
+        def draw(self, data: str) -> None:
+            if self.cursor.x + sum(max(0, pyte.screens.wcwidth(c)) for c in data) < self.columns:
+                super().draw(data)  # cannot reach the last column: drawn at once
+                return
+            for char in data:
+                if self.cursor.x >= self.columns and pyte.modes.DECAWM in self.mode and pyte.screens.wcwidth(char) > 0:
+                    row = self.buffer[self.cursor.y]
+                    self.wrapped.append("".join(row[x].data for x in range(self.columns)).rstrip() + char)
+                super().draw(char)
+
+    return Screen()
+
+
 @dataclass
 class PtyResult:
     returncode: int
@@ -204,15 +227,19 @@ class PtyResult:
     cols: int
     rows: int
 
+    def _emulate(self) -> Any:
+        import pyte
+
+        screen = _screen(self.cols, self.rows)
+        pyte.ByteStream(screen).feed(self.raw)
+        return screen
+
     @property
     def lines(self) -> list[str]:
         """What the user saw, top to bottom: the scrollback, then the final screen (right-trimmed, a
-        terminal emulator (pyte) applies the cursor moves, line clears and redraws of live displays)."""
-        import pyte
-
-        screen = pyte.HistoryScreen(self.cols, self.rows, history=100_000, ratio=0.001)
-        stream = pyte.ByteStream(screen)
-        stream.feed(self.raw)
+        terminal emulator (pyte) applies the cursor moves, line clears and redraws of live displays).
+        No line is wider than the terminal, so a width check on these cannot fail: use `assert_fits`."""
+        screen = self._emulate()
 
         def text(line: Any) -> str:
             return "".join(line[x].data for x in range(self.cols)).rstrip()
@@ -225,6 +252,19 @@ class PtyResult:
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
+
+    @property
+    def wrapped(self) -> list[str]:
+        """The rows the terminal had to continue on the next row (the program wrote a line wider than the
+        terminal: a table cell folded, a header pushed onto a line of its own), as they stood when it wrapped."""
+        return self._emulate().wrapped
+
+    def assert_fits(self) -> None:
+        """Nothing the program wrote was wider than the terminal (checked on the bytes, not on the screen, where
+        every row is at most `cols` wide whatever was written)."""
+        wrapped = self.wrapped
+        assert not wrapped, (f"{len(wrapped)} line(s) wider than {self.cols} columns, wrapped by the terminal; the "
+                             "first: " + repr(wrapped[0]) + "\n" + self.text)
 
     def assert_clean(self, code: int | None = 0) -> None:
         """The command exited with `code` and the screen shows no interpreter dump or traceback."""

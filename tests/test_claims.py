@@ -340,8 +340,8 @@ def test_claims_prints_every_part_within_the_terminal(tmp_path, cols):
     _two_part_project(tmp_path)
     screen = on_pty(["claims", "--out", str(tmp_path / "c"), "--power"], tmp_path, cols=cols, rows=60)
     screen.assert_clean()
+    screen.assert_fits()
     lines = screen.lines
-    assert all(len(line) <= cols for line in lines), "\n".join(lines)
     text = screen.text
     for header in ("effect", "95% interval", "label", "verdict", "adjusted"):
         assert header in text

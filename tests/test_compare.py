@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -111,16 +112,32 @@ def test_arms_that_share_seeds_and_parameters_are_paired(project):
     assert d["method"] == "paired t" and d["effect"] == pytest.approx(est.effect, abs=1e-9) and d["df"] == 2
 
 
+ARMS = ["attn_precond_rank=2, kq_diagonal=shared", "attn_precond_rank=8, kq_diagonal=shared",
+        "kq_diagonal=per_head, attn_precond_rank=8", "attn_precond_rank=2, kq_diagonal=per_head"]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("cols", [80, 120])
-def test_compare_fits_the_terminal(project, cols):
-    screen = on_pty(["compare", "attn_precond_rank=2, kq_diagonal=shared", "attn_precond_rank=8, kq_diagonal=shared",
-                     "kq_diagonal=per_head, attn_precond_rank=8", "-e", "kq"], project, cols=cols, rows=60, cwd=project)
-    assert screen.returncode == 0, screen.text
-    lines = screen.text.splitlines()
-    assert max(len(ln) for ln in lines) <= cols, max(lines, key=len)
+def test_compare_fits_the_terminal(project, cols, n):
+    """Nothing wider than the terminal (main: 3 arms made 92-column tables at 80, every cell folded by the terminal
+    into '1.4813 ±' and '0.0070 (n=3)'); every mean +- s.d. and every difference with its interval whole on a line."""
+    screen = on_pty(["compare", *ARMS[:n], "-e", "kq"], project, cols=cols, rows=60, cwd=project)
+    screen.assert_clean(0)
+    screen.assert_fits()
     text = screen.text
-    assert "B - A" in text and "C - A" in text and "[" in text  # differences with intervals
     assert "A: arm 'attn_precond_rank=2, kq_diagonal=shared'" in text.replace("\n   ", " ")
+    means = {"A": "1.5008 \u00b1 0.0044 (n=3)", "B": "1.4613 \u00b1 0.0070 (n=3)", "C": "1.4813 \u00b1 0.0070 (n=3)",
+             "D": "1.5208 \u00b1 0.0044 (n=3)"}
+    tests = [ln for ln in screen.lines if ln.startswith("test ")]  # the metrics' test-loss rows (one per block)
+    shown = " ".join(tests)
+    for letter in "ABCD"[:n]:
+        assert means[letter] in shown, (letter, text)
+    diffs = {"B": r"B - A\s+-0\.0395\s+\[-0\.0538, -0\.0252\]\s+Welch",
+             "C": r"C - A\s+-0\.0195\s+\[-0\.0338, -0\.0052\]\s+Welch", "D": r"D - A\s+\+0\.0200\s+paired"}
+    for letter in "BCD"[:n - 1]:  # the difference, its interval and how it was taken, on the line that names it
+        assert re.search(diffs[letter], text), (letter, text)
+    if cols == 120 or n == 2:  # every item side by side
+        assert any(re.search(r"^\s+A\s+B" + (r"\s+C" if n > 2 else ""), ln) for ln in screen.lines), text
 
 
 def test_an_unknown_item_lists_labels_with_their_experiment(project):

@@ -78,3 +78,44 @@ def test_v1_schema_is_migrated_on_postgres(tmp_path, pg_url, runs_root):
     path = tmp_path / "g.toml"
     path.write_text(GRID)
     assert len(record_plan(engine, load_grid(path), runs_root).created) == 4
+
+
+def test_the_dashboard_serves_postgres_and_its_connection_refuses_a_write(tmp_path, pg_url, runs_root):
+    """`cemctl serve` on PostgreSQL (issue 34.1: "PostgreSQL through a read-only transaction"): the pages are served,
+    and a write through the dashboard's engine, or through any engine on its URL (the one handed to the claims and
+    compare services), is refused by the server; the database is left as it was."""
+    import threading
+
+    from sqlalchemy.exc import DBAPIError
+
+    from cemctl.serve import start
+    from cemctl.services.dashboard import open_source
+    from tests.serve_project import get
+
+    path = tmp_path / "g.toml"
+    path.write_text(GRID)
+    plan = load_grid(path)
+    engine = open_db(pg_url)
+    write_run_configs(plan, runs_root)
+    assert len(record_plan(engine, plan, runs_root).created) == 4
+
+    src = open_source(pg_url, runs_root)
+    for eng in (src.engine, create_engine(src.url)):
+        with eng.connect() as conn:
+            assert conn.execute(text("SHOW transaction_read_only")).scalar() == "on"
+        with pytest.raises(DBAPIError, match="read-only transaction"):
+            with eng.begin() as conn:
+                conn.execute(text("UPDATE runs SET state = 'cancelled'"))
+
+    server = start(pg_url, runs_root, host="127.0.0.1", port=0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        status, _, page = get(server.url.rstrip("/"), "/experiments/g")
+        assert status == 200 and page.count('data-run="') == 4, page[:500]
+        assert get(server.url.rstrip("/"), "/experiments/g", method="POST")[0] == 405
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert {r.state for r in list_runs(engine, experiment="g")} == {"planned"}  # nothing was written

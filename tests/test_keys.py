@@ -115,8 +115,7 @@ def test_a_pattern_narrows_and_a_typo_names_the_closest_keys(tmp_path):
 def test_keys_on_a_terminal_fit_its_width(tmp_path, cols):
     screen = on_pty(["keys"], cols=cols, rows=50, cwd=tmp_path)
     assert screen.returncode == 0
-    lines = screen.text.splitlines()
-    assert max(len(ln) for ln in lines) <= cols
+    screen.assert_fits()
     text = screen.text
     assert "model.attn_precond_rank  int = 4  (1..4096)" in text and "read by attention=cem" in text.replace("\n    ", " ")
     assert "test_loss  loss [nats/token]  from result" in text

@@ -119,9 +119,10 @@ def test_ended_run_lines_stand_in_columns_under_a_header_that_names_the_keys(tmp
     named = header.split()[3:-1]
     assert len(named) == 3  # attention, attn_steps, mlp tell the four arms apart; their zip partners are left out
     if width == 120:
-        assert named == ["attention", "attn_steps", "mlp"]
-    else:
-        assert all(n.endswith("\u2026") or n in ("attention", "attn_steps", "mlp") for n in named)
+        assert named == ["attention", "attn_steps", "mlp"] and view.ended_legend(width) == ""
+    else:  # attn_steps by its last word; attention, which has none, cut; the legend names them all
+        assert named == ["atten\u2026", "steps", "mlp"]
+        assert view.ended_legend(width) == "axes, left to right: attention, attn_steps, mlp"
     for line, arm in zip(lines, arms):
         assert len(line) <= width and line.endswith("test loss 6.2665  in 1m17s"), line
         cells = line.split()
@@ -130,6 +131,44 @@ def test_ended_run_lines_stand_in_columns_under_a_header_that_names_the_keys(tmp
         at = header.index(name)
         assert all(line[at:].startswith(str(arm[[0, 2, 3][value_col]])) for line, arm in zip(lines, arms))
     assert header.index("result") == lines[0].index("test loss")
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_ended_run_headers_name_keys_that_share_a_prefix(tmp_path, width):
+    """attn_precond_rank, attn_steps and attn_step_size were all cut to 'att…' at 80 columns (a header that names
+    nothing): each gives way to its last words first ('rank', 'steps', 'size'), never to a name another key ends with."""
+    import itertools
+
+    run = tmp_path / "abc"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({"state": "done", "test_loss": 6.26651}))
+    keys = ["model.attn_precond_rank", "model.attn_steps", "model.attn_step_size"]
+    axes = {f"{i:02d}c1d0aa11": dict(zip(keys, values)) for i, values in enumerate(itertools.product([2, 8], [1, 2], [0.5, 1.0]))}
+    view = LiveLaunchView(Console(width=width, file=open(os.devnull, "w")))
+    view.set_runs(axes, list(axes))
+    header = view.ended_header(width)
+    named = header.split()[3:-1]
+    assert len(header) <= width and "\u2026" not in header, header
+    if width == 120:
+        assert named == ["attn_precond_rank", "attn_steps", "attn_step_size"] and not view.ended_legend(width), header
+    else:
+        assert named == ["rank", "steps", "size"], header
+        assert view.ended_legend(width) == "axes, left to right: attn_precond_rank, attn_steps, attn_step_size"
+    st = JobStatus(job=Job(next(iter(axes)), run), state="done", started_time=time.time() - 77, ended_time=time.time())
+    line = view.ended_line(st, width=width)
+    assert len(line) <= width and line.split()[3:6] == ["2", "1", "0.5"], line
+    for name, value in zip(named, ["2", "1", "0.5"]):  # each value under its name
+        assert line[header.index(name):].startswith(value), (header, line)
+
+
+def test_a_shortened_header_never_takes_a_name_another_key_ends_with():
+    from cemctl.commands.views.plan import axis_headers
+
+    names = {"model.attn_steps": "attn_steps", "model.mlp_steps": "mlp_steps", "model.attn_precond_rank": "attn_precond_rank"}
+    headers = axis_headers(names, {k: 1 for k in names}, 30)
+    assert headers["model.attn_precond_rank"] == "rank"  # 'steps' would name either of the other two: they are cut
+    assert headers["model.attn_steps"] != "steps" and headers["model.mlp_steps"] != "steps"
+    assert sum(map(len, headers.values())) + 4 <= 30
 
 
 

@@ -18,6 +18,9 @@ FOUR_AXES = tiny_grid("q", seeds="[0, 1]", extra='"model.attention" = "cem"\n"mo
                       '"model.attn_steps" = [1, 2]\n')
 
 
+RANK_AXIS = '"model.attention" = "cem"\n"model.attn_precond" = "diag_lowrank"\n[axes]\n"model.attn_precond_rank" = [2, 4]\n'
+
+
 def table_rows(lines: list[str]) -> tuple[str, list[str]]:
     """The header and the rows of the first table on the screen (the lines after the rule under the header)."""
     rule = next(i for i, ln in enumerate(lines) if ln and set(ln.replace(" ", "")) <= {"-", "\u2500"})
@@ -38,7 +41,7 @@ def test_plan_keeps_every_axis_and_the_seed_and_says_what_it_recorded(tmp_path: 
     header, rows = table_rows(screen.lines)
     assert len(rows) == 32 and "seed" in header.split()
     assert len({row.split(None, 1)[1] for row in rows}) == 32  # without the run id, still no two rows alike
-    assert max(len(line) for line in screen.lines) <= size[0]
+    screen.assert_fits()
     text = " ".join(screen.text.split())
     assert "recorded 32 runs of q at scale tiny in results.db (32 new, 1 axis from --axis)" in text
     if size[0] == 80:  # the axes' headers were cut: their names are given in order under the table
@@ -66,15 +69,28 @@ def _frames_with(raw: bytes, needle: bytes, cols: int, rows: int) -> list[str]:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_launch_live_table_shows_the_grids_eta(tmp_path: Path, size: tuple[int, int]) -> None:
-    (tmp_path / "e.toml").write_text(tiny_grid("e", seeds="[0, 1, 2, 3]", steps=40, ckpt=40)
+    """The grid's ETA above the live table; above it, the ended runs under a header that names their keys (at 80
+    columns attn_precond_rank by its last words, 'precond_rank', never 'att…', and a line with the whole names)."""
+    (tmp_path / "e.toml").write_text(tiny_grid("e", seeds="[0, 1]", steps=40, ckpt=40, extra=RANK_AXIS)
                                      .replace('"train.log_every_steps" = 1', '"train.log_every_steps" = 2'))
     screen = on_pty(["launch", "e.toml", "--workers", "1"], tmp_path, cols=size[0], rows=size[1], cwd=tmp_path)
     screen.assert_clean(0)
     frames = _frames_with(screen.raw, b"1 done, 2 queued, 1 running; grid ETA", size[0], size[1])
     assert frames, screen.text  # once a run finished, the whole grid's time left at its speed is shown
     assert all(re.search(r"4 runs: 1 done, 2 queued, 1 running; grid ETA (\d+m)?\d+s", f) for f in frames), frames[0]
-    assert all(max(len(ln) for ln in f.splitlines()) <= size[0] for f in frames)
+    screen.assert_fits()  # the ended lines and their header above the table (rich cuts a live row, never wraps it)
+    for f in frames:  # so the table's header must reach its last required columns, step and loss
+        assert re.search(r"^run\s.*\bstep\s+loss\b", f, re.M), f
     assert "ETA" in frames[-1].splitlines()[-3]  # each run's own ETA in the table's header too
+    header = next(ln for ln in screen.lines if ln.startswith("time "))
+    if size[0] == 80:
+        assert header.split() == ["time", "run", "state", "precond_rank", "seed", "result"], header
+        assert "axes, left to right: attn_precond_rank, seed" in screen.text
+    else:
+        assert header.split() == ["time", "run", "state", "attn_precond_rank", "seed", "result"], header
+        assert "axes, left to right" not in screen.text
+    ended = [ln for ln in screen.lines if re.match(r"^\d\d:\d\d:\d\d\s+[0-9a-f]{8}\s+done\s", ln)]
+    assert len(ended) == 4 and all(re.search(r"\bdone\s+[24]\s+[01]\s+test loss \d\.\d{4}", ln) for ln in ended), ended
 
 
 def test_top_level_help_shows_every_commands_whole_first_sentence_at_80_columns(tmp_path: Path) -> None:
@@ -92,8 +108,9 @@ def test_placeholders_name_the_values_never_a_type(tmp_path: Path) -> None:
     """Every command's help: `--executor local|slurm`, `--scale tiny|cpu|gpu|paper`, never `<str>`, `{target}`."""
     from tests.helpers import cli
 
-    commands = ["demo", "plan", "launch", "status", "report", "claims", "compare", "export", "tag", "note", "archive",
-                "import", "sync", "logs", "cancel", "eval", "forget", "data prepare", "data info", "data clean"]
+    commands = ["demo", "plan", "launch", "status", "serve", "report", "claims", "compare", "export", "tag", "note",
+                "archive", "import", "sync", "logs", "cancel", "eval", "keys", "forget", "data prepare", "data info",
+                "data clean"]
     from cemctl.commands.common import SCALE_HELP
 
     with_scale = []
@@ -102,9 +119,13 @@ def test_placeholders_name_the_values_never_a_type(tmp_path: Path) -> None:
         assert res.returncode == 0, res.output
         text = res.stdout
         assert not re.search(r"<(str|int|float|int range|float range)>|\{[a-z_]+\}|\{[A-Z_]+\}", text), (command, text)
+        generic = re.findall(r"--[a-z-]+ ([A-Z]+_[A-Z_]+)\b", text)  # the option's own name: '--reports-dir REPORTS_DIR'
+        assert not generic, (command, generic)
         if "--scale" in text:
             with_scale.append(command)
             assert "--scale tiny|cpu|gpu|paper" in text, (command, text)
             assert SCALE_HELP in " ".join(text.split()), (command, text)  # described one way everywhere
     assert len(with_scale) >= 9, with_scale
     assert "-e, --executor local|slurm" in cli(None, "launch", "--help", env={"COLUMNS": "200"}).stdout
+    assert "--reports-dir DIR " in cli(None, "serve", "--help", env={"COLUMNS": "200"}).stdout
+    assert "--plugins MODULE,... " in cli(None, "keys", "--help", env={"COLUMNS": "200"}).stdout

@@ -109,6 +109,66 @@ def test_index_counts_states_and_experiment_page_has_every_section(project, base
     assert re.search(r"\[1\.\d{4}, 1\.\d{4}\]", arms)  # a 95% interval
 
 
+def test_index_shows_last_activity_and_the_claims_verdicts(project, base):
+    """The experiments' last activity (the latest start, heartbeat or finish of their runs: its time in the title,
+    how long ago in the cell) and, once the claims were evaluated, the adjusted verdicts of the claims they declare."""
+    from cemctl.records.formats import timestamp
+
+    runs = json.loads(cli(project.root, "status", "demo", "--json").stdout)["experiments"][0]["runs"]
+    latest = max(t for r in runs for t in (r["started_at"], r["finished_at"], r["heartbeat_at"]) if t is not None)
+    def cells() -> list[str]:  # experiment, runs, by state, last activity, claims, description
+        _, _, index = get(base, "/")
+        row = re.search(r'<tr>\s*<td><a href="/experiments/demo">demo</a>.*?</tr>', index, re.S).group(0)
+        assert f'<td title="{timestamp(latest)}" data-label="last activity">' in row, row
+        return [c.strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+
+    ago = re.fullmatch(r"(?:(\d+)m)?(\d+)s ago", cells()[3])
+    assert ago, cells()
+    seconds = int(ago.group(1) or 0) * 60 + int(ago.group(2))
+    assert abs(seconds - (time.time() - latest)) < 30, (seconds, time.time() - latest)
+    status, _, claims = get(base, "/claims")  # evaluates the claims (the index shows them once they were)
+    assert status == 200 and "cem-costs" in claims
+    assert cells()[4] == "1 holds", cells()  # cem is 0.1 higher than llama: decided
+
+
+def test_the_run_page_shows_its_environment_and_system_samples(project, base):
+    """A run whose trainer recorded environment.json and system samples (tests/serve_project.py), beside one that
+    did not (an older run)."""
+    from tests.serve_project import ENV_RUN, SAMPLES
+
+    rid = project.runs[ENV_RUN]
+    _, _, page = get(base, f"/runs/{rid}")
+    env = re.search(r'<table class="kv" id="environment">.*?</table>', page, re.S)
+    assert env, page[page.index("<h2>Environment</h2>"):][:500]
+    shown = dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", env.group(0)))
+    assert shown["hostname"] == "gpu-node-7" and shown["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    assert shown["cpu_model"] == "AMD EPYC 7763 64-Core Processor" and shown["cpu_count"] == "128"
+    assert shown["cuda_version"] == "12.4" and shown["driver_version"] == "550.54.15"
+    assert shown["peak_host_rss_bytes"] == "3.00 GiB" and shown["gpu_memory_bytes"] == "80.00 GiB"
+    assert "not recorded" not in page[page.index("<h2>Environment</h2>"):page.index("<h2>System samples</h2>")]
+    assert f'data-chart="/runs/{rid}/system.json"' in page
+    status, _, body = get(base, f"/runs/{rid}/system.json")
+    assert status == 200, body[:300]
+    data = json.loads(body)
+    assert data["note"] == f"{SAMPLES} samples"
+    charts = {c["title"]: c for c in data["charts"]}
+    assert list(charts) == ["CPU (%)", "host memory (GiB)", "GPU utilisation (%)", "GPU memory (GiB)"]
+    assert charts["CPU (%)"]["x"] == [10.0 * i for i in range(SAMPLES)]
+    cpu = {s["label"]: s["y"] for s in charts["CPU (%)"]["series"]}
+    assert cpu["this process"] == [50.0 + 10 * i for i in range(SAMPLES)] and cpu["the machine"] == [20.0] * SAMPLES
+    rss = {s["label"]: s["y"] for s in charts["host memory (GiB)"]["series"]}["resident (process)"]
+    assert rss == pytest.approx([2 + 0.1 * i for i in range(SAMPLES)], abs=1e-6)
+    assert [s["y"] for s in charts["GPU utilisation (%)"]["series"]] == [[80.0] * SAMPLES]
+    gpu = {s["label"]: s["y"] for s in charts["GPU memory (GiB)"]["series"]}
+    assert gpu == {"allocated (torch)": [10.0] * SAMPLES, "reserved (torch)": [12.0] * SAMPLES,
+                   "used (device)": [14.0] * SAMPLES}
+    # A run without them: the page says so, its system data is empty with the reason.
+    _, _, old = get(base, f"/runs/{project.runs[0]}")
+    assert 'id="environment"' not in old and "not recorded (a run trained before" in old
+    old_data = json.loads(get(base, f"/runs/{project.runs[0]}/system.json")[2])
+    assert old_data["charts"] == [] and old_data["note"].startswith("no system samples")
+
+
 def test_where_and_sort_select_like_the_command_line(project, base):
     _, _, page = get(base, "/experiments/demo/live?where=attention%3Dcem&where=lr%3E%3D0.002&sort=-test")
     ids = re.findall(r'data-run="([0-9a-f]{12})"', page)
@@ -237,11 +297,22 @@ def test_the_live_table_reads_runs_in_flight_from_their_folders(project, base):
                                                           "attempt": 1}) + "\n")
         (run_dir / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 4, "tokens": 512,
                                                            "train_loss": 2.5, "lr": 1e-3, "grad_norm": 1.0,
-                                                           "tokens_per_s": 100.0, "time_s": 5.0}) + "\n")
+                                                           "tokens_per_s": 2.0, "time_s": 5.0}) + "\n")
         _, _, live = get(base, "/experiments/demo/live")
         row = re.search(rf'data-run="{rid}".*?</tr>', live, re.S).group(0)
         assert "st-running" in row and "67%" in row and "2.5000" in row, row
         assert 'data-refresh-s="3.0"' in live  # refreshed often while something trains
+        # The grid's ETA (nothing queued: the running run's own, 2 steps x 128 tokens at 2 tokens/s = 128 s), written
+        # as the command line writes a duration; a selection without the running run has none.
+        summary = re.search(r'<p class="summary">.*?</p>', live, re.S).group(0)
+        assert re.search(r'<span class="eta"[^>]*>grid ETA 2m08s</span>', summary), summary
+        _, _, done_only = get(base, "/experiments/demo/live?where=state%3Ddone")
+        assert "grid ETA" not in done_only
+        # as `cemctl status`: a column no matching run has a value in is left out (tokens/s now and ETA once
+        # nothing trains; main showed them empty for every finished experiment)
+        assert 'data-sort="eta_s"' in live and 'data-sort="tokens_per_s"' in live
+        assert 'data-sort="eta_s"' not in done_only and 'data-sort="tokens_per_s"' not in done_only
+        assert 'data-sort="test_loss"' in done_only and 'data-sort="state"' in done_only
     finally:
         for name in ("heartbeat.json", "events.jsonl", "metrics.jsonl"):
             (run_dir / name).unlink(missing_ok=True)
@@ -275,11 +346,15 @@ def test_compare_shows_differing_keys_and_differences_with_intervals(project, ba
     arms = re.findall(r'name="item" value="([0-9a-f]{12})" form="compare-arms"', get(base, "/experiments/demo/arms")[2])
     assert len(arms) == 6
     _, _, page = get(base, f"/compare?experiment=demo&item={arms[0]}&item={arms[3]}")
-    differing = re.search(r'<table class="grid" id="differing">.*?</table>', page, re.S).group(0)
+    differing = re.search(r'<table class="grid stack" id="differing">.*?</table>', page, re.S).group(0)
     assert "model.attention" in differing and "train.lr" not in differing and "train.seed" not in differing
-    metrics = re.search(r'<table class="grid" id="metrics">.*?</table>', page, re.S).group(0)
+    metrics = re.search(r'<table class="grid stack" id="metrics">.*?</table>', page, re.S).group(0)
+    assert re.search(r'<th class="num diff">B − A \[95%\]</th>', metrics), metrics  # items named A, B as the CLI does
     test_row = re.search(r"<tr><th[^>]*>test</th>.*?</tr>", metrics, re.S).group(0)
-    assert re.search(r"[+-]0\.\d{4} \[[+-][\d.e-]+, [+-][\d.e-]+\]", test_row), test_row  # difference [95% Welch]
+    # the difference and its interval in the loss's own format (main: '+0.1112 [+0.03001, +0.1923]')
+    assert re.search(r"[+-]0\.\d{4} \[[+-]0\.\d{4}, [+-]0\.\d{4}\] (Welch|paired)", test_row), test_row
+    items = re.search(r'<ul class="items" id="items">.*?</ul>', page, re.S).group(0)
+    assert "<b>A</b>: arm “attention=llama, lr=0.001”" in items and "<b>B</b>: arm “attention=cem" in items, items
     _, _, same = get(base, f"/compare?item={project.runs[0]}&item={project.runs[0]}")
     assert 'id="identical"' in same
 

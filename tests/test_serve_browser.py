@@ -98,6 +98,30 @@ def test_pages_load_without_console_errors_and_draw_their_charts(browser, projec
         page = p.open(base + "/experiments/demo/parallel")
         page.wait_for_selector("#parallel canvas")
         assert p.problems == []
+        # No page is wider than the window (a wide table scrolls inside its own box); main's run page was 486 px
+        # wide at 400: its state history table had no scroll box.
+        from tests.serve_project import ENV_RUN
+
+        for path in ("/", "/experiments/demo", f"/runs/{project.runs[ENV_RUN]}", f"/runs/{project.runs[3]}",
+                     f"/compare?experiment=demo&item={project.runs[0]}&item={project.runs[9]}&item={project.runs[4]}",
+                     "/experiments/demo/parallel", "/claims"):
+            page = p.open(base + path)
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, path
+    finally:
+        p.close()
+
+
+def test_a_runs_environment_and_system_charts_are_drawn(browser, project, base):
+    from tests.serve_project import ENV_RUN
+
+    p = Page(browser)
+    try:
+        page = p.open(f"{base}/runs/{project.runs[ENV_RUN]}")
+        page.wait_for_selector("#system-chart .uplot canvas")
+        assert page.locator("#system-chart .uplot").count() == 4  # CPU, host memory, GPU utilisation, GPU memory
+        assert "CPU (%)" in page.locator("#system-chart").inner_text()
+        assert "NVIDIA H100 80GB HBM3" in page.locator("#environment").inner_text()
+        assert p.problems == []
     finally:
         p.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def test_status_on_a_terminal_fits_and_keeps_state_progress_and_test_loss_readab
     ids = _ids(project)
     lines = _rows(screen.text, ids)
     assert len(lines) == 12, screen.text
-    assert all(len(ln) <= cols for ln in screen.lines), screen.text  # nothing wrapped or cut by the terminal
+    screen.assert_fits()  # nothing wrapped by the terminal
     header = next(ln for ln in screen.lines if ln.startswith("run "))
     for name in ("attn_step_size", "attn_steps", "seed", "state", "progress", "test"):
         assert name in header.split(), header
@@ -174,7 +175,7 @@ def test_plan_at_paper_scale_names_every_size_and_shows_its_cost(tmp_path, cols,
     screen.assert_clean(0)
     body = [ln for ln in screen.lines if re.match(r"^[0-9a-f]{8}\s", ln)]
     assert len(body) == 40
-    assert all(len(ln) <= cols for ln in screen.lines)
+    screen.assert_fits()
     header = next(ln for ln in screen.lines if ln.startswith("run "))
     assert {"size", "params", "tokens", "GPU-h", "state"} <= set(header.split())
     for size in ("86M", "108M", "134M", "162M"):
@@ -228,3 +229,34 @@ def test_arms_view_has_one_row_per_arm(project):
     assert any("1 failed, 1 planned" in ln for ln in rows)
     first = rows[0]
     assert "1.5050 \u00b1 0.0071" in first  # seeds 0 and 1: 1.50 and 1.51
+
+
+@pytest.mark.parametrize("cols,rows", [(80, 24), (120, 40)])
+def test_status_watch_shows_the_grids_eta_while_runs_are_in_flight(tmp_path, cols, rows):
+    """issue 37.5: `status --watch` ends with the whole grid's time left (`_grid_eta_line`), read here on a terminal.
+    Two runs done in 100 s and 140 s, one running with 60 s left (40 of 100 steps, 64 tokens a step at 64 tokens/s),
+    one queued: 60 s + one queued run at the finished runs' mean of 120 s, one run at a time = 3m00s."""
+    from cem_core import runfiles
+    from tests.helpers import plan_ids, tiny_grid
+
+    _, ids = plan_ids(tmp_path, tiny_grid("eta", seeds="[0, 1, 2, 3]"), "eta")
+    runs = tmp_path / "runs"
+    for rid, wall in zip(ids[:2], (100.0, 140.0)):
+        result = finish_run(runs / rid)
+        (runs / rid / "result.json").write_text(json.dumps(dict(result, wall_time_s=wall)))
+    running, queued = runs / ids[2], runs / ids[3]
+    runfiles.append_event(running, "queued", "test", attempt=0)
+    runfiles.append_event(running, "running", "attempt 1", attempt=1)
+    now = time.time()  # a fresh heartbeat: the run is alive (the heartbeat's clock, not a sleep)
+    (running / "heartbeat.json").write_text(json.dumps({"time": now, "step": 40, "total_steps": 100, "tokens": 2560,
+                                                         "pid": 1, "host": "h", "attempt": 1}))
+    (running / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 40, "tokens": 2560, "train_loss": 3.25,
+                                                       "tokens_per_s": 64.0, "time_s": 40.0}) + "\n")
+    runfiles.append_event(queued, "queued", "test", attempt=0)
+    screen = on_pty(["status", "eta", "--watch", "--interval-s", "0.2"], tmp_path, cols=cols, rows=rows, cwd=tmp_path,
+                    ctrl_c_when=lambda raw: b"left" in raw, timeout_s=60)  # in flight: it would watch on, so Ctrl-C
+    screen.assert_clean(0)
+    screen.assert_fits()
+    assert re.search(r"\b4 runs\b", screen.text), screen.text
+    line = next(ln for ln in screen.lines if ln.startswith("grid:"))
+    assert line == "grid: 1 running, 1 queued; about 3m00s left", screen.text

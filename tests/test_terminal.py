@@ -61,7 +61,7 @@ def test_foreground_launch_on_a_terminal(tmp_path: Path, size: tuple[int, int]) 
     assert "launched 2 of 2 runs" in screen.text
     summary = screen.text[screen.text.index("launched 2 of 2 runs"):]
     assert re.search(r"code snapshot\s+[0-9a-f]{16}\b", summary), summary  # wrapped between words, not inside one
-    assert max(len(line) for line in screen.lines) <= size[0]
+    screen.assert_fits()
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -85,7 +85,8 @@ def test_status_watch_ends_by_itself_once_nothing_is_queued_or_running(project: 
     screen = on_pty(["status", "--watch", "--interval-s", "0.2"], project, cols=size[0], rows=size[1], cwd=project,
                     timeout_s=60)  # no Ctrl-C: it must end on its own
     screen.assert_clean(0)
-    assert "2 runs" in screen.text and max(len(ln) for ln in screen.text.splitlines()) <= size[0]
+    assert "2 runs" in screen.text
+    screen.assert_fits()
 
 
 @pytest.mark.parametrize("interval", ["1e-9", "0", "-1", "1e308", "nan"])

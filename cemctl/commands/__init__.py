@@ -7,7 +7,8 @@ in one place, so that they read the same everywhere:
   one with "...");
 - `METAVARS`: each option's placeholder names the values it takes (`--executor local|slurm`, `--db URL|PATH`),
   never a type (`<str>`, `<int range>`) or a Python name (`{target}`): options and arguments without an explicit
-  metavar get theirs from this table, else from their name (`--timeout-min MINUTES`, `RUN`).
+  metavar get theirs from this table, else from their name's ending (`--timeout-min MINUTES`, `--reports-dir DIR`),
+  else from their name (`RUN`).
 """
 
 from __future__ import annotations
@@ -71,13 +72,14 @@ METAVARS = {
     ("*", "--gpu-tflops"): "TFLOP/S",
     ("*", "--cpu-gflops"): "GFLOP/S",
     ("*", "--curves"): "FILE.png",
+    ("*", "--plugins"): "MODULE,...",
     ("export", "--format"): "csv|parquet|jsonl|tensorboard",
     ("report", "--format"): "png,pdf,svg",
     ("export", "--out"): "FILE|DIR",
     ("archive", "--out"): "FILE.tar.gz",
     ("*", "--out"): "DIR",
 }
-_SUFFIXES = (("-s", "SECONDS"), ("-min", "MINUTES"), ("-gb", "GB"))
+_SUFFIXES = (("-s", "SECONDS"), ("-min", "MINUTES"), ("-gb", "GB"), ("-hours", "HOURS"), ("-dir", "DIR"))
 
 
 def _option_metavar(command: str, decls: tuple[str, ...], annotation: Any) -> str:

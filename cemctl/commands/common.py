@@ -56,8 +56,8 @@ def output_width() -> tuple[bool, int | None]:
 
 def print_view(view: Any) -> None:
     """A table view (`cemctl/commands/views`): styled on a terminal, plain lines elsewhere."""
-    if sys.stdout.isatty():
-        stdout_console().print(view.rich())
+    if sys.stdout.isatty():  # not cropped either: a table that fits is never cut
+        stdout_console().print(view.rich(), crop=False)
     else:
         sys.stdout.write("\n".join(view.plain_lines()) + "\n")
 

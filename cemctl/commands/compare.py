@@ -3,7 +3,8 @@ each item's difference to the first with its 95% interval.
 
 A, B, ... are run ids (or unique prefixes), arm ids or arm labels (`cemctl status --arms`, the report's arms
 table; `key=value` parts in any order); an arm shows its mean +- s.d. over seeds. Items are columns A, B, C
-(named in the first lines), so the tables fit 80 columns whatever the labels. `--curves FILE` overlays their
+(named in the first lines), as many side by side as the width holds (the others in blocks below), and each
+difference is a row of its own, so the tables fit 80 columns whatever the labels and however many items. `--curves FILE` overlays their
 training curves (PNG, PDF or SVG by the file's suffix). Library: `cemctl.services.compare`.
 """
 
@@ -44,29 +45,29 @@ def _signed(col: str, x: float) -> str:
     return ("-" if x < 0 else "+") + text
 
 
-def _diff_cell(col: str, d: dict | None) -> str:
-    if d is None:
-        return ""
-    text = _signed(col, d["effect"])
-    if d["low"] is not None:
-        text += f" [{_signed(col, d['low'])}, {_signed(col, d['high'])}]"
-    return text + (" paired" if d["method"] == "paired t" else " Welch" if d["low"] is not None else "")
+def _interval(col: str, d: dict) -> str:
+    return f"[{_signed(col, d['low'])}, {_signed(col, d['high'])}]" if d["low"] is not None else ""
+
+
+def _method(d: dict) -> str:
+    return "paired" if d["method"] == "paired t" else "Welch" if d["low"] is not None else ""
 
 
 class CompareView:
+    """The items' config keys that differ, what they trained on and their metrics side by side (one column per
+    item; as many items per block as the width holds, the blocks one under the other, each with the row names),
+    then one row per metric and item of its difference to A with the interval (as narrow whatever the count)."""
+
     def __init__(self, cmp, width: int | None) -> None:  # noqa: ANN001 - services.compare.Comparison
-        from cemctl.commands.views.table import Cell, Column, fit
+        from cemctl.commands.views.table import Cell, Column, column_blocks, fit
         from cemctl.records.fields import field
 
-        letters = list(string.ascii_uppercase)
-        n = len(cmp.items)
+        letters = [string.ascii_uppercase[j % 26] for j in range(len(cmp.items))]
         self.width = width
-        self.names = [f"{letters[j % 26]}: " + (f"run {i.name}" if i.kind == "run" else
-                                                  f"arm '{i.name}' ({len(i.run_ids)} run{'s' if len(i.run_ids) != 1 else ''}"
-                                                  f"{', ' + i.experiment if i.experiment else ''})")
+        self.names = [f"{letters[j]}: " + (f"run {i.name}" if i.kind == "run" else
+                                           f"arm '{i.name}' ({len(i.run_ids)} run{'s' if len(i.run_ids) != 1 else ''}"
+                                           f"{', ' + i.experiment if i.experiment else ''})")
                       for j, i in enumerate(cmp.items)]
-        cols = [Column("what", "", required=True)] + [Column(f"i{j}", letters[j % 26], required=True, shrink_to=8)
-                                                      for j in range(n)]
         self.config_rows = [{"what": Cell(k), **{f"i{j}": Cell(v) for j, v in enumerate(vals)}}
                             for k, vals in cmp.differing]
         self.env_rows = [{"what": Cell(field(k).header), **{f"i{j}": Cell(v) for j, v in enumerate(vals)}}
@@ -75,13 +76,23 @@ class CompareView:
         self.metric_rows = [{"what": Cell(field(col).header), **{f"i{j}": Cell(_cell(col, v, arms[j]))
                                                                  for j, v in enumerate(vals)}}
                             for col, vals in cmp.metrics]
-        self.layout = fit(cols, self.config_rows + self.env_rows + self.metric_rows, width, keep_empty=True)
-        dcols = [Column("what", "", required=True)] + [Column(f"d{j}", f"{letters[j % 26]} - A", required=True,
-                                                               shrink_to=10) for j in range(1, n)]
-        self.diff_rows = [{"what": Cell(field(col).header), **{f"d{j}": Cell(_diff_cell(col, d))
-                                                              for j, d in enumerate(ds) if j}}
-                          for col, ds in cmp.differences if any(d is not None for d in ds[1:])]
-        self.diff_layout = fit(dcols, self.diff_rows, width, keep_empty=True)
+        what = Column("what", "", required=True)
+        items = [Column(f"i{j}", letters[j], shrink_to=8) for j in range(len(cmp.items))]
+        side = self.config_rows + self.env_rows + self.metric_rows
+        self.layouts = [fit([what, *block], side, width, keep_empty=True)  # one per block of items
+                        for block in column_blocks(what, items, side, width)]
+        self.diff_rows = []
+        for col, ds in cmp.differences:
+            first = True
+            for j, d in enumerate(ds):
+                if j and d is not None:
+                    self.diff_rows.append({"what": Cell(field(col).header if first else ""),
+                                           "item": Cell(f"{letters[j]} - A"), "diff": Cell(_signed(col, d["effect"])),
+                                           "interval": Cell(_interval(col, d)), "method": Cell(_method(d))})
+                    first = False
+        dcols = [what, Column("item", "", required=True), Column("diff", "difference", align="right", required=True),
+                 Column("interval", "95% interval", required=True), Column("method", "by", priority=1)]
+        self.diff_layout = fit(dcols, self.diff_rows, width)
         self.identical = cmp.identical
         self.any_arm = any(arms)
 
@@ -93,11 +104,15 @@ class CompareView:
 
     def _blocks(self) -> list[tuple[str, Any, list]]:
         blocks = []
+        side = []
         if not self.identical:
-            blocks.append(("config keys that differ:", self.layout, self.config_rows))
+            side.append(("config keys that differ:", self.config_rows))
         if self.env_rows:
-            blocks.append(("trained on (where that differs):", self.layout, self.env_rows))
-        blocks.append(("metrics (an arm: mean \u00b1 s.d. over its finished seeds):", self.layout, self.metric_rows))
+            side.append(("trained on (where that differs):", self.env_rows))
+        side.append(("metrics (an arm: mean \u00b1 s.d. over its finished seeds):", self.metric_rows))
+        for title, rows in side:
+            for k, layout in enumerate(self.layouts):
+                blocks.append((title if not k else "", layout, rows))
         if self.diff_rows:
             blocks.append(("difference to A, 95% interval (paired by seed when both arms share seeds and "
                            "parameters, else Welch):", self.diff_layout, self.diff_rows))
@@ -113,7 +128,8 @@ class CompareView:
         if self._same():
             out.append(self._same())
         for title, layout, rows in self._blocks():
-            out += [""] + (textwrap.wrap(title, self.width) if self.width else [title]) + render_plain(layout, rows)
+            out += [""] + (textwrap.wrap(title, self.width) if self.width and title else [title] if title else [])
+            out += render_plain(layout, rows)
         return out
 
     def rich(self):  # noqa: ANN201
@@ -126,7 +142,7 @@ class CompareView:
         if self._same():
             parts.append(Text(self._same(), style="bold"))
         for title, layout, rows in self._blocks():
-            parts += [Text(""), Text(title, style="bold"), render_rich(layout, rows)]
+            parts += [Text("")] + ([Text(title, style="bold")] if title else []) + [render_rich(layout, rows)]
         return Group(*parts)
 
 

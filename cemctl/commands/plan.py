@@ -68,13 +68,14 @@ def plan_command(
     from cem_core.names import printable
 
     for note in report.notes:  # what the costs leave out (a plugin variant's undeclared FLOPs)
-        stderr_console().print(printable(note), markup=False, highlight=False, soft_wrap=True)
+        stderr_console().print(printable(note), markup=False, highlight=False, soft_wrap=not sys.stderr.isatty())
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=1, sort_keys=False))
     else:
         _print_table(report)
-        for note in report.claim_notes:  # what the grid's own-optimum claims need (nothing is edited)
-            typer.echo(f"note: {note}")
+        for note in report.claim_notes:  # what the grid's own-optimum claims need (nothing is edited); on a
+            stdout_console().print(printable(f"note: {note}"), markup=False, highlight=False,  # terminal: between words
+                                   soft_wrap=not sys.stdout.isatty())
         stdout_console().print(printable(report.recorded_line()), markup=False, highlight=False,
                                soft_wrap=not sys.stdout.isatty())
 

@@ -151,7 +151,7 @@ def _print_tables(statuses: list[Any], *, columns: list[str] | None, wide: bool,
         for i, view in enumerate(views):
             if i:
                 console.print()
-            console.print(view.rich(), soft_wrap=wide, crop=not wide)
+            console.print(view.rich(), soft_wrap=wide, crop=False)  # a table that overflowed would show, never be cut
         if eta:
             console.print(eta, soft_wrap=False)
         return

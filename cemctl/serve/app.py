@@ -195,6 +195,7 @@ class Dashboard:
                                  undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         env.filters["when"] = _when
         env.filters["ago"] = _ago
+        env.filters["duration"] = _duration
         env.filters["q"] = lambda s: quote(str(s), safe="")
         env.filters["jsontext"] = json_text
         return env
@@ -534,6 +535,13 @@ def _when(t: Any) -> str:
     from cemctl.records.formats import timestamp
 
     return timestamp(t) if isinstance(t, (int, float)) else ""
+
+
+def _duration(seconds: Any) -> str:
+    """'45s', '2m08s', '3h05m': as the command line writes a duration (`cemctl.records.formats.duration`)."""
+    from cemctl.records.formats import duration
+
+    return duration(seconds)
 
 
 def _ago(t: Any, now: float | None = None) -> str:

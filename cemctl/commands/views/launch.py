@@ -130,8 +130,9 @@ class _Base:
 
     def _columns(self, width: int) -> tuple[list[str], dict[str, str], dict[str, int]]:
         """The axes an ended line shows on a terminal `width` wide: those that tell the launched runs apart (a
-        [[zip]] partner that moves with them is left out), each under its short name, the longest names cut with
-        '…' (never narrower than the values) so that the line keeps room for its result."""
+        [[zip]] partner that moves with them is left out), each under its short name, the longest names shortened
+        to their last words, then cut with '…' (never narrower than the values) so that the line keeps room for its
+        result (`ended_legend` then names them)."""
         from cemctl.commands.views.plan import axis_headers, distinguishing
 
         cached = self._column_cache.get(width)
@@ -157,6 +158,14 @@ class _Base:
         line = "  ".join(p for p in ["time".ljust(8), "run".ljust(self._run_w()), "state".ljust(self.STATE_W), axes, "result"]
                          if p)
         return printable(line if len(line) <= width else line[:width - 1] + "\u2026")
+
+    def ended_legend(self, width: int) -> str:
+        """'axes, left to right: attention, attn_steps, mlp' when `ended_header` could not give every axis its short
+        name at `width` (a header shortened to its last words or cut), else ''."""
+        keys, headers, _ = self._columns(width)
+        names = short_names(self._varying)
+        return "axes, left to right: " + ", ".join(names[k] for k in keys) if any(headers[k] != names[k]
+                                                                                  for k in keys) else ""
 
     def ended_line(self, st: Any, width: int | None = None) -> str:
         """A log line '12:01:03  3fa2c1d0  done  attn_steps=2  test loss 6.4884  in 1m05s' (or the reason). With a
@@ -271,6 +280,9 @@ class LiveLaunchView(_Base):
             if st.state in ENDED:
                 if not self._header_shown:  # once, above the first ended run: the names of the columns
                     self._header_shown = True
+                    legend = self.ended_legend(self.console.width)
+                    if legend:  # the axes' whole names where the header had to shorten them (between words)
+                        self.console.print(Text(printable(legend), style="dim"))
                     self.console.print(Text(self.ended_header(self.console.width), style="bold"), soft_wrap=True)
                 self.console.print(Text(self.ended_line(st, width=self.console.width),
                                         style=STATE_STYLES.get(st.state, "")), soft_wrap=True)

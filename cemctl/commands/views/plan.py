@@ -55,20 +55,42 @@ def distinguishing(keys: list[str], rows: list[dict[str, Any]]) -> list[str]:
     return chosen
 
 
+def _suffixes(name: str) -> list[str]:
+    """'attn_precond_rank' -> ['precond_rank', 'rank']: the shorter names that still end with the key's last words."""
+    parts = name.split("_")
+    return ["_".join(parts[i:]) for i in range(1, len(parts))]
+
+
 def axis_headers(names: dict[str, str], widest: dict[str, int], room: int | None) -> dict[str, str]:
-    """The axes' column headers for `room` characters (None: no limit): their short names, the longest ones cut
-    with '…' (never narrower than their widest value) until every axis fits."""
+    """The axes' column headers for `room` characters (None: no limit): their short names; where those do not fit,
+    the longest ones first give way to their last words (attn_precond_rank -> precond_rank -> rank, never a name
+    another axis also ends with), and only then are cut with '…' (never narrower than their widest value)."""
     if room is None:
         return dict(names)
     room -= GAP * max(0, len(names) - 1)
-    width = {k: max(len(n), widest[k]) for k, n in names.items()}
-    while sum(width.values()) > room:
-        cuttable = [k for k in names if width[k] > max(3, widest[k])]
+    label = dict(names)
+
+    def width(k: str) -> int:
+        return max(len(label[k]), widest[k])
+
+    def unique(k: str, s: str) -> bool:
+        return not any(o != k and (names[o] == s or names[o].endswith("_" + s) or label[o] == s) for o in names)
+
+    while sum(width(k) for k in names) > room:  # last words first: 'rank' names the key, 'att…' does not
+        shorter = {k: next((s for s in _suffixes(label[k]) if unique(k, s)), None) for k in names}
+        shorter = {k: s for k, s in shorter.items() if s is not None and len(label[k]) > widest[k]}
+        if not shorter:
+            break
+        k = max(shorter, key=width)
+        label[k] = shorter[k]
+    cut = {k: width(k) for k in names}
+    while sum(cut.values()) > room:
+        cuttable = [k for k in names if cut[k] > max(3, widest[k])]
         if not cuttable:
             break
-        longest = max(cuttable, key=lambda k: width[k])
-        width[longest] -= 1
-    return {k: n if len(n) <= width[k] else n[:width[k] - 1] + "\u2026" for k, n in names.items()}
+        longest = max(cuttable, key=lambda k: cut[k])
+        cut[longest] -= 1
+    return {k: n if len(n) <= cut[k] else n[:cut[k] - 1] + "\u2026" for k, n in label.items()}
 
 
 class PlanView:

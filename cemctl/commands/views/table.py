@@ -89,6 +89,25 @@ def fit(columns: Sequence[Column], rows: Sequence[dict[str, Cell]], width: int |
     return Layout(shown, [c for c in present if c in hidden], width)
 
 
+def column_blocks(fixed: Column, columns: Sequence[Column], rows: Sequence[dict[str, Cell]],
+                  width: int | None) -> list[list[Column]]:
+    """`columns` split, in order, into blocks that each fit `width` beside `fixed` at their natural widths (a
+    table too wide for the terminal printed as several, one under the other, each with the `fixed` column);
+    a column too wide even alone is a block of its own (`fit` then cuts it). `width=None`: one block."""
+    if width is None or not columns:
+        return [list(columns)]
+    blocks: list[list[Column]] = [[]]
+    used = natural_width(fixed, rows)
+    for c in columns:
+        w = natural_width(c, rows)
+        if blocks[-1] and used + GAP + w > width:
+            blocks.append([])
+            used = natural_width(fixed, rows)
+        blocks[-1].append(c)
+        used += GAP + w
+    return blocks
+
+
 def _cut(text: str, width: int) -> str:
     if len(text) <= width:
         return text
@@ -121,10 +140,11 @@ def render_plain(layout: Layout, rows: Iterable[dict[str, Cell]]) -> list[str]:
 
 
 def render_rich(layout: Layout, rows: Iterable[dict[str, Cell]]) -> "Text":
-    """The same lines as rich Text with the cells' styles (a terminal)."""
+    """The same lines as rich Text with the cells' styles (a terminal). Never re-wrapped by rich: the layout chose
+    the widths (a line rich folded would put half a cell on a row of its own)."""
     from rich.text import Text
 
-    out = Text()
+    out = Text(no_wrap=True, overflow="ignore")
     lines = [_line_cells(layout, None), [("\u2500" * w, "dim") for _, w in layout.columns]]
     lines += [_line_cells(layout, r) for r in rows]
     for i, cells in enumerate(lines):

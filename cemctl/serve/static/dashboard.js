@@ -187,7 +187,12 @@
     if (cats) xAxis.splits = function () { return cats.map(function (_, k) { return k; }); };
     if (logTicks) xAxis.splits = function () { return logTicks; };
     if (longCats) { xAxis.rotate = -28; xAxis.size = 80; }
-    var yAxis = {label: c.y_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"}, size: 62,
+    var yAxis = {label: c.y_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"},
+                 size: function (u, values) {  // room for the longest tick value and the label beside it ('0.00205')
+                   var n = 0;
+                   (values || []).forEach(function (v) { n = Math.max(n, String(v === null || v === undefined ? "" : v).length); });
+                   return Math.max(62, Math.round(n * 7 + 46));
+                 },
                  values: function (u, splits) { return splits.map(function (v) { return v === null ? "" : fmt(v); }); }};
     var opts = {
       width: Math.max(260, box.clientWidth || parent.clientWidth || 600),
@@ -331,23 +336,27 @@
       }
       ctx.fillStyle = "#1d2330"; ctx.strokeStyle = "#555"; ctx.lineWidth = 1;
       ctx.font = "12px system-ui, sans-serif"; ctx.textAlign = "center";
+      function label(s, x, y) {  // a value on an axis, with a white halo: readable where the lines cross it
+        ctx.save(); ctx.lineWidth = 3; ctx.strokeStyle = "rgba(255,255,255,0.92)"; ctx.lineJoin = "round";
+        ctx.strokeText(s, x, y); ctx.restore(); ctx.fillText(s, x, y);
+      }
       axes.forEach(function (a, k) {
         var x = geo.xs[k];
         ctx.beginPath(); ctx.moveTo(x, yOf(1)); ctx.lineTo(x, yOf(0)); ctx.stroke();
         ctx.fillText(a.label.length > 22 ? a.label.slice(0, 21) + "…" : a.label, x, 16);
         ctx.font = "11px system-ui, sans-serif";
         if (a.categorical) {
-          a.categories.forEach(function (c, i) { var t = norm(k, i); var s = String(c); ctx.fillText(s.length > 14 ? s.slice(0, 13) + "…" : s, x, yOf(t) - 3); });
+          a.categories.forEach(function (c, i) { var t = norm(k, i); var s = String(c); label(s.length > 14 ? s.slice(0, 13) + "…" : s, x, yOf(t) - 3); });
         } else {
           var s = scales[k];
           var distinct = {};
           lines.forEach(function (l) { distinct[l.values[k]] = true; });
           var vals = Object.keys(distinct).map(Number);
           if (vals.length <= 8 && k !== metricIdx) {  // a grid axis: every value it takes
-            vals.forEach(function (v) { ctx.fillText(fmt(v), x + 22, yOf(norm(k, v)) + 4); });
+            vals.forEach(function (v) { label(fmt(v), x + 22, yOf(norm(k, v)) + 4); });
           } else {
             var top = s.log ? Math.pow(10, s.max) : s.max, bot = s.log ? Math.pow(10, s.min) : s.min;
-            ctx.fillText(fmt(top), x, yOf(1) - 4); ctx.fillText(fmt(bot), x, yOf(0) + 13);
+            label(fmt(top), x, yOf(1) - 4); label(fmt(bot), x, yOf(0) + 13);
           }
         }
         if (brush[k]) {

@@ -248,8 +248,9 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
     axes = experiment_axes(src, name, sel.scale)
     tags = sorted({k for r in chosen for k in r if k.startswith("tag.")})
     names = ["run_id", *axes, *RUN_COLUMNS, *tags, "note"]
-    if not any(r.get("note") for r in chosen):
-        names.remove("note")
+    always = {"run_id", "state", "progress", *axes}
+    names = [n for n in names if n in always or any(cell(n, r.get(n)) != "" for r in chosen)]  # as `cemctl status`:
+    # a column no matching run has a value in (tokens/s and ETA once nothing trains, a note nobody wrote) is left out
     columns = [Column(n, header(n), describe(n) if not is_config(n) else n, numeric(n)) for n in names]
     rows = [{"run_id": r["run_id"], "state": r["state"], "arm": r.get("arm"), "progress": r.get("progress"),
              "cells": [cell(n, r.get(n)) for n in names]} for r in shown]
@@ -267,6 +268,7 @@ class ArmsTable:
     columns: list[tuple[str, str | None]]  # (header, the field it sorts by, or None)
     rows: list[dict[str, Any]]  # {"arm", "label", "cells": [...]}
     sort: str
+    n_axes: int = 0  # the first columns: the arm's varying keys (its label says them too: left out on a phone)
 
 
 def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: str = "") -> ArmsTable:
@@ -312,7 +314,7 @@ def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: 
         rows = _sorted(rows, key, desc)
     for r in rows:
         r.pop("_sort")
-    return ArmsTable(metric, columns, rows, arm_sort)
+    return ArmsTable(metric, columns, rows, arm_sort, len(keys))
 
 
 def _kind(name: str) -> str:
@@ -467,8 +469,8 @@ def run_view(src: "Source", run_id: str, *, log_lines: int = LOG_LINES, now: flo
             continue
         text = cell(f.name, rec.get(f.name))
         if text != "":
-            shown_fields.append((f.header, text + (f" {f.unit}" if f.unit and f.kind in ("int", "float") else ""),
-                                 describe(f.name)))
+            shown_fields.append((f.name, text + (f" {f.unit}" if f.unit and f.kind in ("int", "float") else ""),
+                                 describe(f.name)))  # a list of names and values: room for the whole name ('att')
     axes = rec.get("_axes") or {}
     config = [(k, cell(k, v), k in axes) for k, v in sorted(config_of(rec).items(), key=lambda kv: (kv[0] != "task", kv[0]))]
     tags = sorted((k[4:], str(v)) for k, v in rec.items() if k.startswith("tag."))
@@ -552,16 +554,25 @@ def compare_view(src: "Source", items: Sequence[str], *, experiment: str | None 
             if d is None:
                 diffs.append("")
                 continue
-            effect = d["effect"]
-            sign = "+" if effect >= 0 else ""
-            text = sign + (f"{effect:.4f}" if col in ("test_loss", "val_loss", "train_loss") else fmt(effect))
+            text = _signed(fmt, d["effect"])  # the effect and its interval in the metric's own format
             if d["low"] is not None and d["high"] is not None:
-                text += f" [{d['low']:+.4g}, {d['high']:+.4g}] {'paired' if d['method'] == 'paired t' else 'Welch'}"
+                text += (f" [{_signed(fmt, d['low'])}, {_signed(fmt, d['high'])}] "
+                         f"{'paired' if d['method'] == 'paired t' else 'Welch'}")
             diffs.append(text)
         rows.append({"name": col, "header": header(col), "help": describe(col), "cells": cells, "diffs": diffs})
-    state = [{"text": i.text, "kind": i.kind, "name": i.name, "runs": i.run_ids,
-              "states": ", ".join(f"{n} {s}" for s, n in Counter(r.get("state") for r in i.runs).most_common())} for i in cmp.items]
+    state = [{"text": i.text, "kind": i.kind, "name": i.name, "runs": i.run_ids, "letter": _letter(j),
+              "states": ", ".join(f"{n} {s}" for s, n in Counter(r.get("state") for r in i.runs).most_common())}
+             for j, i in enumerate(cmp.items)]
     return CompareView(state, [(k, list(v)) for k, v in cmp.differing], rows, cmp.identical)
+
+
+def _letter(j: int) -> str:
+    """The column name of the j-th compared item, as `cemctl compare` names it: A, B, C, ..."""
+    return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[j % 26] + (str(j // 26) if j >= 26 else "")
+
+
+def _signed(fmt: Any, x: float) -> str:
+    return ("-" if x < 0 else "+") + fmt(abs(x))
 
 
 def _item_values(item: Any, col: str) -> list[float]:
@@ -584,7 +595,7 @@ def _mean_text(vals: list[float], fmt: Any, arm: bool) -> str:
     text = fmt(mean)
     if len(vals) > 1:
         sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
-        text += f" \u00b1 {fmt(sd)}"
+        text += f" \u00b1 {fmt(sd)}" if sd > 0 else ""  # as `cemctl compare`: no spread for a value every seed shares
     return text + (f" (n={len(vals)})" if arm else "")
 
 
