@@ -127,6 +127,31 @@ def test_estimates_tuned_pooled_welch_and_bootstrapped_as_the_rule_says(table):
     assert optimal["at"] == "own optimum" and optimal["method"] == "Welch jackknife t"
 
 
+def test_a_contrast_that_could_not_be_made_does_not_disagree_with_the_other():
+    """Regression: with only the fixed-lr runs (no lr profile), claim 1's own-optimum contrast is `not run` and its
+    fixed contrast `close`; the part was flagged DIFFERS as if the two contrasts had reached different conclusions."""
+    from cemctl.report.claims import evaluate_page
+
+    frame = _frame(("fig2a",))
+    fixed_only = frame[frame["train.lr"].astype(float) == 0.004]
+    row = evaluate_page(fixed_only, _claims(("fig2a",))).parts.iloc[0]
+    assert (row["at"], row["label"], row["other_label"]) == ("own optimum", "not run", "close")
+    assert not row["disagree"]
+    row = evaluate_page(frame, _claims(("fig2a",))).parts.iloc[0]  # both made, both close: agree
+    assert (row["label"], row["other_label"], bool(row["disagree"])) == ("close", "close", False)
+
+
+@pytest.mark.parametrize("primary,other,flag", [
+    ("not run", "higher", False), ("higher", "not run", False), ("close", "close", False),
+    ("inconclusive", "inconclusive", False), ("higher", "close", True), ("lower", "higher", True),
+    ("inconclusive", "higher", True),  # contradicted at one rate, undecided at the arms' own optima (claim 5)
+])
+def test_the_contrasts_disagree_only_when_both_were_made_and_one_is_decisive(primary, other, flag):
+    from cemctl.report.claims import disagree
+
+    assert disagree(primary, other) is flag
+
+
 def test_an_unstable_arm_of_another_experiment_leaves_a_pooled_part_alone():
     """Regression: the variance was pooled over every arm at the scale, so the T=2 ablation's start-at-RMSNorm arm
     (seeds at 1.48, 2.06, 2.10 in the cpu runs) widened every unpaired part of fig2a-2d about threefold; a pooled
@@ -282,6 +307,42 @@ def test_claims_power_says_how_many_seeds_an_undecided_part_needs(tmp_path):
     assert parts.loc[0, "verdict_holm"] == "inconclusive"
     need = parts.loc[0, "seeds_for_80pct_power"]
     assert need == need and int(need) > 3 and f"{int(need)} seeds per arm" in res.stdout
+
+
+def _hand_seeds(margin: float, sd: float, level: float) -> int:
+    """Seeds per arm for 80% power of a two-arm pooled-t part (2 (n - 1) df) to decide the direction of a true
+    difference of `margin` at two-sided `level`: the first n whose noncentral t gives 0.8."""
+    from scipy import stats as st
+
+    for n in range(2, 2000):
+        df, se = 2 * (n - 1), sd * math.sqrt(2 / n)
+        crit = st.t.ppf(1 - level / 2, df)
+        if st.nct.sf(crit, df, margin / se) + st.nct.cdf(-crit, df, margin / se) >= 0.8:
+            return n
+    raise AssertionError("no n up to 2000")
+
+
+def test_claims_power_quotes_seeds_at_the_adjusted_level_with_the_sd_uncertainty(tmp_path):
+    """The undecided part (step 0.5 - step 1: equal arms, pooled within-arm s.d. 0.008 from the designed losses
+    -0.008, 0, +0.008 of each arm) is tested at the step-down level 0.025 (two parts); its seeds for 80% power are
+    quoted at that level, at 5% (fewer), and at the ends of the 80% chi-square interval of its s.d. (4 df)."""
+    from scipy import stats as st
+
+    _two_part_project(tmp_path)
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"), "--power", env={"COLUMNS": "150"})
+    assert res.returncode == 0, res.output
+    row = pd.read_csv(tmp_path / "c" / "claims.csv").set_index("part").loc["CEM attention step 0.5 - step 1"]
+    assert row["verdict_holm"] == "inconclusive" and row["variance"] == "pooled"
+    assert row["holm_level"] == pytest.approx(0.025)
+    margin, sd, df = row["margin"], 0.008, 4
+    need, unadjusted = int(row["seeds_for_80pct_power"]), int(row["seeds_unadjusted"])
+    assert need == _hand_seeds(margin, sd, 0.025) and unadjusted == _hand_seeds(margin, sd, 0.05)
+    assert need > unadjusted
+    low_sd, high_sd = sd * math.sqrt(df / st.chi2.ppf(0.9, df)), sd * math.sqrt(df / st.chi2.ppf(0.1, df))
+    assert int(row["seeds_low"]) == _hand_seeds(margin, low_sd, 0.025) < need
+    assert int(row["seeds_high"]) == _hand_seeds(margin, high_sd, 0.025) > need
+    assert f"{need} seeds per arm for 80% power at its margin and adjusted level ({int(row['seeds_low'])}-" \
+           f"{int(row['seeds_high'])} over the s.d.'s 80% interval)" in " ".join(res.stdout.split())
 
 
 def test_every_report_has_a_claims_table_for_its_grid(tmp_path):

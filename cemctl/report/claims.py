@@ -506,6 +506,15 @@ def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms:
     return SeqEstimate(looks, design.max_seeds, censored=cur.censored)
 
 
+def disagree(primary: str, other: str) -> bool:
+    """The two contrasts of a part disagree: both were estimated (neither is `not run`: a contrast that could not
+    be made says nothing against the other), their labels differ, and one of them is decisive (a decided label
+    against the opposite one, or against `inconclusive`: the conclusion depends on the contrast)."""
+    if "not run" in (primary, other) or primary == other:
+        return False
+    return any(lab in DECISIVE for lab in (primary, other))
+
+
 def _fmt_lrs(values: Sequence[float]) -> str:
     return " / ".join(f"{v:.2g}" for v in values)
 
@@ -606,8 +615,7 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                     "other_effect": other.est.effect if other.est is not None else math.nan,
                     "other_low": olow, "other_high": ohigh, "other_label": od.label if od is not None else "",
                     "other_verdict": od.verdict if od is not None else "",
-                    "disagree": bool(od is not None and d.label != od.label
-                                     and any(lab in DECISIVE for lab in (d.label, od.label))),
+                    "disagree": disagree(d.label, od.label if od is not None else "not run"),
                     "robustness": sign_summary(est.effect if est is not None else math.nan, d.label, vrows),
                     "fall_per_10pct": fall, "convergence": conv,
                     "declared": (declared or {}).get((source, claim.id, part.name), ""),
