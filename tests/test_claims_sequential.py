@@ -46,6 +46,22 @@ def test_one_look_at_full_information_is_the_fixed_t_test(effect, se, df, margin
     assert stats.decide(one, expect, margin).label == stats.decide(fixed, expect, margin).label
 
 
+@pytest.mark.parametrize("censored", ["low", "high", "both"])
+@pytest.mark.parametrize("effect,expect", [(0.05, "higher"), (-0.05, "lower"), (0.001, "close"), (0.05, "close")])
+def test_a_look_open_on_one_side_decides_nothing_that_needs_that_side(censored, effect, expect):
+    """Regression: the sequential estimate ignored an own-optimum arm at the edge of its profile (its interval open
+    on one side), so a contrast whose lower end is unknown was decided 'higher' (found by the until-decided loop's
+    profile extension test). One look at full information now gives the fixed design's censored p-values."""
+    fixed = stats.TEstimate(effect, 0.005, 8, "Welch jackknife t", 16, censored)
+    one = seq.SeqEstimate([seq.Look(effect, 0.005, 8, 16, censored=censored)], max_seeds=16, censored=censored)
+    want, got = stats.label_ps(fixed, expect, 0.015), one.label_ps(expect, 0.015)
+    for label in set(want) | set(got):
+        assert got.get(label, 1.0) == pytest.approx(want.get(label, 1.0), rel=0.02, abs=1e-9), label
+    assert stats.decide(one, expect, 0.015).label == stats.decide(fixed, expect, 0.015).label
+    lo, hi = one.interval(0.95)
+    assert math.isnan(lo) == (censored in ("low", "both")) and math.isnan(hi) == (censored in ("high", "both"))
+
+
 def test_the_step_down_is_holm_when_no_part_has_a_margin():
     rng = np.random.default_rng(5)
     for _ in range(50):

@@ -53,17 +53,20 @@ class FakeLauncher:
     """The launcher's contract without training: plan (through the real planner, `keep_run` honoured), write each
     new run's result with a designed loss, sync, report what was 'submitted'."""
 
-    def __init__(self, small_effect: float = 0.0) -> None:
+    def __init__(self, small_effect: float = 0.0, loss=None) -> None:  # noqa: ANN001
         self.small_effect = small_effect
+        self.loss = loss or (lambda cfg: _loss(float(cfg.train.lr), int(cfg.train.seed), self.small_effect))
         self.launches: list[list[str]] = []
+        self.requests: list = []
 
     def __call__(self, req, url, runs_root):  # noqa: ANN001
         from cemctl.db import open_db, sync_runs
         from cemctl.services.claim_plans import register_claims
         from cemctl.services.plan import plan_experiment
 
+        self.requests.append(req)
         plan = plan_experiment(req.target, scale=req.scale or "tiny", db_url=url, runs_root=runs_root,
-                               seeds=req.seeds, only=req.keep_run).plan
+                               seeds=req.seeds, only=req.keep_run, axes=getattr(req, "axes", None)).plan
         engine = open_db(url)
         register_claims(engine, plan.name, runs_root, scale=plan.scale)
         started = []
@@ -71,8 +74,7 @@ class FakeLauncher:
             folder = Path(runs_root) / pr.run_id
             if (folder / "result.json").exists():
                 continue
-            finish_run(folder, test_loss=_loss(float(pr.config.train.lr), int(pr.config.train.seed),
-                                               self.small_effect))
+            finish_run(folder, test_loss=self.loss(pr.config))
             started.append(pr.run_id)
         sync_runs(engine, runs_root)
         self.launches.append(started)
@@ -80,12 +82,12 @@ class FakeLauncher:
                                summary=lambda: f"{len(started)} runs")
 
 
-def _run(tmp_path, fake, **kw):
+def _run(tmp_path, fake, extra=CLAIM, **kw):
     from cemctl.services.launch.launcher import LaunchRequest
     from cemctl.services.launch.until_decided import until_decided
 
     grid = tmp_path / "ud.toml"
-    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=CLAIM))
+    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=extra))
     lines: list[str] = []
     report = until_decided(LaunchRequest(target=str(grid), scale="tiny"), f"sqlite:///{tmp_path / 'results.db'}",
                            tmp_path / "runs", launch_fn=fake, on_round=lines.append, **kw)
@@ -122,6 +124,101 @@ def test_it_stops_before_a_round_would_pass_the_budget(tmp_path):
     report, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=14 / 3600)
     assert report.stop == "budget" and "would pass the budget" in report.message
     assert report.seeds["lr=0.001"] == 3 and report.rounds == []
+
+
+def test_the_budget_is_a_total_over_every_session_of_the_design(tmp_path):
+    """Regression: the budget counted only the runs of the current invocation, so every session started it again.
+    Each fake run takes 1 s: the grid's 12 runs and one round of 4 reach 16 s of a 17 s budget; a second session
+    with the same budget may not start another round (16 + 4 > 17), and one with 21 s starts exactly one."""
+    budget = 17 / 3600
+    first, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=budget)
+    assert first.stop == "budget" and len(first.rounds) == 1
+    assert first.spent_hours * 3600 == pytest.approx(16) and first.session_hours == first.spent_hours
+    design = json.loads(first.design_path.read_text())
+    assert [(r["round"], len(r["runs"]), r["hours"] * 3600) for r in design["rounds"]] == \
+        [(0, 12, pytest.approx(12)), (1, 4, pytest.approx(4))]
+    fake = FakeLauncher()
+    again, _ = _run(tmp_path, fake, max_seeds=9)  # no --budget-hours: the recorded one holds
+    assert again.stop == "budget" and again.rounds == [] and fake.launches == [[]]
+    assert again.spent_hours * 3600 == pytest.approx(16) and again.session_hours == 0.0
+    more, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=21 / 3600)  # one round more: 20 of 21 s
+    assert more.stop == "budget" and len(more.rounds) == 1 and more.seeds["lr=0.001"] == 7 and more.spent_hours * 3600 == pytest.approx(20)
+    assert "run-hours spent by its rounds in all" in more.summary()
+    assert json.loads(more.design_path.read_text())["design"]["budget_hours"] == pytest.approx(21 / 3600)
+
+
+OWN = '''
+[axes]
+"train.lr" = [0.001, 0.0014, 0.002]
+"model.attn_step_size" = [1.0, 0.5]
+
+[[claim]]
+id = "O"
+statement = "The step size makes no difference once each arm has its own learning rate"
+[[claim.part]]
+name = "step 0.5 - step 1 at their own optima"
+arms = [{ "model.attn_step_size" = 0.5, "train.lr" = 0.002 }, { "model.attn_step_size" = 1.0, "train.lr" = 0.002 }]
+expect = "lower"
+margin = 0.0
+at = "own_optimum"
+'''
+
+
+def _own_loss(optima: dict[float, float], noise: float = 0.004):
+    """Loss curves in log2(lr) with each step size's optimum at `optima[step]`, equal minima (4.5), seed noise."""
+    def loss(cfg) -> float:  # noqa: ANN001
+        lr, step, seed = float(cfg.train.lr), float(cfg.model.attn_step_size), int(cfg.train.seed)
+        rng = np.random.default_rng([seed, int(lr * 1e5), int(step * 10)])
+        return 4.5 + 1.0 * math.log2(lr / optima[step]) ** 2 + float(rng.normal(0, noise))
+    return loss
+
+
+def test_a_part_whose_profile_lacks_rates_is_not_counted_as_decided(tmp_path):
+    """Regression: an own-optimum arm planned at two rates can never be estimated, and the loop counted its part
+    as decided ("every part is decided"); it must say that more seeds cannot decide it and which rate to add."""
+    extra = OWN + '''
+[[exclude]]
+"model.attn_step_size" = [0.5]
+"train.lr" = [0.001]
+'''
+    fake = FakeLauncher(loss=_own_loss({0.5: 0.0014, 1.0: 0.0014}))
+    report, _ = _run(tmp_path, fake, extra=extra, max_seeds=9)
+    assert report.stop == "cannot be decided by more seeds" and report.rounds == []
+    why = "cannot be decided by more seeds: arm 1's lr profile has 2 learning rates (0.0014, 0.002): extend the " \
+          "profile with train.lr = 0.001"
+    assert report.message == f"no part is decided; O. step 0.5 - step 1 at their own optima: {why}"
+    assert report.blocked == {"O. step 0.5 - step 1 at their own optima": why}
+    assert "every part is decided" not in report.summary() and why in report.summary()
+
+
+def test_an_optimum_at_the_edge_of_its_profile_extends_the_profile_in_the_next_round(tmp_path):
+    """Step 0.5's optimum (0.0033) lies beyond its profile's edge (0.002): round 1 adds 0.0028 for that arm only,
+    where the optimum is at the edge again, so round 2 adds 0.004; then it lies inside. The new rates get the
+    round's seeds, the other arm none of them; the rates are recorded in the design and in the experiment's plan
+    key, so `launch ud` afterwards has nothing to start."""
+    from cemctl.db import get_experiment, open_db
+
+    fake = FakeLauncher(loss=_own_loss({0.5: 0.0033, 1.0: 0.0014}))
+    report, lines = _run(tmp_path, fake, extra=OWN, max_seeds=7)
+    assert report.stop == "seed cap" and len(report.rounds) == 2
+    design = json.loads(report.design_path.read_text())
+    assert [(e["round"], e["arm"], e["edge"], e["lr"]) for e in design["extensions"]] == \
+        [(1, 1, "high", 0.0028), (2, 1, "high", 0.004)]
+    assert "the profile extended with train.lr = 0.0028 (arm 1 of O. step 0.5 - step 1 at their own optima)" \
+        in lines[0]
+    assert [len(x) for x in fake.launches] == [18, 6 * 2 + 5, 6 * 2 + 2 + 7]
+    assert fake.requests[2].axes == {"train.lr": [0.001, 0.0014, 0.002, 0.0028, 0.004]}
+    assert list(report.seeds.values()) == [7] * 8  # every rate of both profiles at the cap, the two new ones too
+    assert cli(tmp_path, "export", "ud", "--out", str(tmp_path / "runs.csv")).returncode == 0
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    new = runs[runs["train.lr"].isin([0.0028, 0.004])]
+    assert set(new["model.attn_step_size"]) == {0.5} and len(new) == 5 + 2 + 7
+    row = report.parts.iloc[0]
+    assert row["edges"] == ("", "") and 0.003 < float(row["optima"].split(" / ")[0]) < 0.0037  # inside: 0.0033
+    exp = get_experiment(open_db(f"sqlite:///{tmp_path / 'results.db'}"), "ud")
+    assert json.loads(exp.overrides_json)["--axis"] == {"train.lr": [0.001, 0.0014, 0.002, 0.0028, 0.004]}
+    res = cli(tmp_path, "launch", "ud", "--dry-run")
+    assert res.returncode == 0 and "would launch 0 of" in res.stdout, res.output
 
 
 def test_the_seed_cap_of_a_started_design_cannot_change(tmp_path):

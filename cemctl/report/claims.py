@@ -497,10 +497,10 @@ def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms:
         except PooledArms:
             continue
         if isinstance(e, TEstimate) and math.isfinite(e.se) and e.se > 0 and (not looks or e.n > looks[-1].n):
-            looks.append(Look(e.effect, e.se, e.df, e.n, e.method))
+            looks.append(Look(e.effect, e.se, e.df, e.n, e.method, e.censored))
     cur = current.est
     if math.isfinite(cur.se) and cur.se > 0 and (not looks or cur.n > looks[-1].n):
-        looks.append(Look(cur.effect, cur.se, cur.df, cur.n, cur.method))
+        looks.append(Look(cur.effect, cur.se, cur.df, cur.n, cur.method, cur.censored))
     if not looks:
         return None
     return SeqEstimate(looks, design.max_seeds, censored=cur.censored)
@@ -611,6 +611,10 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                     "optima": _fmt_lrs(info["optima"]) if info.get("optima") else "",
                     "seed_optima": "; ".join(_fmt_lrs(v) for v in info.get("seed_optima", [])),
                     "advice": "; ".join(advice),
+                    # per arm of an own-optimum contrast at one setting: its optimum's edge ('' | low | high) and
+                    # the rates its profile used (the until-decided loop extends a profile at an edge)
+                    "edges": tuple(edges) if tuned else (),
+                    "profiles": tuple(tuple(lrs) for lrs in info.get("profiles", [])) if tuned else (),
                     "other_at": ("lr " + f"{part.fixed_lr:g}" if tuned else "own optimum") if od is not None else "",
                     "other_effect": other.est.effect if other.est is not None else math.nan,
                     "other_low": olow, "other_high": ohigh, "other_label": od.label if od is not None else "",
