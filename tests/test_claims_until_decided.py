@@ -290,6 +290,57 @@ def test_a_part_without_a_registration_says_so(tmp_path):
     assert set(pd.read_csv(tmp_path / "c" / "claims.csv")["declared"]) == {"not registered"}
 
 
+@pytest.mark.slow
+def test_a_real_launch_registers_the_plan_and_a_later_edit_is_exploratory(tmp_path):
+    """`cemctl launch` of a grid with a claim (four tiny CPU runs) registers the plan before any run finished: the
+    grid's text and sha256 as planned, the claims and each part's declaration hashed; the part is confirmatory.
+    Its margin edited after the results exist and launched again (nothing to train): a second registration with
+    4 finished runs, and the page labels the part exploratory."""
+    import hashlib
+
+    from cemctl.grid.claims import recorded_claims
+    from cemctl.services.claim_plans import _sha, read_registry
+
+    claim = '''
+[axes]
+"train.lr" = [0.01, 0.0001]
+
+[[claim]]
+id = "R"
+statement = "A high learning rate learns faster in six steps"
+[[claim.part]]
+name = "lr 0.01 - lr 0.0001"
+arms = [{ "train.lr" = 0.01 }, { "train.lr" = 0.0001 }]
+expect = "lower"
+margin = 0.0
+'''
+    grid = tmp_path / "reg.toml"
+    grid.write_text(tiny_grid("reg", seeds="[0, 1]", extra=claim))
+    res = cli(tmp_path, "launch", str(grid), "--workers", "2", subprocess=True, timeout=600)
+    assert res.returncode == 0, res.output
+    [entry] = read_registry(tmp_path / "runs")
+    text = grid.read_text()
+    assert entry["experiment"] == "reg" and entry["scale"] == "tiny" and entry["grid_text"] == text
+    assert entry["grid_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    [part] = recorded_claims(text)[0].parts
+    assert entry["parts"] == [{"claim": "R", "part": "lr 0.01 - lr 0.0001", "sha256": _sha(part.declaration()),
+                               "finished": 0}]
+    assert entry["claims"][0]["statement"] == "A high learning rate learns faster in six steps"
+    assert entry["claims_sha256"] == _sha(entry["claims"])
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    assert res.returncode == 0, res.output
+    row = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]
+    assert row["declared"].startswith("confirmatory (declared ") and row["n"] == 2
+    grid.write_text(text.replace("margin = 0.0", "margin = 0.01"))
+    res = cli(tmp_path, "launch", str(grid), subprocess=True, timeout=600)
+    assert res.returncode == 0, res.output
+    first, second = read_registry(tmp_path / "runs")
+    assert second["parts"][0]["finished"] == 4 and second["grid_text"] == grid.read_text() != first["grid_text"]
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    declared = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]["declared"]
+    assert declared.startswith("exploratory (changed ") and "after 4 of its runs had finished" in declared
+
+
 # ---------------------------------------------------------------------------------------------- end to end
 
 
