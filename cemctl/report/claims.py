@@ -586,8 +586,10 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                 advice = []
                 for k, edge in enumerate(edges):
                     if edge and tuned:
-                        add = profile_advice(info["profiles"][k], low_edge=edge == "low", high_edge=edge == "high")
-                        advice.append(f"arm {k + 1}'s optimum is at the {edge} edge of its profile: extend the "
+                        side = edge.split()[-1]  # 'low' | 'high' | 'near low' | 'near high' (tuned.edge_side)
+                        add = profile_advice(info["profiles"][k], low_edge=side == "low", high_edge=side == "high")
+                        where = f"at the {side} edge" if edge == side else f"between the two {side}est rates"
+                        advice.append(f"arm {k + 1}'s optimum is {where} of its profile: extend the "
                                       f"profile with train.lr = {', '.join(f'{v:g}' for v in add)}")
                 fall, conv = convergence(prim.arm_runs, slopes, margin if part.unit == "nats" else math.nan)
                 vrows = robustness(part, arms_by, tuned=tuned, rng=rng, scale=scale, margin=margin)
@@ -611,8 +613,9 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                     "optima": _fmt_lrs(info["optima"]) if info.get("optima") else "",
                     "seed_optima": "; ".join(_fmt_lrs(v) for v in info.get("seed_optima", [])),
                     "advice": "; ".join(advice),
-                    # per arm of an own-optimum contrast at one setting: its optimum's edge ('' | low | high) and
-                    # the rates its profile used (the until-decided loop extends a profile at an edge)
+                    # per arm of an own-optimum contrast at one setting: where its optimum sits ('' | low | high |
+                    # near low | near high: tuned.edge_side) and the rates its profile used (the until-decided loop
+                    # extends a profile whose optimum is not bracketed)
                     "edges": tuple(edges) if tuned else (),
                     "profiles": tuple(tuple(lrs) for lrs in info.get("profiles", [])) if tuned else (),
                     "other_at": ("lr " + f"{part.fixed_lr:g}" if tuned else "own optimum") if od is not None else "",

@@ -117,9 +117,17 @@ def jackknife_minima(lrs: Sequence[float], values: np.ndarray, *, per_seed: bool
 
 
 def edge_side(lrs: Sequence[float], lr: np.ndarray, at_edge: np.ndarray) -> np.ndarray:
-    """'' | 'low' | 'high' for minima at `lr` (at an edge of the profile `lrs` or not)."""
+    """Where minima at `lr` sit in the profile `lrs`: '' (bracketed: from the second to the second-last rate, where
+    the interpolant's slopes come from data on both sides), 'low' | 'high' (at the first or last rate: the true
+    optimum may lie beyond it, so the loss there bounds the tuned loss from above) or 'near low' | 'near high' (in
+    an end interval: the interpolant there extrapolates its end slope, and on a curve much steeper on one side of
+    the optimum it dips below the data by more than the seeds' noise, tests/test_claims_tuned.py; its value is no
+    bound either way)."""
     lr, at_edge = np.asarray(lr, dtype=float), np.asarray(at_edge, dtype=bool)
-    return np.where(at_edge, np.where(np.isclose(lr, lrs[0]), "low", "high"), "")
+    low_point = at_edge & np.isclose(lr, lrs[0])
+    out = np.where(low_point, "low", np.where(at_edge, "high", ""))
+    out = np.where((out == "") & (lr < lrs[1] * (1 - 1e-9)), "near low", out)
+    return np.where((out == "") & (lr > lrs[-2] * (1 + 1e-9)), "near high", out)
 
 
 def jackknife_var(loo: np.ndarray) -> np.ndarray:
@@ -156,10 +164,14 @@ def tuned_arrays(coefs: Sequence[float], losses: Sequence[np.ndarray], loos: Seq
 
 def censored_side(coefs: Sequence[float], edges: Sequence[np.ndarray]) -> np.ndarray:
     """The side a contrast's interval is open on: an arm at an edge of its profile may have its true optimum lower
-    still, so the contrast may be lower (its coefficient > 0) or higher (< 0)."""
-    open_low = sum((np.asarray(e) != "") & (c > 0) for c, e in zip(coefs, edges)) > 0
-    open_high = sum((np.asarray(e) != "") & (c < 0) for c, e in zip(coefs, edges)) > 0
-    return np.where(open_low & open_high, "both", np.where(open_low, "low", np.where(open_high, "high", "")))
+    still, so the contrast may be lower (its coefficient > 0) or higher (< 0); an arm whose optimum lies in an end
+    interval (`edge_side`: 'near ...') has a tuned loss biased either way: both sides."""
+    edges = [np.asarray(e, dtype=object) for e in edges]
+    near = sum(np.char.startswith(e.astype(str), "near") for e in edges) > 0
+    open_low = sum((e != "") & (c > 0) for c, e in zip(coefs, edges)) > 0
+    open_high = sum((e != "") & (c < 0) for c, e in zip(coefs, edges)) > 0
+    both = near | (open_low & open_high)
+    return np.where(both, "both", np.where(open_low, "low", np.where(open_high, "high", "")))
 
 
 @dataclass

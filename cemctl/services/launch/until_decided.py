@@ -15,8 +15,8 @@ The loop (the statistics: `cemctl.report.sequential`; docs/claims.md):
    says which rates to add), when the next round would pass the seed cap or the budget of run-hours; otherwise
    bring the arms of the undecided parts (each learning rate of an own-optimum profile is an arm) to
    `round_seeds` more seeds and launch only those runs (the plan records only them), then go to 2. An
-   own-optimum arm whose optimum sits at the edge of its profile gets the next half-octave rate beyond that edge
-   in the same round (`Profiles`: an `--axis train.lr=...` of the round's plan, recorded in the design).
+   own-optimum arm whose optimum is not bracketed (at the edge of its profile, or between its two outermost rates:
+   `cemctl.report.tuned.edge_side`) gets the next half-octave rate beyond that edge in the same round (`Profiles`: an `--axis train.lr=...` of the round's plan, recorded in the design).
 
 Only the local executor waits for its runs, so only it can run rounds. The budget is a total over every session
 of the design: each round's runs (round 0: the grid's own launch) are recorded in the design with their
@@ -202,7 +202,7 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
         if decision.stop:
             report.stop, report.message = decision.stop, decision.message
             break
-        # an own-optimum arm whose optimum sits at the edge of its profile: the round adds the next rate beyond it
+        # an own-optimum arm whose optimum is not bracketed: the round adds the next rate beyond that edge
         extra = [e for k in decision.undecided for e in profiles.extensions(k, specs[k], rows.get(k), arms)]
         if extra:
             wider = profiles.arms(record, extra)
@@ -367,9 +367,10 @@ class Profiles:
             return []
         edges, used = tuple(getattr(row, "edges", ()) or ()), tuple(getattr(row, "profiles", ()) or ())
         out = []
-        for k, (edge, selector) in enumerate(zip(edges, _free_selectors(part))):
-            if not edge or k >= len(used) or not used[k]:
+        for k, (where, selector) in enumerate(zip(edges, _free_selectors(part))):
+            if not where or k >= len(used) or not used[k]:
                 continue
+            edge = where.split()[-1]  # at the edge rate, or in the end interval ('near high'): not bracketed
             planned = _rates(selector, arms)
             if len(planned) != 1:
                 continue  # several sizes: the page gives no one profile
