@@ -53,8 +53,8 @@ class FakeLauncher:
     """The launcher's contract without training: plan (through the real planner, `keep_run` honoured), write each
     new run's result with a designed loss, sync, report what was 'submitted'."""
 
-    def __init__(self, small_effect: float = 0.0, loss=None) -> None:  # noqa: ANN001
-        self.small_effect = small_effect
+    def __init__(self, small_effect: float = 0.0, loss=None, cut_after: int | None = None) -> None:  # noqa: ANN001
+        self.small_effect, self.cut_after = small_effect, cut_after  # cut_after: a round ends the session there
         self.loss = loss or (lambda cfg: _loss(float(cfg.train.lr), int(cfg.train.seed), self.small_effect))
         self.launches: list[list[str]] = []
         self.requests: list = []
@@ -74,6 +74,9 @@ class FakeLauncher:
             folder = Path(runs_root) / pr.run_id
             if (folder / "result.json").exists():
                 continue
+            if self.cut_after is not None and self.launches and len(started) == self.cut_after:
+                sync_runs(engine, runs_root)
+                raise KeyboardInterrupt  # the session ends in the middle of a round
             finish_run(folder, test_loss=self.loss(pr.config))
             started.append(pr.run_id)
         sync_runs(engine, runs_root)
@@ -145,6 +148,18 @@ def test_the_budget_is_a_total_over_every_session_of_the_design(tmp_path):
     assert more.stop == "budget" and len(more.rounds) == 1 and more.seeds["lr=0.001"] == 7 and more.spent_hours * 3600 == pytest.approx(20)
     assert "run-hours spent by its rounds in all" in more.summary()
     assert json.loads(more.design_path.read_text())["design"]["budget_hours"] == pytest.approx(21 / 3600)
+
+
+def test_a_round_cut_short_by_the_end_of_a_session_still_counts(tmp_path):
+    """A session that ends in the middle of a round (two of its four runs finished) has recorded the round's runs
+    before they trained, so the next session counts their run-hours: 12 + 2 s spent, not 12."""
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, FakeLauncher(cut_after=2), max_seeds=9)
+    report, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=15 / 3600)
+    assert report.stop == "budget" and report.spent_hours * 3600 == pytest.approx(14)
+    rounds = json.loads(report.design_path.read_text())["rounds"]
+    assert [(r["round"], len(r["runs"]), r["hours"] * 3600) for r in rounds] == \
+        [(0, 12, pytest.approx(12)), (1, 4, pytest.approx(2))]
 
 
 OWN = '''
@@ -365,3 +380,65 @@ def test_until_decided_end_to_end_trains_only_the_undecided_arms(tmp_path):
     assert parts.loc["lr 0.01 - lr 0.0001", "verdict_holm"] == "holds"
     assert parts.loc["lr 0.0011 - lr 0.001", "sequential"].startswith("2 looks at 3, 5 of 5 seeds")
     assert math.isfinite(parts.loc["lr 0.01 - lr 0.0001", "effect"])
+
+
+OWN_E2E = '''
+[axes]
+"train.lr" = [0.005, 0.01, 0.02]
+"model.attn_step_size" = [1.0, 0.5]
+
+[[claim]]
+id = "E"
+statement = "Llama attention has no step size: each arm at its own learning rate, the two are the same"
+[[claim.part]]
+name = "step 0.5 - step 1, each at its own optimum"
+arms = [{ "model.attn_step_size" = 0.5, "train.lr" = 0.01 }, { "model.attn_step_size" = 1.0, "train.lr" = 0.01 }]
+expect = "lower"
+margin = 0.0
+at = "own_optimum"
+'''
+
+
+@pytest.mark.slow
+def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
+    """A claim of our own whose primary contrast is each arm at its own optimum, trained on the CPU through
+    `cemctl launch --until-decided` on a terminal of 80 columns: two arms that train identically (Llama attention
+    ignores the step size) on a 3-rate profile (0.005-0.02) with 2 seeds, so nothing can be decided and the loop
+    runs to the cap of 3 seeds. Six steps want a high rate: both optima sit at the profile's top, so the one round
+    brings every rate to 3 seeds and adds 0.032 for both arms (12 runs); then the optimum (~0.023) lies between
+    the two highest rates, not bracketed, and the page asks for 0.045. A second session (120 columns) finds the
+    design at its cap, starts nothing, and counts the first session's run-hours as spent."""
+    from tests.helpers import on_pty
+
+    grid = tmp_path / "own.toml"
+    grid.write_text(tiny_grid("own", seeds="[0, 1]", extra=OWN_E2E))
+    args = ["launch", str(grid), "--until-decided", "--max-seeds", "3", "--workers", "2"]
+    screen = on_pty(args, tmp_path, cols=80, rows=60, timeout_s=1500)
+    screen.assert_clean()
+    assert all(len(line) <= 80 for line in screen.lines)
+    text = " ".join(screen.text.split())
+    design = json.loads((tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())
+    assert [(e["arm"], e["edge"], e["lr"], e["round"]) for e in design["extensions"]] == \
+        [(1, "high", 0.032, 1), (2, "high", 0.032, 1)]
+    assert "stopped after 1 round: seed cap: 1 part undecided at the cap of 3 seeds per arm" in text
+    assert "round 1: 1 part undecided; 12 runs: 8 arms to 3 seeds; the profile extended with train.lr = 0.032" in text
+    assert [(r["round"], len(r["runs"])) for r in design["rounds"]] == [(0, 12), (1, 12)]
+    assert [len(look["runs"]) for look in design["looks"]] == [12, 24]
+    seeds = [ln for ln in screen.lines if "seeds" in ln and ln.strip()[:1].isdigit()]
+    assert len(seeds) == 8 and all(int(line.split()[0]) == 3 for line in seeds)  # every rate of both profiles
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    assert res.returncode == 0, res.output
+    row = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]
+    assert row["at"] == "own optimum" and row["method"].endswith("jackknife t, sequential")
+    assert row["effect"] == pytest.approx(0.0, abs=1e-6) and row["verdict_holm"] == "inconclusive"
+    assert row["sequential"] == "2 looks at 2, 3 of 3 seeds"
+    assert row["declared"].startswith("confirmatory (declared ")
+    assert len(row["runs"].split(",")) == 24 and row["censored"] == "both" and "train.lr = 0.045" in row["advice"]
+    again = on_pty(["launch", "own", "--until-decided", "--max-seeds", "3"], tmp_path, cols=120, rows=40)
+    again.assert_clean()
+    assert all(len(line) <= 120 for line in again.lines)
+    text = " ".join(again.text.split())
+    assert "stopped after 0 rounds: seed cap" in text and "(0.00 in this session)" in text
+    spent = sum(r["hours"] for r in json.loads(
+        (tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())["rounds"])
+    assert spent > 0 and f"{spent:.2f} run-hours spent by its rounds in all" in text

@@ -215,7 +215,7 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
                     e.update(round=number_next, time=time.time())
                     record["extensions"].append(e)
                     report.extended.append(f"{e['part']}, arm {e['arm']}: train.lr = {e['lr']:g} "
-                                           f"(its optimum at the {e['edge']} edge)")
+                                           f"(its optimum at or next to the {e['edge']} edge)")
             else:
                 extra = []
         number += 1
@@ -227,12 +227,18 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
         sub = dataclasses.replace(req, target=str(grid), scale=scale, seeds=list(range(decision.seeds)), add_seeds=0,
                                   axes=profiles.axes(record),
                                   keep_run=lambda pr, wanted=wanted: _arm_key(_planned_config(pr)) in wanted)
+        # the round and its runs are on record before they train: a session that ends mid-round still counts them
+        entry = _note_round(record, number, decision.seeds, sorted(set(profiles.run_ids(sub)) - set(ids)), session)
+        report.design_path = write_design(root, experiment, scale, record)
         result = launch_fn(sub, url, runs_root, **kw)
         if on_launch is not None:
             on_launch(result)
         started = [s.run_id for s in result.submitted]
         launched_ids.update(started)
-        _note_round(record, number, decision.seeds, started, session)
+        if entry is not None:
+            entry["runs"] = sorted(started)  # what it started (a run running elsewhere is not this loop's)
+        else:
+            _note_round(record, number, decision.seeds, started, session)
         report.rounds.append(Round(number, decision.seeds, len(started), decision.undecided, decision.message))
         if not started:
             report.stop = "nothing to run"
@@ -245,12 +251,15 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
     return report
 
 
-def _note_round(record: dict[str, Any], number: int, seeds: int | None, runs: list[str], session: float) -> None:
-    """Record the runs a round (0: the grid's own launch) of this session started: their run-hours count against
-    the budget in every later session."""
-    if runs:
-        record["rounds"].append({"session": session, "round": number, "seeds": seeds, "runs": sorted(runs),
-                                 "time": time.time()})
+def _note_round(record: dict[str, Any], number: int, seeds: int | None, runs: list[str], session: float
+                ) -> dict[str, Any] | None:
+    """Record the runs a round (0: the grid's own launch) of this session starts: their run-hours count against
+    the budget in every later session. Returns the entry (None when the round has no run)."""
+    if not runs:
+        return None
+    entry = {"session": session, "round": number, "seeds": seeds, "runs": sorted(runs), "time": time.time()}
+    record["rounds"].append(entry)
+    return entry
 
 
 def _walls(runs: Any) -> dict[str, float]:
@@ -334,6 +343,13 @@ class Profiles:
             return dict(self.req.axes)
         rates = sorted(set(self.lr_axis) | set(added))
         return {**self.req.axes, LR: rates}
+
+    def run_ids(self, req: LaunchRequest) -> list[str]:
+        """The run ids a round's request plans (its seeds, axes and kept arms: the plan the launch makes)."""
+        from cemctl.grid import load_grid
+
+        plan = load_grid(self.grid, self.scale, req.overrides, seeds=req.seeds, axes=req.axes)
+        return [pr.run_id for pr in plan.runs if req.keep_run is None or req.keep_run(pr)]
 
     def arms(self, record: dict[str, Any], extra: Sequence[dict[str, Any]] = ()) -> dict[str, dict[str, Any]]:
         """The planned arms: the grid's, and each added rate for the arm it was added to (the --axis plans it for
