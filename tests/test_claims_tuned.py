@@ -75,6 +75,28 @@ def test_an_optimum_at_the_edge_of_its_profile_leaves_the_interval_open_and_says
     assert profile_advice(lrs, high_edge=True) == [0.0057]
 
 
+@pytest.mark.parametrize("optimum,where", [(-0.25, "near low"), (0.4, "near low"), (0.75, ""), (1.4, "near high")])
+def test_an_optimum_not_bracketed_by_the_profile_leaves_the_interval_open_on_both_sides(optimum, where):
+    """Regression: on a curve much steeper above its optimum (Llama's at `cpu`), the Akima interpolant of a profile
+    whose optimum lies below it, or between its two lowest rates, extrapolates its end slope and dips below the
+    data (a tuned loss 0.029 under the true minimum with the optimum 0.4 octave above the lowest rate, where the
+    seeds' standard error is 0.003): the minimum was taken as bracketed and decided on. It is now 'near low': the
+    contrast's interval is open on both sides and the page says which rate to add. Between the middle rates it is
+    bracketed."""
+    x = 0.5 * np.arange(4)  # log2(lr / 0.002)
+    d = x - optimum
+    curve = 1.5 + 0.08 * d ** 2 + 0.8 * np.maximum(d, 0) ** 3
+    rng = np.random.default_rng(3)
+    lrs = list(0.002 * 2 ** x)
+    steep = Profile(lrs, [0, 1, 2], curve[None, :] + rng.normal(0, 0.001, (3, 4)))
+    flat = Profile(lrs, [0, 1, 2], 1.45 + 0.05 * (np.arange(4)[None, :] - 1.5) ** 2 + rng.normal(0, 0.001, (3, 4)))
+    est, info = tuned_estimate([steep, flat], (1.0, -1.0), "welch")
+    assert info.edges == [where, ""]
+    assert est.censored == ("both" if where else "")
+    if where:
+        assert decide(est, "lower", 0.01).label == "inconclusive"
+
+
 def test_a_profile_needs_three_rates_with_two_seeds_each_and_drops_a_rate_missing_seeds():
     assert isinstance(Profile.of({0.002: {0: 1.5, 1: 1.51}, 0.004: {0: 1.4, 1: 1.42}}), str)
     table = {0.0014: {0: 1.5, 1: 1.51, 2: 1.52}, 0.002: {0: 1.45, 1: 1.46, 2: 1.44},

@@ -53,17 +53,20 @@ class FakeLauncher:
     """The launcher's contract without training: plan (through the real planner, `keep_run` honoured), write each
     new run's result with a designed loss, sync, report what was 'submitted'."""
 
-    def __init__(self, small_effect: float = 0.0) -> None:
-        self.small_effect = small_effect
+    def __init__(self, small_effect: float = 0.0, loss=None, cut_after: int | None = None) -> None:  # noqa: ANN001
+        self.small_effect, self.cut_after = small_effect, cut_after  # cut_after: a round ends the session there
+        self.loss = loss or (lambda cfg: _loss(float(cfg.train.lr), int(cfg.train.seed), self.small_effect))
         self.launches: list[list[str]] = []
+        self.requests: list = []
 
     def __call__(self, req, url, runs_root):  # noqa: ANN001
         from cemctl.db import open_db, sync_runs
         from cemctl.services.claim_plans import register_claims
         from cemctl.services.plan import plan_experiment
 
+        self.requests.append(req)
         plan = plan_experiment(req.target, scale=req.scale or "tiny", db_url=url, runs_root=runs_root,
-                               seeds=req.seeds, only=req.keep_run).plan
+                               seeds=req.seeds, only=req.keep_run, axes=getattr(req, "axes", None)).plan
         engine = open_db(url)
         register_claims(engine, plan.name, runs_root, scale=plan.scale)
         started = []
@@ -71,8 +74,10 @@ class FakeLauncher:
             folder = Path(runs_root) / pr.run_id
             if (folder / "result.json").exists():
                 continue
-            finish_run(folder, test_loss=_loss(float(pr.config.train.lr), int(pr.config.train.seed),
-                                               self.small_effect))
+            if self.cut_after is not None and self.launches and len(started) == self.cut_after:
+                sync_runs(engine, runs_root)
+                raise KeyboardInterrupt  # the session ends in the middle of a round
+            finish_run(folder, test_loss=self.loss(pr.config))
             started.append(pr.run_id)
         sync_runs(engine, runs_root)
         self.launches.append(started)
@@ -80,12 +85,12 @@ class FakeLauncher:
                                summary=lambda: f"{len(started)} runs")
 
 
-def _run(tmp_path, fake, **kw):
+def _run(tmp_path, fake, extra=CLAIM, **kw):
     from cemctl.services.launch.launcher import LaunchRequest
     from cemctl.services.launch.until_decided import until_decided
 
     grid = tmp_path / "ud.toml"
-    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=CLAIM))
+    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=extra))
     lines: list[str] = []
     report = until_decided(LaunchRequest(target=str(grid), scale="tiny"), f"sqlite:///{tmp_path / 'results.db'}",
                            tmp_path / "runs", launch_fn=fake, on_round=lines.append, **kw)
@@ -122,6 +127,114 @@ def test_it_stops_before_a_round_would_pass_the_budget(tmp_path):
     report, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=14 / 3600)
     assert report.stop == "budget" and "would pass the budget" in report.message
     assert report.seeds["lr=0.001"] == 3 and report.rounds == []
+
+
+def test_the_budget_is_a_total_over_every_session_of_the_design(tmp_path):
+    """Regression: the budget counted only the runs of the current invocation, so every session started it again.
+    Each fake run takes 1 s: the grid's 12 runs and one round of 4 reach 16 s of a 17 s budget; a second session
+    with the same budget may not start another round (16 + 4 > 17), and one with 21 s starts exactly one."""
+    budget = 17 / 3600
+    first, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=budget)
+    assert first.stop == "budget" and len(first.rounds) == 1
+    assert first.spent_hours * 3600 == pytest.approx(16) and first.session_hours == first.spent_hours
+    design = json.loads(first.design_path.read_text())
+    assert [(r["round"], len(r["runs"]), r["hours"] * 3600) for r in design["rounds"]] == \
+        [(0, 12, pytest.approx(12)), (1, 4, pytest.approx(4))]
+    fake = FakeLauncher()
+    again, _ = _run(tmp_path, fake, max_seeds=9)  # no --budget-hours: the recorded one holds
+    assert again.stop == "budget" and again.rounds == [] and fake.launches == [[]]
+    assert again.spent_hours * 3600 == pytest.approx(16) and again.session_hours == 0.0
+    more, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=21 / 3600)  # one round more: 20 of 21 s
+    assert more.stop == "budget" and len(more.rounds) == 1 and more.seeds["lr=0.001"] == 7 and more.spent_hours * 3600 == pytest.approx(20)
+    assert "run-hours spent by its rounds in all" in more.summary()
+    assert json.loads(more.design_path.read_text())["design"]["budget_hours"] == pytest.approx(21 / 3600)
+
+
+def test_a_round_cut_short_by_the_end_of_a_session_still_counts(tmp_path):
+    """A session that ends in the middle of a round (two of its four runs finished) has recorded the round's runs
+    before they trained, so the next session counts their run-hours: 12 + 2 s spent, not 12."""
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, FakeLauncher(cut_after=2), max_seeds=9)
+    report, _ = _run(tmp_path, FakeLauncher(), max_seeds=9, budget_hours=15 / 3600)
+    assert report.stop == "budget" and report.spent_hours * 3600 == pytest.approx(14)
+    rounds = json.loads(report.design_path.read_text())["rounds"]
+    assert [(r["round"], len(r["runs"]), r["hours"] * 3600) for r in rounds] == \
+        [(0, 12, pytest.approx(12)), (1, 4, pytest.approx(2))]
+
+
+OWN = '''
+[axes]
+"train.lr" = [0.0007, 0.001, 0.0014, 0.002]
+"model.attn_step_size" = [1.0, 0.5]
+
+[[claim]]
+id = "O"
+statement = "The step size makes no difference once each arm has its own learning rate"
+[[claim.part]]
+name = "step 0.5 - step 1 at their own optima"
+arms = [{ "model.attn_step_size" = 0.5, "train.lr" = 0.002 }, { "model.attn_step_size" = 1.0, "train.lr" = 0.002 }]
+expect = "lower"
+margin = 0.0
+at = "own_optimum"
+'''
+
+
+def _own_loss(optima: dict[float, float], noise: float = 0.004):
+    """Loss curves in log2(lr) with each step size's optimum at `optima[step]`, equal minima (4.5), seed noise."""
+    def loss(cfg) -> float:  # noqa: ANN001
+        lr, step, seed = float(cfg.train.lr), float(cfg.model.attn_step_size), int(cfg.train.seed)
+        rng = np.random.default_rng([seed, int(lr * 1e5), int(step * 10)])
+        return 4.5 + 1.0 * math.log2(lr / optima[step]) ** 2 + float(rng.normal(0, noise))
+    return loss
+
+
+def test_a_part_whose_profile_lacks_rates_is_not_counted_as_decided(tmp_path):
+    """Regression: an own-optimum arm planned at two rates can never be estimated, and the loop counted its part
+    as decided ("every part is decided"); it must say that more seeds cannot decide it and which rate to add."""
+    extra = OWN + '''
+[[exclude]]
+"model.attn_step_size" = [0.5]
+"train.lr" = [0.0007, 0.001]
+'''
+    fake = FakeLauncher(loss=_own_loss({0.5: 0.0012, 1.0: 0.0012}))
+    report, _ = _run(tmp_path, fake, extra=extra, max_seeds=9)
+    assert report.stop == "cannot be decided by more seeds" and report.rounds == []
+    why = "cannot be decided by more seeds: arm 1's lr profile has 2 learning rates (0.0014, 0.002): extend the " \
+          "profile with train.lr = 0.001"
+    assert report.message == f"no part is decided; O. step 0.5 - step 1 at their own optima: {why}"
+    assert report.blocked == {"O. step 0.5 - step 1 at their own optima": why}
+    assert "every part is decided" not in report.summary() and why in report.summary()
+
+
+def test_an_optimum_at_the_edge_of_its_profile_extends_the_profile_in_the_next_round(tmp_path):
+    """Step 0.5's optimum (0.0026) lies beyond its profile's edge (0.002): round 1 adds 0.0028 for that arm only;
+    the optimum then lies between the two highest rates (not bracketed), so round 2 adds 0.004, and then it is
+    bracketed. Step 1's optimum (0.0012) is bracketed from the start. The new rates get the round's seeds, the
+    other arm none of them; the rates are recorded in the design and in the experiment's plan key, so `launch ud`
+    afterwards has nothing to start."""
+    from cemctl.db import get_experiment, open_db
+
+    fake = FakeLauncher(loss=_own_loss({0.5: 0.0026, 1.0: 0.0012}))
+    report, lines = _run(tmp_path, fake, extra=OWN, max_seeds=7)
+    assert report.stop == "seed cap" and len(report.rounds) == 2
+    design = json.loads(report.design_path.read_text())
+    assert [(e["round"], e["arm"], e["edge"], e["lr"]) for e in design["extensions"]] == \
+        [(1, 1, "high", 0.0028), (2, 1, "high", 0.004)]
+    assert "the profile extended with train.lr = 0.0028 (arm 1 of O. step 0.5 - step 1 at their own optima)" \
+        in lines[0]
+    assert [len(x) for x in fake.launches] == [24, 8 * 2 + 5, 8 * 2 + 2 + 7]
+    assert fake.requests[2].axes == {"train.lr": [0.0007, 0.001, 0.0014, 0.002, 0.0028, 0.004]}
+    assert list(report.seeds.values()) == [7] * 10  # every rate of both profiles at the cap, the two new ones too
+    assert cli(tmp_path, "export", "ud", "--out", str(tmp_path / "runs.csv")).returncode == 0
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    new = runs[runs["train.lr"].isin([0.0028, 0.004])]
+    assert set(new["model.attn_step_size"]) == {0.5} and len(new) == 5 + 2 + 7
+    row = report.parts.iloc[0]
+    assert row["edges"] == ("", "") and 0.0023 < float(row["optima"].split(" / ")[0]) < 0.0029  # inside: 0.0026
+    exp = get_experiment(open_db(f"sqlite:///{tmp_path / 'results.db'}"), "ud")
+    assert json.loads(exp.overrides_json)["--axis"] == {"train.lr": [0.0007, 0.001, 0.0014, 0.002, 0.0028, 0.004]}
+    res = cli(tmp_path, "launch", "ud", "--dry-run")
+    assert res.returncode == 0 and "would launch 0 of" in res.stdout, res.output
 
 
 def test_the_seed_cap_of_a_started_design_cannot_change(tmp_path):
@@ -193,6 +306,57 @@ def test_a_part_without_a_registration_says_so(tmp_path):
     assert set(pd.read_csv(tmp_path / "c" / "claims.csv")["declared"]) == {"not registered"}
 
 
+@pytest.mark.slow
+def test_a_real_launch_registers_the_plan_and_a_later_edit_is_exploratory(tmp_path):
+    """`cemctl launch` of a grid with a claim (four tiny CPU runs) registers the plan before any run finished: the
+    grid's text and sha256 as planned, the claims and each part's declaration hashed; the part is confirmatory.
+    Its margin edited after the results exist and launched again (nothing to train): a second registration with
+    4 finished runs, and the page labels the part exploratory."""
+    import hashlib
+
+    from cemctl.grid.claims import recorded_claims
+    from cemctl.services.claim_plans import _sha, read_registry
+
+    claim = '''
+[axes]
+"train.lr" = [0.01, 0.0001]
+
+[[claim]]
+id = "R"
+statement = "A high learning rate learns faster in six steps"
+[[claim.part]]
+name = "lr 0.01 - lr 0.0001"
+arms = [{ "train.lr" = 0.01 }, { "train.lr" = 0.0001 }]
+expect = "lower"
+margin = 0.0
+'''
+    grid = tmp_path / "reg.toml"
+    grid.write_text(tiny_grid("reg", seeds="[0, 1]", extra=claim))
+    res = cli(tmp_path, "launch", str(grid), "--workers", "2", subprocess=True, timeout=600)
+    assert res.returncode == 0, res.output
+    [entry] = read_registry(tmp_path / "runs")
+    text = grid.read_text()
+    assert entry["experiment"] == "reg" and entry["scale"] == "tiny" and entry["grid_text"] == text
+    assert entry["grid_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    [part] = recorded_claims(text)[0].parts
+    assert entry["parts"] == [{"claim": "R", "part": "lr 0.01 - lr 0.0001", "sha256": _sha(part.declaration()),
+                               "finished": 0}]
+    assert entry["claims"][0]["statement"] == "A high learning rate learns faster in six steps"
+    assert entry["claims_sha256"] == _sha(entry["claims"])
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    assert res.returncode == 0, res.output
+    row = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]
+    assert row["declared"].startswith("confirmatory (declared ") and row["n"] == 2
+    grid.write_text(text.replace("margin = 0.0", "margin = 0.01"))
+    res = cli(tmp_path, "launch", str(grid), subprocess=True, timeout=600)
+    assert res.returncode == 0, res.output
+    first, second = read_registry(tmp_path / "runs")
+    assert second["parts"][0]["finished"] == 4 and second["grid_text"] == grid.read_text() != first["grid_text"]
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    declared = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]["declared"]
+    assert declared.startswith("exploratory (changed ") and "after 4 of its runs had finished" in declared
+
+
 # ---------------------------------------------------------------------------------------------- end to end
 
 
@@ -216,3 +380,65 @@ def test_until_decided_end_to_end_trains_only_the_undecided_arms(tmp_path):
     assert parts.loc["lr 0.01 - lr 0.0001", "verdict_holm"] == "holds"
     assert parts.loc["lr 0.0011 - lr 0.001", "sequential"].startswith("2 looks at 3, 5 of 5 seeds")
     assert math.isfinite(parts.loc["lr 0.01 - lr 0.0001", "effect"])
+
+
+OWN_E2E = '''
+[axes]
+"train.lr" = [0.005, 0.01, 0.02]
+"model.attn_step_size" = [1.0, 0.5]
+
+[[claim]]
+id = "E"
+statement = "Llama attention has no step size: each arm at its own learning rate, the two are the same"
+[[claim.part]]
+name = "step 0.5 - step 1, each at its own optimum"
+arms = [{ "model.attn_step_size" = 0.5, "train.lr" = 0.01 }, { "model.attn_step_size" = 1.0, "train.lr" = 0.01 }]
+expect = "lower"
+margin = 0.0
+at = "own_optimum"
+'''
+
+
+@pytest.mark.slow
+def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
+    """A claim of our own whose primary contrast is each arm at its own optimum, trained on the CPU through
+    `cemctl launch --until-decided` on a terminal of 80 columns: two arms that train identically (Llama attention
+    ignores the step size) on a 3-rate profile (0.005-0.02) with 2 seeds, so nothing can be decided and the loop
+    runs to the cap of 3 seeds. Six steps want a high rate: both optima sit at the profile's top, so the one round
+    brings every rate to 3 seeds and adds 0.032 for both arms (12 runs); then the optimum (~0.023) lies between
+    the two highest rates, not bracketed, and the page asks for 0.045. A second session (120 columns) finds the
+    design at its cap, starts nothing, and counts the first session's run-hours as spent."""
+    from tests.helpers import on_pty
+
+    grid = tmp_path / "own.toml"
+    grid.write_text(tiny_grid("own", seeds="[0, 1]", extra=OWN_E2E))
+    args = ["launch", str(grid), "--until-decided", "--max-seeds", "3", "--workers", "2"]
+    screen = on_pty(args, tmp_path, cols=80, rows=60, timeout_s=1500)
+    screen.assert_clean()
+    assert all(len(line) <= 80 for line in screen.lines)
+    text = " ".join(screen.text.split())
+    design = json.loads((tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())
+    assert [(e["arm"], e["edge"], e["lr"], e["round"]) for e in design["extensions"]] == \
+        [(1, "high", 0.032, 1), (2, "high", 0.032, 1)]
+    assert "stopped after 1 round: seed cap: 1 part undecided at the cap of 3 seeds per arm" in text
+    assert "round 1: 1 part undecided; 12 runs: 8 arms to 3 seeds; the profile extended with train.lr = 0.032" in text
+    assert [(r["round"], len(r["runs"])) for r in design["rounds"]] == [(0, 12), (1, 12)]
+    assert [len(look["runs"]) for look in design["looks"]] == [12, 24]
+    seeds = [ln for ln in screen.lines if "seeds" in ln and ln.strip()[:1].isdigit()]
+    assert len(seeds) == 8 and all(int(line.split()[0]) == 3 for line in seeds)  # every rate of both profiles
+    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
+    assert res.returncode == 0, res.output
+    row = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]
+    assert row["at"] == "own optimum" and row["method"].endswith("jackknife t, sequential")
+    assert row["effect"] == pytest.approx(0.0, abs=1e-6) and row["verdict_holm"] == "inconclusive"
+    assert row["sequential"] == "2 looks at 2, 3 of 3 seeds"
+    assert row["declared"].startswith("confirmatory (declared ")
+    assert len(row["runs"].split(",")) == 24 and row["censored"] == "both" and "train.lr = 0.045" in row["advice"]
+    again = on_pty(["launch", "own", "--until-decided", "--max-seeds", "3"], tmp_path, cols=120, rows=40)
+    again.assert_clean()
+    assert all(len(line) <= 120 for line in again.lines)
+    text = " ".join(again.text.split())
+    assert "stopped after 0 rounds: seed cap" in text and "(0.00 in this session)" in text
+    spent = sum(r["hours"] for r in json.loads(
+        (tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())["rounds"])
+    assert spent > 0 and f"{spent:.2f} run-hours spent by its rounds in all" in text

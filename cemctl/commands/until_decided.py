@@ -28,7 +28,8 @@ def run_until_decided(req: Any, url: str, runs_root: Any, max_seeds: int, budget
     if as_json:
         print(json.dumps({"experiment": report.experiment, "scale": report.scale, "stop": report.stop,
                           "message": report.message, "rounds": len(report.rounds), "seeds": report.seeds,
-                          "spent_hours": report.spent_hours,
+                          "spent_hours": report.spent_hours, "session_hours": report.session_hours,
+                          "cannot_be_decided": report.blocked, "extended": report.extended,
                           "design": str(report.design_path) if report.design_path else None}))
     else:
         say(report.summary())

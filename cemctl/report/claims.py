@@ -497,13 +497,22 @@ def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms:
         except PooledArms:
             continue
         if isinstance(e, TEstimate) and math.isfinite(e.se) and e.se > 0 and (not looks or e.n > looks[-1].n):
-            looks.append(Look(e.effect, e.se, e.df, e.n, e.method))
+            looks.append(Look(e.effect, e.se, e.df, e.n, e.method, e.censored))
     cur = current.est
     if math.isfinite(cur.se) and cur.se > 0 and (not looks or cur.n > looks[-1].n):
-        looks.append(Look(cur.effect, cur.se, cur.df, cur.n, cur.method))
+        looks.append(Look(cur.effect, cur.se, cur.df, cur.n, cur.method, cur.censored))
     if not looks:
         return None
     return SeqEstimate(looks, design.max_seeds, censored=cur.censored)
+
+
+def disagree(primary: str, other: str) -> bool:
+    """The two contrasts of a part disagree: both were estimated (neither is `not run`: a contrast that could not
+    be made says nothing against the other), their labels differ, and one of them is decisive (a decided label
+    against the opposite one, or against `inconclusive`: the conclusion depends on the contrast)."""
+    if "not run" in (primary, other) or primary == other:
+        return False
+    return any(lab in DECISIVE for lab in (primary, other))
 
 
 def _fmt_lrs(values: Sequence[float]) -> str:
@@ -577,8 +586,10 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                 advice = []
                 for k, edge in enumerate(edges):
                     if edge and tuned:
-                        add = profile_advice(info["profiles"][k], low_edge=edge == "low", high_edge=edge == "high")
-                        advice.append(f"arm {k + 1}'s optimum is at the {edge} edge of its profile: extend the "
+                        side = edge.split()[-1]  # 'low' | 'high' | 'near low' | 'near high' (tuned.edge_side)
+                        add = profile_advice(info["profiles"][k], low_edge=side == "low", high_edge=side == "high")
+                        where = f"at the {side} edge" if edge == side else f"between the two {side}est rates"
+                        advice.append(f"arm {k + 1}'s optimum is {where} of its profile: extend the "
                                       f"profile with train.lr = {', '.join(f'{v:g}' for v in add)}")
                 fall, conv = convergence(prim.arm_runs, slopes, margin if part.unit == "nats" else math.nan)
                 vrows = robustness(part, arms_by, tuned=tuned, rng=rng, scale=scale, margin=margin)
@@ -602,12 +613,16 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                     "optima": _fmt_lrs(info["optima"]) if info.get("optima") else "",
                     "seed_optima": "; ".join(_fmt_lrs(v) for v in info.get("seed_optima", [])),
                     "advice": "; ".join(advice),
+                    # per arm of an own-optimum contrast at one setting: where its optimum sits ('' | low | high |
+                    # near low | near high: tuned.edge_side) and the rates its profile used (the until-decided loop
+                    # extends a profile whose optimum is not bracketed)
+                    "edges": tuple(edges) if tuned else (),
+                    "profiles": tuple(tuple(lrs) for lrs in info.get("profiles", [])) if tuned else (),
                     "other_at": ("lr " + f"{part.fixed_lr:g}" if tuned else "own optimum") if od is not None else "",
                     "other_effect": other.est.effect if other.est is not None else math.nan,
                     "other_low": olow, "other_high": ohigh, "other_label": od.label if od is not None else "",
                     "other_verdict": od.verdict if od is not None else "",
-                    "disagree": bool(od is not None and d.label != od.label
-                                     and any(lab in DECISIVE for lab in (d.label, od.label))),
+                    "disagree": disagree(d.label, od.label if od is not None else "not run"),
                     "robustness": sign_summary(est.effect if est is not None else math.nan, d.label, vrows),
                     "fall_per_10pct": fall, "convergence": conv,
                     "declared": (declared or {}).get((source, claim.id, part.name), ""),

@@ -161,30 +161,39 @@ def _to_z(x: Any, df: Any) -> np.ndarray:
     return out
 
 
-def label_statistics(effect: Any, se: Any, margin: float) -> dict[str, np.ndarray]:
+def label_statistics(effect: Any, se: Any, margin: float, censored: Any = "") -> dict[str, np.ndarray]:
     """The t-scale distance of each label's region from the estimate: a label holds at critical value c when its
     statistic exceeds c (lower: -e/se; higher: e/se; close: the nearer of the two margins; not close: the
-    farther one, past the margin)."""
+    farther one, past the margin). `censored` ('' | low | high | both, or an array of them): the side an
+    interval is open on (an arm's optimum at the edge of its profile); a label that needs the bound on that side
+    has no statistic (NaN: never decided), as the fixed design's `TEstimate.p_above`/`p_below` refuse it."""
     e, s = np.asarray(effect, dtype=float), np.asarray(se, dtype=float)
+    cen = np.asarray(censored, dtype=object)
+    low_open = np.isin(cen, ("low", "both"))  # the effect may be lower still: no lower bound
+    high_open = np.isin(cen, ("high", "both"))
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = {"lower": -e / s, "higher": e / s}
+        above, below = (e - margin) / s, (-margin - e) / s  # past +margin (needs the low bound), past -margin
+        out = {"lower": np.where(high_open, np.nan, -e / s), "higher": np.where(low_open, np.nan, e / s)}
         if margin > 0:
-            out["close"] = np.minimum((margin - e) / s, (margin + e) / s)
-            out["not close"] = np.maximum((e - margin) / s, (-margin - e) / s)
+            out["close"] = np.where(low_open | high_open, np.nan, np.minimum((margin - e) / s, (margin + e) / s))
+            out["not close"] = np.fmax(np.where(low_open, np.nan, above), np.where(high_open, np.nan, below))
     bad = ~(np.isfinite(s) & (s > 0))
     return {k: np.where(bad, np.nan, v) for k, v in out.items()}
 
 
-def label_levels(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float]) -> dict[str, np.ndarray]:
+def label_levels(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float], censored: Any = ""
+                 ) -> dict[str, np.ndarray]:
     """Each label's least deciding level at each look (last axis; shapes (..., K) broadcast, K = len(info))."""
-    return {label: look_levels(_to_z(x, df), info) for label, x in label_statistics(effect, se, margin).items()}
+    return {label: look_levels(_to_z(x, df), info)
+            for label, x in label_statistics(effect, se, margin, censored).items()}
 
 
-def sequential_label_ps(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float]
+def sequential_label_ps(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float], censored: Any = ""
                         ) -> dict[str, np.ndarray]:
     """Each label's p-value over the looks (last axis) so far: min over looks of the least level that decides
-    it. Shapes (..., K) broadcast; `info` has K fractions."""
-    return {label: levels.min(axis=-1) for label, levels in label_levels(effect, se, df, margin, info).items()}
+    it. Shapes (..., K) broadcast; `info` has K fractions; `censored` as for `label_statistics` (per look)."""
+    return {label: levels.min(axis=-1)
+            for label, levels in label_levels(effect, se, df, margin, info, censored).items()}
 
 
 PRECEDENCE = {"lower": ("lower", "higher", "close"), "higher": ("higher", "lower", "close"),
@@ -289,6 +298,7 @@ class Look:
     df: float
     n: int  # seeds per arm at this look
     method: str = ""
+    censored: str = ""  # the side this look's interval is open on (an own-optimum arm at its profile's edge)
 
 
 @dataclass
@@ -329,7 +339,7 @@ class SeqEstimate:
 
     def label_ps(self, expect: str, margin: float) -> dict[str, float]:
         e, s, d = self._arrays()
-        ps = sequential_label_ps(e, s, d, margin, self.info)
+        ps = sequential_label_ps(e, s, d, margin, self.info, np.array([lk.censored for lk in self.looks], dtype=object))
         if expect != "close":
             ps.pop("not close", None)
         return {k: float(v) for k, v in ps.items() if math.isfinite(float(v))}
@@ -341,11 +351,14 @@ class SeqEstimate:
         e, s, d = self._arrays()
         c = critical_values(self.info, round(1 - level, 12))
         lo, hi = -math.inf, math.inf
-        for ej, sj, dj, cj in zip(e, s, d, c):
+        for ej, sj, dj, cj, lk in zip(e, s, d, c, self.looks):
             if not (np.isfinite(cj) and sj > 0 and dj > 0):
                 continue
             ct = float(t.isf(norm.sf(cj), dj))
-            lo, hi = max(lo, ej - ct * sj), min(hi, ej + ct * sj)
+            if lk.censored not in ("low", "both"):  # a look open below bounds nothing below
+                lo = max(lo, ej - ct * sj)
+            if lk.censored not in ("high", "both"):
+                hi = min(hi, ej + ct * sj)
         if lo > hi:  # the looks disagree beyond their joint level: show the last look's
             ej, sj, dj, cj = e[-1], s[-1], d[-1], c[-1]
             ct = float(t.isf(norm.sf(cj), dj)) if np.isfinite(cj) else math.inf
@@ -399,7 +412,7 @@ class Design:
 
 @dataclass
 class RoundDecision:
-    stop: str  # "" (go on) | "decided" | "seed cap" | "budget" | "nothing to run"
+    stop: str  # "" (go on) | "decided" | "cannot be decided by more seeds" | "seed cap" | "budget" | "nothing to run"
     seeds: int  # seeds per arm the next round brings the undecided parts' arms to
     undecided: list[str]  # the parts still undecided
     arms: list[str]  # the arms that get seeds (keys given by the caller)
@@ -410,12 +423,23 @@ def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, in
                round_seeds: int, spent_hours: float, budget_hours: float | None,
                hours_per_run: float, runs_per_seed: Mapping[str, int] | None = None) -> RoundDecision:
     """The until-decided loop's decision after a look. `parts`: the family's parts of this experiment, each
-    {"key": str, "decided": bool, "arms": [arm keys]}; `arm_seeds`: seeds each arm has finished; a round brings
-    every arm of an undecided part to min(the most seeds among them + round_seeds, max_seeds); `runs_per_seed`:
-    runs an arm trains per seed (its profile's learning rates; default 1). Pure: no runs, no files."""
-    undecided = [p for p in parts if not p.get("decided")]
+    {"key": str, "decided": bool, "arms": [arm keys], "blocked": why more seeds cannot decide it ('' if they
+    can)}; `arm_seeds`: seeds each arm has finished; a round brings every arm of an undecided part that more
+    seeds can decide to min(the most seeds among them + round_seeds, max_seeds); `runs_per_seed`: runs an arm
+    trains per seed (its profile's learning rates; default 1). A part that cannot be decided by more seeds gets
+    none, and every decision says so: the loop stops for it when it is the last undecided ("cannot be decided by
+    more seeds"), never as if it were decided. Pure: no runs, no files."""
+    open_ = [p for p in parts if not p.get("decided")]
+    blocked = [p for p in open_ if p.get("blocked")]
+    undecided = [p for p in open_ if not p.get("blocked")]
     names = [str(p["key"]) for p in undecided]
+    note = "" if not blocked else \
+        "; " + "; ".join(f"{p['key']}: {p['blocked']}" for p in blocked)
     if not undecided:
+        if blocked:
+            others = "every other part is decided" if len(blocked) < len(parts) else "no part is decided"
+            return RoundDecision("cannot be decided by more seeds", 0, [str(p["key"]) for p in blocked], [],
+                                 f"{others}{note}")
         return RoundDecision("decided", 0, [], [], "every part is decided")
     arms = sorted({a for p in undecided for a in p["arms"]})
     have = max((arm_seeds.get(a, 0) for a in arms), default=0)
@@ -425,11 +449,12 @@ def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, in
     if not need:
         return RoundDecision("seed cap", target, names, [],
                              f"{len(names)} part{'s' if len(names) != 1 else ''} undecided at the cap of "
-                             f"{max_seeds} seeds per arm")
+                             f"{max_seeds} seeds per arm{note}")
     new_runs = sum(k * (runs_per_seed or {}).get(a, 1) for a, k in need.items())
     cost = new_runs * hours_per_run
     if budget_hours is not None and spent_hours + cost > budget_hours:
         return RoundDecision("budget", target, names, [],
                              f"the next round ({new_runs} runs, about {cost:.2f} run-hours) would pass the budget "
-                             f"of {budget_hours:g} run-hours ({spent_hours:.2f} spent)")
-    return RoundDecision("", target, names, sorted(need), f"{new_runs} runs: {len(need)} arms to {target} seeds")
+                             f"of {budget_hours:g} run-hours ({spent_hours:.2f} spent){note}")
+    return RoundDecision("", target, names, sorted(need),
+                         f"{new_runs} runs: {len(need)} arms to {target} seeds{note}")

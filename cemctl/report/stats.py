@@ -99,52 +99,92 @@ class BootEstimate:
 Estimate = Any  # TEstimate | BootEstimate | cemctl.report.sequential.SeqEstimate (anything with `label_ps`)
 
 
-def _mean(x: Sequence[float]) -> float:
-    return float(sum(x)) / len(x)
+def _arrays(values: Sequence[Any]) -> list[np.ndarray]:
+    return [np.asarray(v, dtype=float) for v in values]
 
 
-def _var(x: Sequence[float]) -> float:
-    m = _mean(x)
-    return sum((v - m) ** 2 for v in x) / (len(x) - 1)
+def paired_arrays(diffs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(effect, se, df) of the mean of per-seed contrasts along the last axis (seeds), for any leading shape: one
+    part (a 1-d array) or thousands of simulated ones; se NaN with fewer than two seeds."""
+    d = np.asarray(diffs, dtype=float)
+    n = d.shape[-1]
+    effect = d.mean(axis=-1) if n else np.full(d.shape[:-1], np.nan)
+    if n < 2:
+        return effect, np.full(effect.shape, np.nan), np.zeros(effect.shape)
+    return effect, np.sqrt(d.var(axis=-1, ddof=1) / n), np.full(effect.shape, n - 1.0)
+
+
+def pooled_variance_arrays(arms: Sequence[Any]) -> tuple[Any, int]:
+    """(s_p^2, df): the within-arm variance pooled over every arm with at least two seeds (seeds along the last
+    axis of each; s_p^2 NaN without any)."""
+    ss: Any = 0.0
+    df = 0
+    for v in _arrays(arms):
+        if v.shape[-1] >= 2:
+            ss = ss + v.var(axis=-1, ddof=1) * (v.shape[-1] - 1)
+            df += v.shape[-1] - 1
+    return (ss / df if df else np.nan), df
+
+
+def pooled_arrays(coefs: Sequence[float], values: Sequence[Any], stratum: Sequence[Any] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(effect, se, df) of sum c_g mean_g with the within-arm variance pooled over `stratum` (default: the
+    contrast's own arms), seeds along the last axis of each arm's values."""
+    vals = _arrays(values)
+    s2, df = pooled_variance_arrays(stratum if stratum is not None else vals)
+    return _pooled_contrast(coefs, vals, s2, df)
+
+
+def _pooled_contrast(coefs: Sequence[float], vals: list[np.ndarray], s2: Any, df: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    effect = sum(c * v.mean(axis=-1) for c, v in zip(coefs, vals))
+    if not df:
+        return effect, np.full(np.shape(effect), np.nan), np.zeros(np.shape(effect))
+    se = np.sqrt(s2 * sum(c * c / v.shape[-1] for c, v in zip(coefs, vals)))
+    return effect, np.broadcast_to(se, np.shape(effect)), np.full(np.shape(effect), float(df))
+
+
+def welch_arrays(coefs: Sequence[float], values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(effect, se, df) of sum c_g mean_g with each arm's own variance and Satterthwaite's df, seeds along the last
+    axis of each arm's values; se NaN and df 0 where an arm has fewer than two seeds or the variance is 0."""
+    vals = _arrays(values)
+    effect = sum(c * v.mean(axis=-1) for c, v in zip(coefs, vals))
+    if min(v.shape[-1] for v in vals) < 2:
+        return effect, np.full(np.shape(effect), np.nan), np.zeros(np.shape(effect))
+    terms = [c * c * v.var(axis=-1, ddof=1) / v.shape[-1] for c, v in zip(coefs, vals)]
+    var = sum(terms)
+    ok = var > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = var ** 2 / sum(t * t / (v.shape[-1] - 1) for t, v in zip(terms, vals))
+    return effect, np.where(ok, np.sqrt(np.where(ok, var, 1.0)), np.nan), np.where(ok, df, 0.0)
+
+
+def _t(effect: Any, se: Any, df: Any, method: str, n: int) -> TEstimate:
+    return TEstimate(float(effect), float(se), float(df) if float(df) else 0, method, n)
 
 
 def paired_estimate(diffs: Sequence[float]) -> TEstimate:
     """The mean of per-seed contrasts (arms that are the same model at initialisation, paired by seed)."""
-    n = len(diffs)
-    if n < 2:
-        return TEstimate(_mean(diffs) if n else math.nan, math.nan, 0, "paired t", n)
-    return TEstimate(_mean(diffs), math.sqrt(_var(diffs) / n), n - 1, "paired t", n)
+    return _t(*paired_arrays(list(diffs)), "paired t", len(diffs))
 
 
 def pooled_variance(arms: Sequence[Sequence[float]]) -> tuple[float, int]:
     """(s_p^2, df): the within-arm variance pooled over every arm with at least two seeds."""
-    ss, df = 0.0, 0
-    for values in arms:
-        if len(values) >= 2:
-            ss += _var(values) * (len(values) - 1)
-            df += len(values) - 1
-    return (ss / df if df else math.nan), df
+    s2, df = pooled_variance_arrays([list(v) for v in arms])
+    return (float(s2) if df else math.nan), df
 
 
 def pooled_estimate(groups: Sequence[Group], pooled_var: float, pooled_df: int) -> TEstimate:
     """sum c_g mean_g with se from the stratum's pooled within-arm variance (df = the pooled df)."""
-    effect = sum(c * _mean(v) for c, v in groups)
-    se = math.sqrt(pooled_var * sum(c * c / len(v) for c, v in groups)) if pooled_df else math.nan
-    return TEstimate(effect, se, pooled_df, "pooled t", min(len(v) for _, v in groups))
+    effect, se, _ = _pooled_contrast([c for c, _ in groups], _arrays([list(v) for _, v in groups]), pooled_var,
+                                     pooled_df)
+    return TEstimate(float(effect), float(se), pooled_df, "pooled t", min(len(v) for _, v in groups))
 
 
 def welch_estimate(groups: Sequence[Group]) -> TEstimate:
     """sum c_g mean_g with each arm's own variance; Satterthwaite's df."""
-    effect = sum(c * _mean(v) for c, v in groups)
-    n_min = min(len(v) for _, v in groups)
-    if n_min < 2:
-        return TEstimate(effect, math.nan, 0, "Welch", n_min)
-    terms = [c * c * _var(v) / len(v) for c, v in groups]
-    var = sum(terms)
-    if var <= 0:
-        return TEstimate(effect, math.nan, 0, "Welch", n_min)
-    df = var ** 2 / sum(t * t / (len(v) - 1) for t, (_, v) in zip(terms, groups))
-    return TEstimate(effect, math.sqrt(var), df, "Welch", n_min)
+    effect, se, df = welch_arrays([c for c, _ in groups], [list(v) for _, v in groups])
+    return _t(effect, se, df, "Welch", min(len(v) for _, v in groups))
 
 
 # ---------------------------------------------------------------------------------------------- decisions

@@ -74,22 +74,15 @@ class Profile:
 
     def _minima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The Akima minima of the seed-mean profile, of each leave-one-seed-out mean profile and of each seed's
-        own profile, in one batch: rows 0, 1..n, n+1..2n."""
-        from cemctl.report.optimum import akima_minima
-
+        own profile, in one batch: rows 0, 1..n, n+1..2n (`jackknife_minima`)."""
         if getattr(self, "_cache", None) is None:
-            n = self.n
-            total = self.values.sum(axis=0, keepdims=True)
-            batch = np.concatenate([total / n, (total - self.values) / (n - 1), self.values], axis=0)
-            lr, loss, edge = akima_minima(self.lrs, batch)
-            self._cache = (np.asarray(lr, dtype=float), np.asarray(loss, dtype=float), np.asarray(edge, dtype=bool))
+            self._cache = jackknife_minima(self.lrs, self.values, per_seed=True)
         return self._cache
 
     def optimum(self) -> tuple[float, float, str]:
         """(lr, loss, edge) of the seed-mean profile's Akima minimum; edge '' | 'low' | 'high'."""
         lr, loss, at_edge = (v[0] for v in self._minima())
-        edge = "" if not bool(at_edge) else ("low" if math.isclose(float(lr), self.lrs[0]) else "high")
-        return float(lr), float(loss), edge
+        return float(lr), float(loss), str(edge_side(self.lrs, lr, at_edge))
 
     def leave_one_out(self) -> np.ndarray:
         """The tuned loss with each seed left out (n,)."""
@@ -101,12 +94,84 @@ class Profile:
         return lr[self.n + 1:], loss[self.n + 1:]
 
     def jackknife_var(self) -> float:
-        loo = self.leave_one_out()
-        n = self.n
-        return float((n - 1) / n * np.sum((loo - loo.mean()) ** 2))
+        return float(jackknife_var(self.leave_one_out()))
 
     def spacing_octaves(self) -> float:
         return float(max(math.log2(b / a) for a, b in zip(self.lrs, self.lrs[1:])))
+
+
+def jackknife_minima(lrs: Sequence[float], values: np.ndarray, *, per_seed: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The Akima minima (lr, loss, at an edge) of the seed-mean profile and of each leave-one-seed-out mean
+    profile of `values` (..., seeds, rates), along a new axis before the last: index 0 the mean, 1..n the
+    jackknife, then (per_seed) n+1..2n each seed's own. Any leading shape: one arm, or thousands of simulated
+    ones (`tests/test_claims_sequential.py` runs the page's estimator through here)."""
+    from cemctl.report.optimum import akima_minima
+
+    v = np.asarray(values, dtype=float)
+    n = v.shape[-2]
+    total = v.sum(axis=-2, keepdims=True)
+    rows = [total / n, (total - v) / (n - 1)] + ([v] if per_seed else [])
+    lr, loss, edge = akima_minima(lrs, np.concatenate(rows, axis=-2))
+    return np.asarray(lr, dtype=float), np.asarray(loss, dtype=float), np.asarray(edge, dtype=bool)
+
+
+def edge_side(lrs: Sequence[float], lr: np.ndarray, at_edge: np.ndarray) -> np.ndarray:
+    """Where minima at `lr` sit in the profile `lrs`: '' (bracketed: from the second to the second-last rate, where
+    the interpolant's slopes come from data on both sides), 'low' | 'high' (at the first or last rate: the true
+    optimum may lie beyond it, so the loss there bounds the tuned loss from above) or 'near low' | 'near high' (in
+    an end interval: the interpolant there extrapolates its end slope, and on a curve much steeper on one side of
+    the optimum it dips below the data by more than the seeds' noise, tests/test_claims_tuned.py; its value is no
+    bound either way)."""
+    lr, at_edge = np.asarray(lr, dtype=float), np.asarray(at_edge, dtype=bool)
+    low_point = at_edge & np.isclose(lr, lrs[0])
+    out = np.where(low_point, "low", np.where(at_edge, "high", ""))
+    out = np.where((out == "") & (lr < lrs[1] * (1 - 1e-9)), "near low", out)
+    return np.where((out == "") & (lr > lrs[-2] * (1 + 1e-9)), "near high", out)
+
+
+def jackknife_var(loo: np.ndarray) -> np.ndarray:
+    """The jackknife variance of an estimate from its leave-one-out values (last axis)."""
+    n = loo.shape[-1]
+    return (n - 1) / n * np.sum((loo - loo.mean(axis=-1, keepdims=True)) ** 2, axis=-1)
+
+
+def tuned_arrays(coefs: Sequence[float], losses: Sequence[np.ndarray], loos: Sequence[np.ndarray],
+                 edges: Sequence[np.ndarray], variance: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(effect, se, df, censored) of sum_g c_g (tuned loss of arm g) from each arm's tuned loss, its leave-one-seed-
+    out tuned losses (..., n_g) and the edge its optimum sits at (module docstring: welch, pooled, paired; paired
+    needs the same seeds in every arm, in the same order). Any leading shape."""
+    effect = sum(c * np.asarray(x, dtype=float) for c, x in zip(coefs, losses))
+    ns = [np.shape(x)[-1] for x in loos]
+    if variance == "paired":
+        var = jackknife_var(sum(c * np.asarray(x, dtype=float) for c, x in zip(coefs, loos)))
+        df = np.full(np.shape(effect), ns[0] - 1.0)
+    else:
+        vars_ = [jackknife_var(np.asarray(x, dtype=float)) for x in loos]
+        if variance == "pooled":
+            dof = sum(n - 1 for n in ns)
+            s2 = sum((n - 1) * n * v for n, v in zip(ns, vars_)) / dof  # per-seed variance, pooled
+            var = s2 * sum(c * c / n for c, n in zip(coefs, ns))
+            df = np.full(np.shape(effect), float(dof))
+        else:
+            terms = [c * c * v for c, v in zip(coefs, vars_)]
+            var = sum(terms)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                df = np.where(var > 0, var ** 2 / sum(t * t / (n - 1) for t, n in zip(terms, ns)), 0.0)
+    se = np.where(var > 0, np.sqrt(np.where(var > 0, var, 1.0)), np.nan)
+    return effect, se, df, censored_side(coefs, edges)
+
+
+def censored_side(coefs: Sequence[float], edges: Sequence[np.ndarray]) -> np.ndarray:
+    """The side a contrast's interval is open on: an arm at an edge of its profile may have its true optimum lower
+    still, so the contrast may be lower (its coefficient > 0) or higher (< 0); an arm whose optimum lies in an end
+    interval (`edge_side`: 'near ...') has a tuned loss biased either way: both sides."""
+    edges = [np.asarray(e, dtype=object) for e in edges]
+    near = sum(np.char.startswith(e.astype(str), "near") for e in edges) > 0
+    open_low = sum((e != "") & (c > 0) for c, e in zip(coefs, edges)) > 0
+    open_high = sum((e != "") & (c < 0) for c, e in zip(coefs, edges)) > 0
+    both = near | (open_low & open_high)
+    return np.where(both, "both", np.where(open_low, "low", np.where(open_high, "high", "")))
 
 
 @dataclass
@@ -130,30 +195,13 @@ def tuned_estimate(profiles: Sequence[Profile], coefs: Sequence[float], variance
     method = {"paired": "paired jackknife t", "pooled": "pooled jackknife t"}.get(variance, "Welch jackknife t")
     if variance == "paired":
         common = sorted(set.intersection(*[set(p.seeds) for p in profiles]))
-        n = len(common)
-        if n < 2:
-            est = TEstimate(effect, math.nan, 0, method, n)
-        else:
-            loo = np.zeros(n)
-            for c, p in zip(coefs, profiles):
-                keep = [p.seeds.index(s) for s in common]
-                sub = Profile(p.lrs, common, p.values[keep])
-                loo = loo + c * sub.leave_one_out()
-            var = (n - 1) / n * float(np.sum((loo - loo.mean()) ** 2))
-            est = TEstimate(effect, math.sqrt(var), n - 1, method, n)
+        if len(common) < 2:
+            return TEstimate(effect, math.nan, 0, method, len(common), str(censored_side(coefs, info.edges))), info
+        loos = [Profile(p.lrs, common, p.values[[p.seeds.index(s) for s in common]]).leave_one_out()
+                for p in profiles]
     else:
-        vars_ = [p.jackknife_var() for p in profiles]
-        if variance == "pooled":
-            df = sum(n - 1 for n in ns)
-            s2 = sum((n - 1) * n * v for n, v in zip(ns, vars_)) / df  # per-seed variance, pooled
-            var = s2 * sum(c * c / n for c, n in zip(coefs, ns))
-        else:
-            terms = [c * c * v for c, v in zip(coefs, vars_)]
-            var = sum(terms)
-            df = var ** 2 / sum(t * t / (n - 1) for t, n in zip(terms, ns)) if var > 0 else 0
-        est = TEstimate(effect, math.sqrt(var) if var > 0 else math.nan, df, method, min(ns))
-    # an arm at an edge: its true optimum may be lower still, so the contrast may be lower (c > 0) or higher (c < 0)
-    open_low = any(e and c > 0 for c, e in zip(coefs, info.edges))
-    open_high = any(e and c < 0 for c, e in zip(coefs, info.edges))
-    est.censored = "both" if open_low and open_high else ("low" if open_low else ("high" if open_high else ""))
+        loos = [p.leave_one_out() for p in profiles]
+    _, se, df, censored = tuned_arrays(coefs, [o[1] for o in opts], loos, info.edges, variance)
+    n = len(common) if variance == "paired" else min(ns)
+    est = TEstimate(effect, float(se), float(df), method, n, str(censored))
     return est, info

@@ -9,8 +9,9 @@ Both live under `<runs root>/.claims/` beside the runs they describe (ground tru
 `cemctl sync` never needs them, a copied runs folder carries them):
 
 - `registry.jsonl`: one line per launch that found a claim declaration not registered before: the time, the
-  experiment and scale, the grid's sha256, the claims' text (canonical JSON of every [[claim]] of the grid) and
-  its sha256, and per part its declaration's sha256 and how many of its arms' runs had finished then.
+  experiment and scale, the grid file's text as planned (its [[claim]] tables as written, with their comments:
+  what a reviewer reads) and its sha256, the claims (canonical JSON of every [[claim]] of the grid) and their
+  sha256, and per part its declaration's sha256 and how many of its arms' runs had finished then.
   A part is `confirmatory` when its current declaration was first registered before any of its runs had
   finished; `exploratory` when the declaration changed (or was first made) after results existed, or differs
   from every registered one; `not registered` when no launch recorded it (runs imported from an archive).
@@ -97,7 +98,8 @@ def register_claims(engine: Any, experiment: str, runs_root: Path | str, *, scal
     runs = finished_runs(engine, scale)
     line = {
         "time": time.time() if now is None else now, "experiment": experiment, "scale": scale,
-        "grid_sha256": exp.grid_sha256, "claims_sha256": _sha(declared), "claims": declared,
+        "grid_sha256": exp.grid_sha256, "grid_text": exp.grid_text, "claims_sha256": _sha(declared),
+        "claims": declared,
         "parts": [{"claim": c.id, "part": p.name, "sha256": _sha(p.declaration()),
                    "finished": len(part_run_ids(p, runs))} for c in claims for p in c.parts],
     }
