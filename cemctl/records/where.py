@@ -1,6 +1,6 @@
 """`--where` conditions on run records (`cemctl status`, `report`, `compare`, `export`, `cemctl.api`, the dashboard).
 
-    conds = parse_where(["model.attn_steps>=2", "model.attention!=llama", "train.lr in 1e-3,2e-3", "tag.note~warmup"])
+    conds = parse_where(["model.attn_steps>=2", "model.attention!=llama", "train.lr in 1e-3,2e-3", "note~warmup"])
     keep = [row for row in rows if matches(conds, row)]     # row: {"model.attn_steps": 2, "state": "done", ...}
     frame = filter_frame(frame, conds)                       # the same on a pandas runs frame
 
