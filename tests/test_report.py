@@ -405,6 +405,23 @@ def test_ablation_table_names_each_arm_and_pairs_t2_with_t1_by_seed():
     parts.figures[0].figure.clear()
 
 
+@pytest.mark.parametrize("tokenizer,unit", [("byte", "nats/byte"), ("bpe", "nats/token")])
+def test_every_loss_axis_names_the_unit_of_the_runs_tokenizer(tokenizer, unit):
+    """Issue 32: the ablation figure wrote 'nats per token' on its axis for byte-tokenizer runs too."""
+    from cemctl.report.build import render_parts
+
+    runs, curves = synthetic_frames("ablation", sizes=("nano",), seeds=(0, 1), failures=False, steps=6)
+    runs = runs.assign(**{"data.tokenizer": tokenizer})
+    parts = render_parts(ExperimentInfo("units", "ablation"), runs, curves)
+    labels = {p.name: [lab for ax in p.figure.axes for lab in (ax.get_xlabel(), ax.get_ylabel()) if "loss" in lab]
+              for p in parts.figures}
+    assert set(labels) == {"metric", "training_curves", "ablation"}
+    for name, found in labels.items():
+        assert found and all(lab.endswith(f"({unit})") for lab in found), (name, found)
+    for p in parts.figures:
+        p.figure.clear()
+
+
 def test_fig2a_report_draws_the_papers_arm_and_the_shared_diagonal_arm_labelled():
     from pathlib import Path
 

@@ -111,13 +111,13 @@ def _lighter(color: str, amount: float) -> Any:
 
 def metric_label(metric: str, runs: "pd.DataFrame") -> str:
     """The metric and its unit as it is: nats per byte with the byte tokenizer, per token otherwise."""
-    from cemctl.records.fields import loss_unit
+    from cemctl.records.fields import unit_of
 
     base = METRIC_LABELS.get(metric, metric).split(" (")[0]
     if metric.endswith("_loss"):
         tokenizers = runs["data.tokenizer"].dropna().unique() if "data.tokenizer" in runs.columns else []
         task = runs["task"].iloc[0] if "task" in runs.columns and len(runs) else "lm"
-        return f"{base} ({loss_unit(tokenizers, task)})"
+        return f"{base} ({unit_of(metric, tokenizers, task)})"
     return base
 
 

@@ -113,7 +113,9 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     ax.set_yticks(range(len(arms)))
     ax.set_yticklabels(arms)
     ax.invert_yaxis()
-    ax.set_xlabel("test loss (nats per token)")
+    from cemctl.report.generic import metric_label
+
+    ax.set_xlabel(metric_label(VALUE, runs))  # the unit as it is: nats per byte with the byte tokenizer
     ax.set_ylabel("arm (what differs from the defaults)")
     ax.legend(fontsize=8, loc="best")
     what = "attention" if step_col == "model.attn_steps" else "MLP"
