@@ -231,6 +231,36 @@ def test_baselines_match_same_dims_and_training_setup():
     assert b["role"] == "llama" and b["model.size"] == "micro" and b["train.lr"] == 0.002
 
 
+@pytest.mark.parametrize("llama_lrs", [(0.002, 0.004), (0.004,)])
+def test_a_variant_pairs_only_with_the_llama_of_its_own_training_setup(llama_lrs):
+    """Issue 32: a run starting attention at RMSNorm(h) at lr 0.002 was paired with a Llama at lr 0.004 when no Llama
+    ran at 0.002 (the fallback 'same dims, any training setup'). Now: the same setup, or no pairing and a note."""
+    from cemctl.report.aggregate import unpaired_reasons
+    from cemctl.report.figures.components import render
+
+    cem = {"model.attention": "cem", "model.attn_start": "norm", "train.lr": 0.002}
+    records = [_record(s, 20.0 + s, **cem) for s in (0, 1)]
+    records += [_record(s, 10.0 * lr / 0.002 + s, **{"train.lr": lr}) for lr in llama_lrs for s in (0, 1)]
+    runs = runs_frame([{**r, "params_non_embedding": 800} for r in records])
+    agg = aggregate_seeds(runs)
+    base = match_baselines(agg)
+    row = agg.index[agg["role"].eq("attention")][0]
+    parts = render(runs)
+    table = parts.tables[0].frame
+    cem_row = table[table["variant"].str.startswith("CEM attention")].iloc[0]
+    if 0.002 in llama_lrs:
+        assert agg.at[base[row], "train.lr"] == 0.002
+        assert cem_row["ppl - Llama"] == pytest.approx(20.5 - 10.5)
+        assert not [n for n in parts.notes if "not compared with Llama" in n]
+    else:
+        assert base[row] == -1  # never the Llama of another learning rate
+        assert cem_row["ppl - Llama"] is None or math.isnan(cem_row["ppl - Llama"])
+        assert unpaired_reasons(agg, base)[row] == "no Llama run with the same settings (lr 0.002 here, Llama at 0.004)"
+        notes = [n for n in parts.notes if "not compared with Llama" in n]
+        assert len(notes) == 1 and "lr 0.002 here, Llama at 0.004" in notes[0] and "CEM attention" in notes[0], notes
+    parts.figures[0].figure.clear()
+
+
 def test_problem_runs_give_reasons():
     records = [_record(0, 10.0), _record(1, None, state="failed"), _record(2, None, state="running"),
                {**_record(3, None, state="diverged"), "diverged_step": 5, "error": "non-finite loss inf"}]
@@ -361,6 +391,8 @@ def test_every_experiment_file_has_its_figures(scale):
             assert names == GRID_FIGURES[grid.stem], (grid.stem, scale)
         assert parts.tables and all(not t.frame.empty for t in parts.tables), grid.stem
         assert not [n for n in parts.notes if "no Llama baseline" in n], (grid.stem, parts.notes)
+        for note in [n for n in parts.notes if "not compared with Llama" in n]:  # a point of an lr profile only
+            assert "no Llama run with the same settings (lr " in note, (grid.stem, scale, note)
         for f in parts.figures:
             f.figure.clear()
 

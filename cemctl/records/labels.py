@@ -139,14 +139,16 @@ def _render(config: Mapping[str, Any], keys: Sequence[str]) -> str:
 
 
 def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] = (),
-                 nuisance: Sequence[str] = ("train.seed",), order: Sequence[str] = (), modal: bool = False) -> list[str]:
+                 nuisance: Sequence[str] = ("train.seed",), order: Sequence[str] = (), modal: bool = False,
+                 always_arch: bool = False) -> list[str]:
     """The name of each config's series in a figure or table. A series is every config equal in all keys but the
     nuisance ones and those the figure `shown`s (its x, its panels): one line, one legend entry, one colour. Its
     name is made of the fewest keys that vary among the series and tell them apart, architecture keys first, then
     the grid's `order`; rendered by the specs' names ("Llama", "CEM attention (T=2)") and `short=value` for the
     rest; a key constant among them never appears. `modal`: name each series only by the keys whose value differs
-    from the most common one ("defaults" when none: one-factor-at-a-time grids). Two series never share a name:
-    ArmLabelCollision (a bug the tests catch)."""
+    from the most common one ("defaults" when none: one-factor-at-a-time grids). `always_arch`: name the
+    architecture even when every series has the same ("Llama, lr=0.002": a figure's baseline lines beside its
+    variants). Two series never share a name: ArmLabelCollision (a bug the tests catch)."""
     from cem_core.arms import ArmLabelCollision, varying_keys
 
     configs = [dict(c) for c in configs]
@@ -163,6 +165,7 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
     modes = {k: _mode(series, k) for k in ordered} if modal else {}
 
     family_varies = any(k in candidates for k in ("model.attention", "model.mlp"))
+    arch_set = set(arch_keys())
 
     def render(c: Mapping[str, Any], keys: Sequence[str], plain: bool = False) -> str:
         plain = plain or not family_varies  # the variant is the same for every series: name what differs only
@@ -172,6 +175,9 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
                 return "defaults"
             if not {"model.attention", "model.mlp"} & set(keys):  # the variant is the defaults': name the change
                 plain = True
+        if plain and always_arch and not modal:
+            return ", ".join([_arch_phrase(c, [k for k in keys if k in arch_set]),
+                              *(value_text(k, c.get(k)) for k in keys if k not in arch_set)])
         if plain:
             return ", ".join(value_text(k, c.get(k)) for k in keys) or "all runs"
         return _render(c, keys)

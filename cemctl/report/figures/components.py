@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels
+from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels, unpaired_notes
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,9 +82,6 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
             if panel_role != "llama" and b >= 0:
                 ax.plot([style.params_m(agg.at[i, "params_total"]), style.params_m(agg.at[b, "params_total"])],
                         [agg.at[i, "mean"], agg.at[b, "mean"]], color="0.6", linewidth=0.9, zorder=1)
-            elif panel_role != "llama":
-                parts.notes.append(f"components: no Llama baseline for {agg.at[i, 'variant']} "
-                                   f"(size {agg.at[i, 'model.size']})")
         show = agg.loc[bases + list(sub.index)] if panel_role != "llama" else sub
         show = show[~show.index.duplicated()]
         for variant, group in show.groupby("variant", sort=False):
@@ -104,6 +101,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         ax.set_xlabel("parameters (M)")
         ax.set_ylabel("test perplexity")
         ax.margins(x=0.15, y=0.18)
+    parts.notes += unpaired_notes(agg, base_idx, series_labels(agg, []), "components")
     style.figure_legend(fig, axes, agg["n"])
     caption = ("Test perplexity against total parameters (M). Each CEM variant (T=1) is linked to the Llama "
                "baseline with the same dimensions and token budget (training tokens written next to the baseline). "

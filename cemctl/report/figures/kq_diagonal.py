@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels
+from cemctl.report.aggregate import (aggregate_seeds, baseline_lines, match_baselines, series_labels,
+                                     unpaired_notes)
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,26 +61,24 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
                                        color=style.KQ_COLORS.get(strategy, "0.3") if len(series_names) == 1
                                        else style.CYCLE[j % len(style.CYCLE)],
                                        marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)])
-        bases = {int(base_idx[i]) for i in panel.index if base_idx[i] >= 0}
-        base_row = agg.loc[min(bases)] if bases else None
-        if base_row is not None:
-            style.baseline_line(ax, base_row, label_ns=base_ns)
-        else:
-            parts.notes.append(f"kq_diagonal: no Llama baseline for size {size}")
+        bases = sorted({int(base_idx[i]) for i in panel.index if base_idx[i] >= 0})
+        baseline_lines(ax, agg, bases, [KQ_COLUMN, "model.size"], label_ns=base_ns)
         ax.set_xticks(range(len(strategies)))
         ax.set_xticklabels([SHORT.get(s, s) for s in strategies])
         ax.set_xlim(-0.6, len(strategies) - 0.4)
         ax.set_xlabel("KQ diagonal in A_k")
         ax.set_ylabel("test perplexity")
-        params = f" ({style.params_m(base_row['params_total']):.3g}M Llama params)" if base_row is not None else ""
+        params = f" ({style.params_m(agg.at[bases[0], 'params_total']):.3g}M Llama params)" if bases else ""
         ax.set_title(f"{size}{params}", fontsize=10)
-        for r in panel.to_dict("records"):
+        for i, r in panel.iterrows():  # each row against its own baseline: the same training setup, or none
+            base = agg.loc[int(base_idx[i])] if base_idx[i] >= 0 else None
             rows.append({"size": size, **({"setting": r["series"]} if others else {}),
                          "KQ diagonal": style.KQ_LABELS.get(r[KQ_COLUMN], r[KQ_COLUMN]),
                          "params (M)": style.params_m(r["params_total"]),
                          "test ppl (mean)": r["mean"], "test ppl (s.d.)": r["std"], "n seeds": int(r["n"]),
-                         "Llama ppl": base_row["mean"] if base_row is not None else None,
-                         "ppl - Llama": (r["mean"] - base_row["mean"]) if base_row is not None else None})
+                         "Llama ppl": base["mean"] if base is not None else None,
+                         "ppl - Llama": (r["mean"] - base["mean"]) if base is not None else None})
+    parts.notes += unpaired_notes(agg, base_idx, series_labels(sub, []), "kq_diagonal")
     for ax in axes[len(sizes):]:
         ax.set_visible(False)
     from matplotlib.lines import Line2D

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import render_per_component, series_labels
+from cemctl.report.aggregate import baseline_lines, render_per_component, series_labels, unpaired_notes
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,26 +56,24 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
             offset = (j - (panel["series"].nunique() - 1) / 2) * 0.04
             style.plot_seed_points(ax, [float(t) + offset for t in group[steps_col]], group, color=colors[series],
                                    label=str(series), label_ns=series_ns[series])
-        bases = {int(base_idx[i]) for i in panel.index if base_idx[i] >= 0}
-        base_row = agg.loc[min(bases)] if bases else None
-        if base_row is not None:
-            style.baseline_line(ax, base_row, label_ns=base_ns)
+        bases = sorted({int(base_idx[i]) for i in panel.index if base_idx[i] >= 0})
+        baseline_lines(ax, agg, bases, [steps_col, "model.size"], label_ns=base_ns)
         steps = sorted({int(t) for t in panel[steps_col]})
         ax.set_xticks(steps)
         ax.set_xlim(min(steps) - 0.4, max(steps) + 0.4)
-        params = f" ({style.params_m(base_row['params_total']):.3g}M Llama params)" if base_row is not None else ""
+        params = f" ({style.params_m(agg.at[bases[0], 'params_total']):.3g}M Llama params)" if bases else ""
         ax.set_title(f"{size}{params}", fontsize=10)
         ax.set_xlabel("recursion steps T")
         ax.set_ylabel("test perplexity")
-        for r in panel.to_dict("records"):
+        for i, r in panel.iterrows():  # each row against its own baseline: the same training setup, or none
+            base = agg.loc[int(base_idx[i])] if base_idx[i] >= 0 else None
             rows.append({"size": size, "preconditioner": style.precond_label(r[precond_col]),
                          **({"setting": r["series"]} if extra else {}), "T": int(r[steps_col]),
                          "params (M)": style.params_m(r["params_total"]), "test ppl (mean)": r["mean"],
                          "test ppl (s.d.)": r["std"], "n seeds": int(r["n"]),
-                         "Llama ppl": base_row["mean"] if base_row is not None else None,
-                         "ppl - Llama": (r["mean"] - base_row["mean"]) if base_row is not None else None})
-        if base_row is None:
-            parts.notes.append(f"recursion ({title}): no Llama baseline for size {size}")
+                         "Llama ppl": base["mean"] if base is not None else None,
+                         "ppl - Llama": (r["mean"] - base["mean"]) if base is not None else None})
+    parts.notes += unpaired_notes(agg, base_idx, series_labels(sub, []), f"recursion ({title})")
     for ax in axes[len(sizes):]:
         ax.set_visible(False)
     fig.suptitle(f"{title}: recursion steps and preconditioners (dashed: Llama baseline)", fontsize=11)
