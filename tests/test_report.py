@@ -214,7 +214,7 @@ def test_seed_aggregation_mean_and_sample_std():
     assert llama["mean"] == pytest.approx(12.0)
     assert llama["std"] == pytest.approx(2.0)  # sqrt(((-2)^2 + 0 + 2^2) / (3 - 1)), ddof=1
     assert (llama["min"], llama["max"]) == (10.0, 14.0)
-    cem = agg.loc["CEM attention (T=1)"]
+    cem = agg.loc["CEM attention"]  # named by the one labelling path: what tells it from Llama
     assert cem["n"] == 1 and math.isnan(cem["std"]) and cem["mean"] == 20.0
     pop = aggregate_seeds(runs, ddof=0).set_index("variant").loc["Llama"]
     assert pop["std"] == pytest.approx(math.sqrt(8.0 / 3.0))
@@ -259,6 +259,21 @@ def test_a_variant_pairs_only_with_the_llama_of_its_own_training_setup(llama_lrs
         notes = [n for n in parts.notes if "not compared with Llama" in n]
         assert len(notes) == 1 and "lr 0.002 here, Llama at 0.004" in notes[0] and "CEM attention" in notes[0], notes
     parts.figures[0].figure.clear()
+
+
+def test_a_marks_note_names_two_marked_arms_apart():
+    """Issue 32: the [[mark]] note named each run by the paper's variant and size, so two marked arms that differ in
+    another key ran together into one name."""
+    from cemctl.report.build import mark_notes
+
+    records = [_record(s, 10.0, **{"model.attention": "cem", "model.attn_precond": "diag_lowrank",
+                                   "model.attn_precond_rank": rank}) for rank in (4, 16) for s in (0, 1)]
+    records.append(_record(0, 9.0))
+    runs = runs_frame(records).assign(marks=["beyond the paper"] * 4 + [""])
+    (note,) = mark_notes(runs)
+    label, _, arms = note.partition(": ")
+    assert label == "beyond the paper"
+    assert arms.split("; ") == ["CEM attention (attn_precond_rank=4)", "CEM attention (attn_precond_rank=16)"], note
 
 
 def test_problem_runs_give_reasons():

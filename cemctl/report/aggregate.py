@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from cemctl.report.arms import has_arms
-from cemctl.report.style import DIM_COLUMNS, role, variant_label
+from cemctl.report.style import DIM_COLUMNS, role
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -28,11 +28,11 @@ CARRY_MEAN = ("tokens", "train_flops")
 
 
 def config_columns(frame: "pd.DataFrame") -> list[str]:
-    """The run-config columns of a runs frame (dotted keys, plus `task`)."""
-    cols = [c for c in frame.columns if "." in c]
-    if "task" in frame.columns:
-        cols = ["task"] + cols
-    return cols
+    """The run-config columns of a runs frame (`task`, `plugins`, the dotted keys; never a tag or a result)."""
+    from cem_core.arms import TOP_LEVEL_KEYS, is_config_key
+
+    return [c for c in TOP_LEVEL_KEYS if c in frame.columns] + \
+        [c for c in frame.columns if is_config_key(c) and c not in TOP_LEVEL_KEYS]
 
 
 def finished(runs: "pd.DataFrame", value: str = "test_ppl") -> "pd.DataFrame":
@@ -50,7 +50,7 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
                     ddof: int = 1, only_finished: bool = True) -> "pd.DataFrame":
     """One row per variant: the `by` columns (default: every config column but the seed), then
     mean, std (ddof), min, max, n of `value`, `seeds` (sorted, comma-separated), `run_ids`,
-    the carried columns, `variant` (paper name) and `role`.
+    the carried columns, `variant` (the row's name by the one labelling path) and `role`.
     """
     import numpy as np
     import pandas as pd
@@ -87,14 +87,12 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
                 row[col] = float(group[col].astype(float).mean())
         rows.append(row)
     agg = pd.DataFrame(rows)
-    agg["variant"] = [variant_label(r) for r in agg.to_dict("records")]
+    agg["variant"] = series_labels(agg, [])  # each row's name (a figure renames its series by what it shows)
     agg["role"] = [role(r) for r in agg.to_dict("records")]
-    if "arm_label" not in agg.columns:  # name each row by what varies among them (cem_core.arms)
-        from cem_core.arms import ArmLabels
+    if "arm_label" not in agg.columns:  # name each row by what varies among them (the one labelling path)
+        from cemctl.records.labels import arm_labels
 
-        configs = [{c: r[c] for c in config_columns(agg)} for r in agg.to_dict("records")]
-        labels = ArmLabels.of(configs, nuisance=(SEED_COLUMN,))
-        agg["arm_label"] = [labels.label(c) for c in configs]
+        agg["arm_label"] = arm_labels(agg.to_dict("records"), nuisance=(SEED_COLUMN,))[1]
     return agg
 
 

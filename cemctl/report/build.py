@@ -90,12 +90,12 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
 
     import pandas as pd
 
-    from cemctl.report.style import variant_label
+    from cemctl.records.labels import arm_labels
 
     rows = []
     records = runs.to_dict("records") if {"run_id", "state"} <= set(runs.columns) else []
-    has_arms = "arm_label" in runs.columns
-    for r in records:
+    labels = list(runs["arm_label"]) if "arm_label" in runs.columns else arm_labels(records)[1]
+    for r, label in zip(records, labels):
         state = r.get("state") or "planned"
         ppl = r.get(value)
         finite = ppl is not None and not (isinstance(ppl, float) and not math.isfinite(ppl))
@@ -116,7 +116,7 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
             why = "cancelled" + (f": {reason}" if reason else "")
         else:
             why = f"no result yet (state {state})" + (f": {reason}" if reason and reason != state else "")
-        rows.append({"run_id": r["run_id"], "arm": r["arm_label"] if has_arms else variant_label(r),
+        rows.append({"run_id": r["run_id"], "arm": label,
                      "seed": r.get("train.seed"), "state": state, "reason": why})
     if planned_run_ids is not None:
         known = set(runs["run_id"]) if "run_id" in runs.columns else set()
@@ -146,19 +146,22 @@ def claims_tables(runs: "pd.DataFrame", claims: Sequence[object]) -> list[TableP
 
 
 def mark_notes(runs: "pd.DataFrame") -> list[str]:
-    """One note per [[mark]] label: which variants and sizes carry it (e.g. 'beyond the paper')."""
-    from cemctl.report.style import variant_label
+    """One note per [[mark]] label: which arms carry it (e.g. 'beyond the paper'), each named by the one labelling
+    path among the report's arms (two arms are never run together into one name)."""
+    from cem_core.arms import config_of
+    from cemctl.records.labels import series_names
 
-    if "marks" not in runs.columns:
+    if "marks" not in runs.columns or runs.empty:
         return []
+    records = runs.to_dict("records")
+    names = series_names([config_of(r) for r in records])
     by_label: dict[str, list[str]] = {}
-    for r in runs.to_dict("records"):
+    for r, what in zip(records, names):
         for label in filter(None, (m.strip() for m in str(r.get("marks") or "").split(";"))):
-            what = variant_label(r) + (f" {r['model.size']}" if r.get("model.size") else "")
             by_label.setdefault(label, [])
             if what not in by_label[label]:
                 by_label[label].append(what)
-    return [f"{label}: {', '.join(items)}" for label, items in by_label.items()]
+    return [f"{label}: {'; '.join(items)}" for label, items in by_label.items()]
 
 
 def grid_notes(runs: "pd.DataFrame") -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from cem_core.arms import ArmLabelCollision, format_value, short_names
+from cem_core.arms import ArmLabelCollision, format_value, is_config_key, short_names
 from cemctl.report import style
 from cemctl.report.arms import ARM, ARM_LABEL, config_of
 from cemctl.report.parts import FigurePart
@@ -31,7 +31,7 @@ def varying(runs: "pd.DataFrame", nuisance: Sequence[str] = ("train.seed",)) -> 
     """Config columns with more than one value among the runs (in column order), nuisance keys excluded."""
     keys = []
     for col in runs.columns:
-        if ("." in col and not col.startswith("tag.")) or col == "task":
+        if is_config_key(col):
             if col not in nuisance and runs[col].astype(str).nunique(dropna=False) > 1:
                 keys.append(col)
     return keys

@@ -1,7 +1,7 @@
 """Names, colours and plotting helpers shared by every figure of `cemctl report`.
 
-Variant names follow the paper ("Llama", "CEM attention (T=1)", "CEM MLP,
-param-matched", "diag", "diag+low-rank", ...). Every figure marks seeds the same
+Series are named by `cemctl.records.labels` (the one labelling path); here only how a
+value is shown (a preconditioner's spec label, a KQ diagonal's words). Every figure marks seeds the same
 way: a filled marker with error bars = mean +- 1 sample standard deviation
 (ddof=1) over n >= 2 seeds; a hollow marker = a single seed (n = 1).
 
@@ -82,46 +82,11 @@ def precond_label(kind: Any) -> str:
     return _label(PRECONDITIONERS, kind)
 
 
-def _details(steps: int, precond: Any, extra: Sequence[str] = ()) -> str:
-    parts = [f"T={steps}"]
-    if precond not in (None, "identity"):
-        parts.append(precond_label(precond))
-    parts += [e for e in extra if e]
-    return ", ".join(parts)
-
-
 def _label(registry: Any, name: Any) -> str:
     try:
         return registry.spec(str(name)).label
     except Exception:  # noqa: BLE001 - not a registered name here: its own name
         return str(name)
-
-
-def variant_label(row: Mapping[str, Any]) -> str:
-    """The paper-style name of a run's architecture from its variants' spec labels (no size, lr or seed)."""
-    from cem_core.variants import ATTENTION, MLPS
-
-    attn, mlp = _get(row, "model.attention", "llama"), _get(row, "model.mlp", "llama")
-    a_t, m_t = _int(_get(row, "model.attn_steps", 1)), _int(_get(row, "model.mlp_steps", 1))
-    a_p, m_p = _get(row, "model.attn_precond", "identity"), _get(row, "model.mlp_precond", "identity")
-    kq = _get(row, "model.kq_diagonal", "none")
-    kq_text = KQ_LABELS.get(str(kq), str(kq)) if kq not in (None, "none") else ""
-    a_label, m_label = _label(ATTENTION, attn), _label(MLPS, mlp)
-    r = role(row)
-    if r == "llama":
-        return "Llama"
-    if r == "attention":
-        return f"{a_label} ({_details(a_t, a_p, [kq_text])})"
-    if r == "mlp":
-        return f"{m_label} ({_details(m_t, m_p)})"
-    if r == "full":
-        pm = ", param-matched MLP" if "param-matched" in m_label else ""
-        if a_t == m_t and a_p == m_p:
-            return f"full CEM ({_details(a_t, a_p, [kq_text])}{pm})"
-        return f"full CEM (attn {_details(a_t, a_p, [kq_text])}; MLP {_details(m_t, m_p)}{pm})"
-    if r in ("attention_reuse", "mlp_reuse"):
-        return f"{a_label if r == 'attention_reuse' else m_label} (T={a_t if r == 'attention_reuse' else m_t})"
-    return f"{a_label} (T={a_t}) + {m_label} (T={m_t})"
 
 
 def size_order(sizes: Iterable[Any]) -> list[Any]:

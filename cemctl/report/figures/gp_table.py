@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cem_core.arms import is_config_key
 from cemctl.report import style
 from cemctl.report.aggregate import extra_settings
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
@@ -44,7 +45,7 @@ def gp_frame(runs: "pd.DataFrame") -> "pd.DataFrame":
     if REFERENCE in frame.columns:
         out[REFERENCE] = frame[REFERENCE]
     # what else varies among the runs (lr, width, ...) splits a series: two arms are never averaged together
-    has_config = any("." in c for c in frame.columns)
+    has_config = any(is_config_key(c) and c != "task" for c in frame.columns)
     out["setting"] = extra_settings(frame, [*_SOURCES["kernel"], *_SOURCES["T"]]) if has_config and len(frame) else ""
     out = out[pd.to_numeric(out["test_rmse"], errors="coerce").notna()]
     return out.reset_index(drop=True)

@@ -38,9 +38,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     # Anything else that varies (preconditioner, T, lr, ...) becomes a separate series: arms are never merged.
     sub = sub.assign(series=series_labels(sub, [KQ_COLUMN, "model.size"]))
     others = sub["series"].nunique() > 1
-    if not others:
-        sub = sub.assign(series="CEM attention")
-    series_names = sorted(sub["series"].unique())
+    series_names = list(dict.fromkeys(sub["series"]))
     sizes = style.size_order(sub["model.size"])
     ncols, nrows = style.grid_shape(len(sizes))
     fig, axes = style.new_figure(ncols, nrows, panel_w=3.8)
@@ -72,7 +70,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         ax.set_title(f"{size}{params}", fontsize=10)
         for i, r in panel.iterrows():  # each row against its own baseline: the same training setup, or none
             base = agg.loc[int(base_idx[i])] if base_idx[i] >= 0 else None
-            rows.append({"size": size, **({"setting": r["series"]} if others else {}),
+            rows.append({"size": size, **({"series": r["series"]} if others else {}),
                          "KQ diagonal": style.KQ_LABELS.get(r[KQ_COLUMN], r[KQ_COLUMN]),
                          "params (M)": style.params_m(r["params_total"]),
                          "test ppl (mean)": r["mean"], "test ppl (s.d.)": r["std"], "n seeds": int(r["n"]),
@@ -83,13 +81,9 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         ax.set_visible(False)
     from matplotlib.lines import Line2D
 
-    first = sub.iloc[0]
-    cem_name = f"CEM attention (T={int(first['model.attn_steps'])}, {style.precond_label(first['model.attn_precond'])})"
-    extra = [Line2D([], [], color="0.45", marker="o", linestyle="none",
-                    label=f"{cem_name if len(series_names) == 1 else 'CEM attention'}, {style.n_note(sub['n'])}")]
-    if len(series_names) > 1:
-        extra += [Line2D([], [], color=style.CYCLE[j % len(style.CYCLE)], marker=style.SIZE_MARKERS[j],
-                        linestyle="none", label=s) for j, s in enumerate(series_names)]
+    extra = [Line2D([], [], color="0.45" if len(series_names) == 1 else style.CYCLE[j % len(style.CYCLE)],
+                    marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)], linestyle="none",
+                    label=f"{s}, {style.n_note(sub.loc[sub['series'].eq(s), 'n'])}") for j, s in enumerate(series_names)]
     style.figure_legend(fig, axes[:len(sizes)], sub["n"], extra=extra)
     setting = series_names[0] if len(series_names) == 1 else "several settings"
     caption = ("KQ diagonal strategies in CEM attention (Llama MLP; " + setting + "): no diagonal, one diagonal "

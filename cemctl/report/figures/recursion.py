@@ -67,8 +67,7 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
         ax.set_ylabel("test perplexity")
         for i, r in panel.iterrows():  # each row against its own baseline: the same training setup, or none
             base = agg.loc[int(base_idx[i])] if base_idx[i] >= 0 else None
-            rows.append({"size": size, "preconditioner": style.precond_label(r[precond_col]),
-                         **({"setting": r["series"]} if extra else {}), "T": int(r[steps_col]),
+            rows.append({"size": size, "series": r["series"], "T": int(r[steps_col]),
                          "params (M)": style.params_m(r["params_total"]), "test ppl (mean)": r["mean"],
                          "test ppl (s.d.)": r["std"], "n seeds": int(r["n"]),
                          "Llama ppl": base["mean"] if base is not None else None,
@@ -82,8 +81,9 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
                f"all models dimension-matched to the Llama baseline (dashed, band = \u00b11 s.d.). "
                f"{style.SPREAD_NOTE}.")
     parts.figures.append(FigurePart(name, fig, caption))
-    parts.tables.append(TablePart(name, pd.DataFrame(rows), f"{title}: test perplexity per size, preconditioner "
-                                  "and T (mean over seeds, s.d. with ddof=1) and the difference to Llama."))
+    parts.tables.append(TablePart(name, pd.DataFrame(rows), f"{title}: test perplexity per size, series (the "
+                                  "preconditioner, and whatever else varies) and T (mean over seeds, s.d. with ddof=1) "
+                                  "and the difference to Llama of the same training setup."))
     return parts
 
 

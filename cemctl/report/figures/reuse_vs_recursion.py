@@ -10,10 +10,10 @@ independent: sqrt(s1^2 + s2^2).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import (difference_std, extra_settings, render_per_component)
+from cemctl.report.aggregate import difference_std, render_per_component, series_labels
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,26 +28,18 @@ COMPONENTS = {
 SETTING_COLORS = {"reuse": "#f7c99b", "cem": "#9cc0f5", "cem_param_matched": "#f5a3c7"}
 
 
-def _setting(kind: str, component: str, precond: Any, with_precond: bool) -> str:
-    name = {"reuse": "plain reuse", "cem": f"CEM {'MLP' if component == 'mlp' else 'attention'}, dim-matched",
-            "cem_param_matched": "CEM MLP, param-matched"}.get(kind, kind)
-    if with_precond and kind != "reuse":
-        name += f" ({style.precond_label(precond)})"
-    return name
-
-
 def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "pd.DataFrame":
     """One row per (setting, size) with T=1 and T=2 seed statistics and the gain (T=1 ppl - T=2 ppl)."""
     import pandas as pd
 
     other_col, col, steps_col, precond_col, _, _ = COMPONENTS[component]
     rows = agg[agg[other_col].eq("llama") & agg[col].isin(["reuse", "cem", "cem_param_matched"])]
-    with_precond = rows.loc[rows[col] != "reuse", precond_col].nunique() > 1
-    # anything else that varies splits a setting (never two arms in one T=1 -> T=2 pair)
-    rows = rows.assign(_extra=extra_settings(rows, [col, precond_col, "model.size", steps_col, other_col]))
+    # a setting is a series of the one labelling path: the variant, and anything else that varies (never two arms
+    # in one T=1 -> T=2 pair)
+    rows = rows.assign(_setting=series_labels(rows, [steps_col, "model.size"]))
     out = []
-    keys = [col, precond_col, "model.size", "_extra"]
-    for (kind, precond, size, extra), group in rows.groupby(keys, sort=False):
+    for (setting, size), group in rows.groupby(["_setting", "model.size"], sort=False):
+        kind = group[col].iloc[0]
         at = {int(t): g.iloc[0] for t, g in group.groupby(steps_col)}
         t1, t2 = at.get(1), at.get(2)
         t1_from = "run"
@@ -59,8 +51,7 @@ def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "p
             from cem_core.arms import ArmLabelCollision
 
             raise ArmLabelCollision(f"two arms at one T in the {component} reuse/recursion figure ({kind}, {size})")
-        rec = {"setting": _setting(kind, component, precond, with_precond) + (f", {extra}" if extra else ""),
-               "kind": kind,
+        rec = {"setting": setting, "kind": kind,
                "size": size, "T=1 from": t1_from if t1 is not None else "missing"}
         for label, r in (("T=1", t1), ("T=2", t2)):
             rec[f"ppl {label} (mean)"] = float(r["mean"]) if r is not None else float("nan")
