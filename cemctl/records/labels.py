@@ -157,9 +157,7 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
     from cem_core.arms import ArmLabelCollision, format_value, short_names, varying_keys
 
     configs = [dict(c) for c in configs]
-    hidden = set(nuisance) | set(shown)
-    if "model.size" in hidden:  # a size is its dims: those it determines here are shown with it
-        hidden |= {k for k in SIZE_DIMS if _determined(configs, k, "model.size")}
+    hidden = set(nuisance) | set(shown_with_dims(configs, shown))
     sids = [json_key({k: v for k, v in c.items() if k not in hidden}) for c in configs]
     firsts: dict[str, dict[str, Any]] = {}
     for sid, c in zip(sids, configs):
@@ -231,6 +229,15 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
 
 
 SIZE_DIMS = ("model.d_model", "model.n_layers", "model.n_heads", "model.d_mlp", "model.context_len")
+
+
+def shown_with_dims(configs: Sequence[Mapping[str, Any]], shown: Sequence[str]) -> list[str]:
+    """The keys a figure shows: `shown`, and with a size the dims it determines among these configs (a size is its
+    dims: series are never split, nor colours chosen, by `context_len=64` beside `size=nano`)."""
+    out = list(dict.fromkeys(shown))
+    if "model.size" in out:
+        out += [k for k in SIZE_DIMS if k not in out and _determined(configs, k, "model.size")]
+    return out
 
 
 def _determined(configs: Sequence[Mapping[str, Any]], key: str, by: str) -> bool:

@@ -131,17 +131,18 @@ def series_labels(agg: "pd.DataFrame", shown: Sequence[str], base: "pd.Series | 
     return pd.Series(series_names(_configs(agg), shown=list(shown), always_arch=arch), index=agg.index, dtype=object)
 
 
-def baseline_lines(ax: Any, agg: "pd.DataFrame", bases: Sequence[int], shown: Sequence[str], *,
+def baseline_lines(ax: Any, agg: "pd.DataFrame", bases: Sequence[int], shown: Sequence[str], *, palette: Any,
                    label_ns: Sequence[int] | None = None) -> None:
-    """The Llama baselines of a panel as dashed lines: "Llama" when the panel has one, else each named by what
-    tells them apart (the one labelling path), never one line standing for another setup's baseline."""
+    """The Llama baselines of a panel as dashed lines in the report's colour of their hue (`palette`): "Llama" when
+    the panel has one, else each named by what tells them apart (the one labelling path), never one line standing
+    for another setup's baseline."""
     from cemctl.report import style
 
     bases = sorted({int(b) for b in bases})
     names = dict(zip(bases, series_labels(agg.loc[bases], shown, arch=True))) if len(bases) > 1 else \
         {b: "Llama" for b in bases}
     for b in bases:
-        style.baseline_line(ax, agg.loc[b], label=names[b], label_ns=label_ns)
+        style.baseline_line(ax, agg.loc[b], label=names[b], label_ns=label_ns, color=palette.color_for(agg.loc[b]))
 
 
 def _baseline_key(frame: "pd.DataFrame", exclude: Sequence[str]) -> list[str]:
@@ -235,14 +236,17 @@ def render_per_component(runs: "pd.DataFrame", components: Any, render_component
     a note when there is nothing to draw."""
     from cemctl.report.parts import ReportParts
 
+    from cemctl.report.generic import palette_of
+
     parts = ReportParts()
+    palette = palette_of(runs)  # the report's colours
     agg = aggregate_seeds(runs)
     if agg.empty:
         parts.notes.append(f"{kind}: no finished runs")
         return parts
     base_idx = match_baselines(agg)
     for component in components:
-        parts.extend(render_component(agg, base_idx, component))
+        parts.extend(render_component(agg, base_idx, component, palette))
     if parts.is_empty():
         parts.notes.append(f"{kind}: {none_note}")
     return parts

@@ -29,6 +29,8 @@ from cemctl.report.parts import ReportParts, TablePart
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from cemctl.report.generic import Palette
+
 FIGURE_FORMATS = ("png", "pdf", "svg")
 DPI = 150
 
@@ -214,11 +216,8 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
         "/ planned, mean \u00b1 sample s.d. and 95% t interval over the seeds, parameters, tokens, training FLOPs, "
         "tokens/s and wall time (means over the seeds); arms.csv has every number at full precision.",
         csv=table, lead=True))
-    from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
-
-    x = opts.x or default_x(runs, varying(runs, opts.nuisance), info.axes)
-    palette = Palette(runs, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance) if not runs.empty else None
-    runs.attrs[PALETTE_ATTR] = palette  # the figure kinds colour their series the same way (report.generic.Palette)
+    palette = report_palette(info, runs)
+    x = palette.x if palette is not None else None
     fig = metric_figure(runs, x=x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
                         nuisance=opts.nuisance, palette=palette)
     if fig is not None:
@@ -228,6 +227,22 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
         if curve_fig is not None:
             parts.figures.append(curve_fig)
     return parts
+
+
+def report_palette(info: ExperimentInfo, runs: "pd.DataFrame") -> "Palette | None":
+    """The one palette of a report (`cemctl.report.generic.Palette`), left on `runs` for every figure: the generic
+    figures, the figure kind's and the extra ones (test-time recursion, energy) colour a value alike."""
+    from cemctl.report.figures import kind_shown
+    from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
+
+    if runs.attrs.get(PALETTE_ATTR) is None and not runs.empty:
+        opts = info.options
+        keys = varying(runs, opts.nuisance)
+        shown = kind_shown(info.figure)  # the kind's own x first: the metric figure draws what the kind draws
+        x = opts.x or next((k for k in shown if k in keys), None) or default_x(runs, keys, info.axes)
+        runs.attrs[PALETTE_ATTR] = Palette(runs, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance,
+                                           shown=kind_shown(info.figure))
+    return runs.attrs.get(PALETTE_ATTR)
 
 
 def _metric(info: ExperimentInfo) -> str:
@@ -412,6 +427,7 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     out = Path(out_dir) if out_dir is not None else Path("reports") / experiment
     from cemctl.report.figures import extra_parts
 
+    report_palette(info, runs)  # the extra figures colour as the report's own
     extras = extra_parts(engine, runs)
     if stale_note:
         extras.notes.append(stale_note)

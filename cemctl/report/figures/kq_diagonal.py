@@ -20,12 +20,16 @@ if TYPE_CHECKING:  # pragma: no cover
 STRATEGIES = ("none", "shared", "per_head")
 KQ_COLUMN = "model.kq_diagonal"
 SHORT = {"none": "none", "shared": "shared", "per_head": "per-head"}
+SHOWN = (KQ_COLUMN, "model.size")  # x and panels
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
     import pandas as pd
 
+    from cemctl.report.generic import palette_of
+
     parts = ReportParts()
+    palette = palette_of(runs)  # the report's colours
     agg = aggregate_seeds(runs)
     if agg.empty:
         parts.notes.append("kq_diagonal: no finished runs")
@@ -39,6 +43,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     sub = sub.assign(series=series_labels(sub, [KQ_COLUMN, "model.size"]))
     others = sub["series"].nunique() > 1
     series_names = list(dict.fromkeys(sub["series"]))
+    colors = {name: palette.color_for(g.iloc[0]) for name, g in sub.groupby("series", sort=False)}
     sizes = style.size_order(sub["model.size"])
     ncols, nrows = style.grid_shape(len(sizes))
     fig, axes = style.new_figure(ncols, nrows, panel_w=3.8)
@@ -56,11 +61,9 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
             offset = (j - (len(series_names) - 1) / 2) * 0.12
             for strategy, row in group.groupby(KQ_COLUMN):
                 style.plot_seed_points(ax, [xpos[strategy] + offset], row, line=None, markersize=8,
-                                       color=style.KQ_COLORS.get(strategy, "0.3") if len(series_names) == 1
-                                       else style.CYCLE[j % len(style.CYCLE)],
-                                       marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)])
+                                       color=colors[series], marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)])
         bases = sorted({int(base_idx[i]) for i in panel.index if base_idx[i] >= 0})
-        baseline_lines(ax, agg, bases, [KQ_COLUMN, "model.size"], label_ns=base_ns)
+        baseline_lines(ax, agg, bases, [KQ_COLUMN, "model.size"], label_ns=base_ns, palette=palette)
         ax.set_xticks(range(len(strategies)))
         ax.set_xticklabels([SHORT.get(s, s) for s in strategies])
         ax.set_xlim(-0.6, len(strategies) - 0.4)
@@ -81,8 +84,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         ax.set_visible(False)
     from matplotlib.lines import Line2D
 
-    extra = [Line2D([], [], color="0.45" if len(series_names) == 1 else style.CYCLE[j % len(style.CYCLE)],
-                    marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)], linestyle="none",
+    extra = [Line2D([], [], color=colors[s], marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)], linestyle="none",
                     label=f"{s}, {style.n_note(sub.loc[sub['series'].eq(s), 'n'])}") for j, s in enumerate(series_names)]
     style.figure_legend(fig, axes[:len(sizes)], sub["n"], extra=extra)
     setting = series_names[0] if len(series_names) == 1 else "several settings"

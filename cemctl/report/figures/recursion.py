@@ -1,8 +1,8 @@
 """Figure kind `recursion` (paper Fig. 2c/2d), for `cemctl report`.
 
 Test perplexity against the recursion steps T of a CEM sublayer, one line per
-preconditioner (colour), one panel per model size, the Llama baseline of the
-same dims dashed. One figure for CEM attention (2c: Llama MLP) and one for the
+preconditioner (and whatever else varies; the report's colours), one panel per
+model size, the Llama baseline of the same dims and training setup dashed. One figure for CEM attention (2c: Llama MLP) and one for the
 CEM MLP (2d: Llama attention), for those present in the results.
 """
 
@@ -17,6 +17,10 @@ from cemctl.report.parts import FigurePart, ReportParts, TablePart
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from cemctl.report.generic import Palette
+
+SHOWN = ("model.attn_steps", "model.mlp_steps", "model.size")  # x (the first that varies), panels
+
 COMPONENTS = {
     # role: (steps column, preconditioner column, figure name, title)
     "attention": ("model.attn_steps", "model.attn_precond", "recursion_attention", "CEM attention"),
@@ -24,7 +28,7 @@ COMPONENTS = {
 }
 
 
-def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> ReportParts:
+def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str, palette: "Palette") -> ReportParts:
     import pandas as pd
 
     steps_col, precond_col, name, title = COMPONENTS[component]
@@ -34,15 +38,10 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
         return parts
     # a series per preconditioner, and per value of anything else that varies (never two arms in one line)
     sub = sub.assign(series=series_labels(sub, [steps_col, "model.size"]))
-    extra = sub["series"].nunique() > sub[precond_col].nunique()
     sizes = style.size_order(sub["model.size"])
     ncols, nrows = style.grid_shape(len(sizes))
     fig, axes = style.new_figure(ncols, nrows)
-    series_precond = dict(zip(sub["series"], sub[precond_col]))
-    if extra:  # several settings share a preconditioner: one colour per series
-        colors = {lab: style.CYCLE[i % len(style.CYCLE)] for i, lab in enumerate(sorted(series_precond))}
-    else:
-        colors = {lab: style.PRECOND_COLORS.get(str(p), "0.3") for lab, p in series_precond.items()}
+    colors = {lab: palette.color_for(g.iloc[0]) for lab, g in sub.groupby("series", sort=False)}
     series_ns: dict[str, list[int]] = {}
     for lab, n in zip(sub["series"], sub["n"]):
         series_ns.setdefault(lab, []).append(int(n))
@@ -57,7 +56,7 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
             style.plot_seed_points(ax, [float(t) + offset for t in group[steps_col]], group, color=colors[series],
                                    label=str(series), label_ns=series_ns[series])
         bases = sorted({int(base_idx[i]) for i in panel.index if base_idx[i] >= 0})
-        baseline_lines(ax, agg, bases, [steps_col, "model.size"], label_ns=base_ns)
+        baseline_lines(ax, agg, bases, [steps_col, "model.size"], label_ns=base_ns, palette=palette)
         steps = sorted({int(t) for t in panel[steps_col]})
         ax.set_xticks(steps)
         ax.set_xlim(min(steps) - 0.4, max(steps) + 0.4)
