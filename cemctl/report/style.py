@@ -24,14 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
 KQ_LABELS = {"none": "no diagonal", "shared": "shared diagonal", "per_head": "per-head diagonal"}
 SPREAD_NOTE = "Error bars: mean \u00b1 1 s.d. over seeds (ddof=1); hollow marker: single seed (n=1)"
 
-# Colours close to the paper's: Llama pink/orange, CEM blue, param-matched orange.
+# A figure never picks a colour of its own: the report's palette (`report.generic.Palette`) gives each hue value
+# one, the Llama baseline the paper's pink.
 LLAMA_COLOR = "#d6458f"
-CEM_COLOR = "#2a6fdb"
-PARAM_MATCHED_COLOR = "#f28e2b"
-T1_COLOR = "#f28e2b"
-T2_COLOR = "#2a6fdb"
-PRECOND_COLORS = {"identity": "#7f7f7f", "diag": "#2ca02c", "diag_lowrank": "#9467bd"}
-KQ_COLORS = {"none": "#7f7f7f", "shared": "#2a6fdb", "per_head": "#d62728"}
 CYCLE = ("#2a6fdb", "#f28e2b", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 # A report's hue colours (`report.generic.Palette`), in the order hue values get them: the cycle, then darker ones
 # of other hues for a grid with many (never a lighter shade of one above: those mean "the same value"), grey last.
