@@ -1,8 +1,7 @@
 """Arms: runs that differ only in their seed (`cemctl status --arms`, `report`, `claims`, `compare`, `export`, `cemctl.api`).
 
     arm_id(flat_config)                      -> "3fa2c1d0e5b7": the hash of the whole config minus the nuisance keys
-    labels = ArmLabels.of(flat_configs)      # labels from the keys that vary among these configs
-    labels.label(flat_config)                -> "attn_step_size=0.5, attn_steps=2"
+    varying_keys(flat_configs)               -> ["model.attn_step_size", "model.attn_steps"]
 
 An *arm* is a run's whole resolved configuration minus its seed (and minus any other
 key the experiment declares a nuisance: `[experiment] nuisance = [...]`). Two runs are
@@ -11,18 +10,16 @@ it, ever merges runs that differ in anything else. The arm id hashes the same it
 run id does (`cem_core.identity`), so fields added since 0.2.0 at their default do not
 split an arm either.
 
-A label names an arm by the keys that vary among the arms shown together, by their
-short name where it is unique (`model.attn_steps` -> `attn_steps`), values written as a
-grid file writes them. Two arms never get the same label: `ArmLabels.of` raises
-`ArmLabelCollision` (a bug, caught by the test suite) rather than show one name for two.
-Torch-free.
+Labels are not made here: `cemctl.records.labels` names arms and series (one labelling
+path), from the keys that vary (`varying_keys`), by their short name where it is unique
+(`short_names`), values written as a grid file writes them (`format_value`); it raises
+`ArmLabelCollision` rather than show one name for two arms. Torch-free.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from cem_core.errors import CemError
@@ -92,25 +89,3 @@ def varying_keys(configs: Iterable[Mapping[str, Any]], nuisance: Sequence[str] =
     varying = {k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1}
     first = [k for k in order if k in varying]
     return first + sorted(varying - set(first))
-
-
-@dataclass(frozen=True)
-class ArmLabels:
-    keys: tuple[str, ...]  # the varying keys labels are made of
-    nuisance: tuple[str, ...] = DEFAULT_NUISANCE
-
-    @classmethod
-    def of(cls, configs: Iterable[Mapping[str, Any]], nuisance: Sequence[str] = DEFAULT_NUISANCE,
-           order: Sequence[str] = ()) -> "ArmLabels":
-        configs = list(configs)
-        labels = cls(tuple(varying_keys(configs, nuisance, order)), tuple(nuisance))
-        seen: dict[str, str] = {}
-        for c in configs:
-            aid, text = arm_id(c, nuisance), labels.label(c)
-            if seen.setdefault(text, aid) != aid:
-                raise ArmLabelCollision(f"arms {seen[text]} and {aid} would both be labelled {text!r}")
-        return labels
-
-    def label(self, flat: Mapping[str, Any]) -> str:
-        names = short_names(list(self.keys))
-        return ", ".join(f"{names[k]}={format_value(flat.get(k))}" for k in self.keys) or "all runs"

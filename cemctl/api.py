@@ -8,7 +8,8 @@
 Every function opens the database read-only (`db`: a path or SQLAlchemy URL; default
 $CEMCTL_DB, else ./results.db), never creates, migrates or writes it, and never
 imports torch. `experiment=None` covers every experiment. `where` takes the conditions
-of `--where` (`"model.attn_steps>=2"`, `"train.lr in 1e-3,2e-3"`, `"tag.note~warmup"`).
+of `--where` (`"model.attn_steps>=2"`, `"train.lr in 1e-3,2e-3"`, `"note~warmup"`: a run's notes;
+`"tag.phase=b"`: a tag).
 An arm is every config value but the seed (`cem_core.arms`), labelled by the keys
 that vary among the runs selected. Bad input raises `cem_core.errors.CemError` (or
 its `ConfigError`) with a one-line message.

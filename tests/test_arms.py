@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cem_core.arms import ArmLabelCollision, ArmLabels, arm_id, format_value
+from cem_core.arms import ArmLabelCollision, arm_id, format_value, varying_keys
 from cem_core.config import RunConfig, field_names, flatten, resolve
 from cemctl.grid.kinds import FIGURE_KINDS
 from tests.helpers import cli, finish_run
@@ -30,10 +30,13 @@ BASE = flatten(resolve(RunConfig.from_dict({"model.attention": "cem", "model.kq_
 
 @pytest.mark.parametrize("key", [k for k in field_names() if k != "train.seed"])
 def test_two_configs_differing_in_any_single_key_are_two_arms(key):
+    from cemctl.records.labels import arm_labels
+
     other = {**BASE, key: _other(BASE[key])}
     assert arm_id(other) != arm_id(BASE), key
-    labels = ArmLabels.of([BASE, other])
-    assert labels.keys == (key,) and labels.label(BASE) != labels.label(other)
+    assert varying_keys([BASE, other]) == [key]
+    ids, labels = arm_labels([BASE, other])
+    assert ids[0] != ids[1] and labels[0] != labels[1] and all(lab.startswith(key.split(".")[-1] + "=") for lab in labels)
 
 
 def test_seeds_and_declared_nuisance_keys_do_not_make_arms():
@@ -47,20 +50,22 @@ def test_seeds_and_declared_nuisance_keys_do_not_make_arms():
 def test_labels_name_the_varying_keys_in_grid_order_and_values_as_grids_write_them():
     configs = [{**BASE, "model.attn_step_size": eta, "model.attn_steps": t, "train.seed": s}
                for eta in (0.5, 1.0) for t in (1, 2, 4) for s in (0, 1)]
-    labels = ArmLabels.of(configs, order=["model.attn_steps", "model.attn_step_size"])
-    assert labels.keys == ("model.attn_steps", "model.attn_step_size")
-    assert labels.label(configs[0]) == "attn_steps=1, attn_step_size=0.5"
-    assert len({labels.label(c) for c in configs}) == 6 == len({arm_id(c) for c in configs})
+    from cemctl.records.labels import arm_labels
+
+    _, labels = arm_labels(configs, order=["model.attn_steps", "model.attn_step_size"])
+    assert labels[0] == "attn_steps=1, attn_step_size=0.5"
+    assert len(set(labels)) == 6 == len({arm_id(c) for c in configs})
+    assert labels[0] == labels[1]  # the seed is not part of an arm
     assert format_value(1.0) == "1" and format_value(0.002) == "0.002" and format_value(True) == "true"
     assert format_value(1e-7) != format_value(1.0000001e-7)  # never two values under one text
 
 
-def _twin(runs, curves, key="model.init_std"):
+def _twin(runs, curves, key="model.init_std", other=_other):
     """Every run once more, in an arm that differs only in `key` (another run id, a slightly worse loss)."""
     import pandas as pd
 
     twin = runs.copy()
-    twin[key] = [_other(v) for v in twin[key]]
+    twin[key] = [other(v) for v in twin[key]]
     twin["run_id"] = [f"{r}x" for r in twin["run_id"]]
     for col in ("test_ppl", "val_ppl"):
         if col in twin:
@@ -109,11 +114,45 @@ TWIN_KEYS = ["model.init_std", "model.attn_precond_rank", "model.attn_start", "m
 @pytest.mark.parametrize("kind", list(FIGURE_KINDS))
 def test_no_figure_kind_merges_two_arms(kind, key):
     """Every arm once more, differing only in a key the figure does not plot: drawn and tabled as two series."""
+    _check_twins(kind, key, _other)
+
+
+@pytest.fixture
+def plugin_twins():
+    """A plugin's preconditioner beside each built-in one, labelled as the built-in one is (`<name>_mine`, label
+    'diag' beside 'diag'): registered in this process, removed after."""
+    from cem_core import variants as V
+    from cem_core.spec import PreconditionerSpec, register
+
+    names = list(V.PRECONDITIONERS.names())
+    for name in names:
+        register(PreconditionerSpec(f"{name}_mine", "mine:Precond", f"a plugin's {name}",
+                                    V.PRECONDITIONERS.spec(name).label, params=lambda n, width, rank: n, plugin="mine"))
+    try:
+        yield lambda v: f"{v}_mine"
+    finally:  # leave the registry as every other test expects it
+        for table in (V.PRECONDITIONERS._items, V.PRECONDITIONERS._specs, V.PRECONDITIONERS._descriptions):
+            for name in names:
+                table.pop(f"{name}_mine", None)
+
+
+PLUGIN_TWINS = [("plugins", lambda v: "scalar_precond"), ("model.attn_precond", None), ("model.mlp_precond", None)]
+
+
+@pytest.mark.parametrize("key,other", PLUGIN_TWINS, ids=[k for k, _ in PLUGIN_TWINS])
+@pytest.mark.parametrize("kind", list(FIGURE_KINDS))
+def test_no_figure_kind_merges_two_arms_that_differ_in_a_plugins_key(kind, key, other, plugin_twins):
+    """Issue 32: the twins differ in the plugins a run loads, or in a preconditioner of a plugin's that its spec labels
+    as a built-in one ('diag'): a label is how a value is shown, never what groups runs."""
+    _check_twins(kind, key, other or plugin_twins)
+
+
+def _check_twins(kind, key, other):
     from cemctl.report.build import ExperimentInfo, render_parts
 
     runs, curves = _frames(kind)
     plain = render_parts(ExperimentInfo("x", kind), runs, curves)
-    twin_runs, twin_curves = _twin(runs, curves, key)
+    twin_runs, twin_curves = _twin(runs, curves, key, other)
     twin = render_parts(ExperimentInfo("x", kind), twin_runs, twin_curves)
     _assert_distinct(twin)
     for name, rows in _row_sets(plain).items():  # every table has a row for each twin arm too
@@ -129,6 +168,36 @@ def test_no_figure_kind_merges_two_arms(kind, key):
         if before and part.name not in ("gp_rmse",) and not plotted:
             assert len(after) > len(before), (kind, key, part.name, sorted(after))
     for part in plain.figures + twin.figures:
+        part.figure.clear()
+
+
+def _energy_lines(run_ids):
+    """Energy lines of two evaluations per run: two attention layers, t = 0..2, descending."""
+    import pandas as pd
+
+    rows = [{"run_id": rid, "step": step, "tokens": 100 * step, "layer": layer, "sublayer": "attention", "t": t,
+             "energy": 1.0 - 0.1 * t - 0.01 * i + 0.001 * step, "descent_frac": 0.5 + 0.1 * t}
+            for i, rid in enumerate(run_ids) for step in (10, 20) for layer in (0, 1) for t in range(3)]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("key,other", [(k, _other) for k in TWIN_KEYS] + PLUGIN_TWINS,
+                         ids=TWIN_KEYS + [k for k, _ in PLUGIN_TWINS])
+def test_the_energy_figures_draw_two_arms_differing_in_one_key_apart(key, other, plugin_twins):
+    """The energy figures (one column per run, named by the one labelling path) and their table tell twins apart."""
+    from cemctl.report.figures import energy
+
+    runs, curves = _frames("recursion")
+    runs = runs[runs["model.attention"].eq("cem") & runs["model.attn_steps"].eq(2)
+                & runs["model.attn_precond"].eq("diag")].head(1)
+    twins, _ = _twin(runs, curves[curves["run_id"].isin(runs["run_id"])], key, other or plugin_twins)
+    parts = energy.render(twins, _energy_lines(twins["run_id"]))
+    assert [p.name for p in parts.figures] == ["energy_descent", "energy_training"]
+    table = parts.tables[0].frame
+    assert table.groupby("run_id")["series"].nunique().eq(1).all() and table["series"].nunique() == 2
+    for part in parts.figures:
+        titles = [ax.get_title() for ax in part.figure.axes if ax.get_title()]
+        assert len(titles) == 2 and len(set(titles)) == 2, titles  # a column per run, named apart
         part.figure.clear()
 
 
@@ -169,7 +238,7 @@ def test_the_check_catches_a_figure_kind_that_would_merge():
 
     runs, curves = _twin(*_frames("components"))
     agg = aggregate_seeds(runs, "test_ppl")
-    naive = agg[["variant", "model.size", "n"]]  # the old tables: the paper's name, the size, the seeds
+    naive = agg.assign(variant=agg["role"])[["variant", "model.size", "n"]]  # named by the variant alone
     with pytest.raises(AssertionError, match="two arms as identical rows"):
         _assert_distinct(ReportParts(tables=[TablePart("naive", naive, "")]))
     # the one labelling path names the twins apart (by the key that differs), and refuses two series it cannot

@@ -118,7 +118,22 @@ def test_keys_on_a_terminal_fit_its_width(tmp_path, cols):
     screen.assert_fits()
     text = screen.text
     assert "model.attn_precond_rank  int = 4  (1..4096)" in text and "read by attention=cem" in text.replace("\n    ", " ")
-    assert "test_loss  loss [nats/token]  from result" in text
+    assert "test_loss loss [nats/token (nats/byte with the byte tokenizer; squared error for the GP task)] from " \
+        "result" in " ".join(text.split())
+
+
+def test_a_losss_unit_says_it_follows_the_tokenizer(tmp_path):
+    """Issue 32: the catalogue gave test_loss the unit nats/token, also for a grid of byte-tokenizer runs."""
+    from cemctl.records.fields import RUN_FIELDS, unit_of
+
+    units = {r["field"]: r["unit"] for r in _listing(tmp_path)["fields"]}
+    losses = [f.name for f in RUN_FIELDS if f.kind == "loss"]
+    assert {"test_loss", "val_loss", "train_loss", "previous_test_loss"} <= set(losses)
+    for name in losses:
+        assert "nats/byte with the byte tokenizer" in units[name], (name, units[name])
+        assert unit_of(name, ["byte"]) == "nats/byte" and unit_of(name, ["bpe"]) == "nats/token"
+        assert unit_of(name, ["byte", "bpe"]) == "nats/token" and unit_of(name, [], "gp") == "squared error"
+    assert unit_of("tokens", ["byte"]) == "tokens"  # any other field: its catalogue unit
 
 
 def test_a_plugins_names_are_listed_once_it_is_loaded(tmp_path):

@@ -35,3 +35,19 @@ def test_the_command_table_names_every_command():
 def test_the_readme_points_to_the_grid_file_reference():
     assert "[`docs/grid-files.md`](docs/grid-files.md)" in README
     assert (ROOT / "docs" / "grid-files.md").is_file()
+
+
+def test_the_own_grid_section_points_to_cemctl_keys_and_its_where_examples_mean_what_they_say():
+    """Issue 32: the own-grid section named no way to list the keys, and gave `tag.note~warmup` (a tag named note)
+    as the filter on a run's notes; the same example stood in the API's and the grammar's docstrings."""
+    import cemctl.api
+    import cemctl.records.where
+    from cemctl.records.where import parse_where
+
+    section = README[README.index("### A grid of your own"):README.index("### A layer of your own")]
+    assert "cemctl keys" in section
+    examples = re.findall(r"`([^`]*[~<>=][^`]*)` \(a run's notes\)", section)
+    assert examples and all(parse_where([e])[0].key == "note" for e in examples)
+    for text in (section, cemctl.api.__doc__, cemctl.records.where.__doc__):
+        notes = re.findall(r"\b(tag\.note|note)~warmup", text)
+        assert notes and set(notes) == {"note"}, notes  # a note filter is `note~...`; `tag.NAME` is a tag

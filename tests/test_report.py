@@ -214,7 +214,7 @@ def test_seed_aggregation_mean_and_sample_std():
     assert llama["mean"] == pytest.approx(12.0)
     assert llama["std"] == pytest.approx(2.0)  # sqrt(((-2)^2 + 0 + 2^2) / (3 - 1)), ddof=1
     assert (llama["min"], llama["max"]) == (10.0, 14.0)
-    cem = agg.loc["CEM attention (T=1)"]
+    cem = agg.loc["CEM attention"]  # named by the one labelling path: what tells it from Llama
     assert cem["n"] == 1 and math.isnan(cem["std"]) and cem["mean"] == 20.0
     pop = aggregate_seeds(runs, ddof=0).set_index("variant").loc["Llama"]
     assert pop["std"] == pytest.approx(math.sqrt(8.0 / 3.0))
@@ -229,6 +229,51 @@ def test_baselines_match_same_dims_and_training_setup():
     cem = agg.index[agg["role"].eq("mlp")][0]
     b = agg.loc[base[cem]]
     assert b["role"] == "llama" and b["model.size"] == "micro" and b["train.lr"] == 0.002
+
+
+@pytest.mark.parametrize("llama_lrs", [(0.002, 0.004), (0.004,)])
+def test_a_variant_pairs_only_with_the_llama_of_its_own_training_setup(llama_lrs):
+    """Issue 32: a run starting attention at RMSNorm(h) at lr 0.002 was paired with a Llama at lr 0.004 when no Llama
+    ran at 0.002 (the fallback 'same dims, any training setup'). Now: the same setup, or no pairing and a note."""
+    from cemctl.report.aggregate import unpaired_reasons
+    from cemctl.report.figures.components import render
+
+    cem = {"model.attention": "cem", "model.attn_start": "norm", "train.lr": 0.002}
+    records = [_record(s, 20.0 + s, **cem) for s in (0, 1)]
+    records += [_record(s, 10.0 * lr / 0.002 + s, **{"train.lr": lr}) for lr in llama_lrs for s in (0, 1)]
+    runs = runs_frame([{**r, "params_non_embedding": 800} for r in records])
+    agg = aggregate_seeds(runs)
+    base = match_baselines(agg)
+    row = agg.index[agg["role"].eq("attention")][0]
+    parts = render(runs)
+    table = parts.tables[0].frame
+    cem_row = table[table["variant"].str.startswith("CEM attention")].iloc[0]
+    if 0.002 in llama_lrs:
+        assert agg.at[base[row], "train.lr"] == 0.002
+        assert cem_row["ppl - Llama"] == pytest.approx(20.5 - 10.5)
+        assert not [n for n in parts.notes if "not compared with Llama" in n]
+    else:
+        assert base[row] == -1  # never the Llama of another learning rate
+        assert cem_row["ppl - Llama"] is None or math.isnan(cem_row["ppl - Llama"])
+        assert unpaired_reasons(agg, base)[row] == "no Llama run with the same settings (lr 0.002 here, Llama at 0.004)"
+        notes = [n for n in parts.notes if "not compared with Llama" in n]
+        assert len(notes) == 1 and "lr 0.002 here, Llama at 0.004" in notes[0] and "CEM attention" in notes[0], notes
+    parts.figures[0].figure.clear()
+
+
+def test_a_marks_note_names_two_marked_arms_apart():
+    """Issue 32: the [[mark]] note named each run by the paper's variant and size, so two marked arms that differ in
+    another key ran together into one name."""
+    from cemctl.report.build import mark_notes
+
+    records = [_record(s, 10.0, **{"model.attention": "cem", "model.attn_precond": "diag_lowrank",
+                                   "model.attn_precond_rank": rank}) for rank in (4, 16) for s in (0, 1)]
+    records.append(_record(0, 9.0))
+    runs = runs_frame(records).assign(marks=["beyond the paper"] * 4 + [""])
+    (note,) = mark_notes(runs)
+    label, _, arms = note.partition(": ")
+    assert label == "beyond the paper"
+    assert arms.split("; ") == ["CEM attention (attn_precond_rank=4)", "CEM attention (attn_precond_rank=16)"], note
 
 
 def test_problem_runs_give_reasons():
@@ -361,6 +406,8 @@ def test_every_experiment_file_has_its_figures(scale):
             assert names == GRID_FIGURES[grid.stem], (grid.stem, scale)
         assert parts.tables and all(not t.frame.empty for t in parts.tables), grid.stem
         assert not [n for n in parts.notes if "no Llama baseline" in n], (grid.stem, parts.notes)
+        for note in [n for n in parts.notes if "not compared with Llama" in n]:  # a point of an lr profile only
+            assert "no Llama run with the same settings (lr " in note, (grid.stem, scale, note)
         for f in parts.figures:
             f.figure.clear()
 
@@ -403,6 +450,23 @@ def test_ablation_table_names_each_arm_and_pairs_t2_with_t1_by_seed():
         assert table.at[arm, "pairs"] == 3 and table.at[arm, "T2 - T1 (95% CI +-)"] > 0
     assert table["Llama loss"].notna().all()
     parts.figures[0].figure.clear()
+
+
+@pytest.mark.parametrize("tokenizer,unit", [("byte", "nats/byte"), ("bpe", "nats/token")])
+def test_every_loss_axis_names_the_unit_of_the_runs_tokenizer(tokenizer, unit):
+    """Issue 32: the ablation figure wrote 'nats per token' on its axis for byte-tokenizer runs too."""
+    from cemctl.report.build import render_parts
+
+    runs, curves = synthetic_frames("ablation", sizes=("nano",), seeds=(0, 1), failures=False, steps=6)
+    runs = runs.assign(**{"data.tokenizer": tokenizer})
+    parts = render_parts(ExperimentInfo("units", "ablation"), runs, curves)
+    labels = {p.name: [lab for ax in p.figure.axes for lab in (ax.get_xlabel(), ax.get_ylabel()) if "loss" in lab]
+              for p in parts.figures}
+    assert set(labels) == {"metric", "training_curves", "ablation"}
+    for name, found in labels.items():
+        assert found and all(lab.endswith(f"({unit})") for lab in found), (name, found)
+    for p in parts.figures:
+        p.figure.clear()
 
 
 def test_fig2a_report_draws_the_papers_arm_and_the_shared_diagonal_arm_labelled():

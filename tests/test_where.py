@@ -42,6 +42,14 @@ def test_conditions_select_runs(items, expected):
     assert ids(*items) == expected
 
 
+@pytest.mark.parametrize("text,value,hit", [("job~77_1", "slurm:77_1", True), ("job~1e3", "run 1e3", True),
+                                            ("job!~0.50", "lr 0.5", True), ("job~0.50", "lr 0.5", False)])
+def test_contains_looks_for_the_text_as_written(text, value, hit):
+    """Found by the catalogue walk (issue 32): `job~77_1` read 77_1 as the number 771 (a grid file's integer with
+    an underscore) and matched no job 'slurm:77_1'."""
+    assert matches(parse_where([text]), {"job": value}) is hit
+
+
 @pytest.mark.parametrize("text,what", [
     ("model.attn_stepz>=2", "unknown field 'model.attn_stepz' (did you mean model.attn_steps"),
     ("stepz=1", "unknown field 'stepz'"),

@@ -55,8 +55,11 @@ def _f(name: str, kind: str, source: str, help: str, unit: str = "", short: str 
     return Field(name, kind, source, help, unit, short, tuple(aliases))
 
 
-# The run fields, in the order `cemctl keys` lists them. Losses are in nats per token (per byte with the
-# byte tokenizer: `loss_unit`).
+# A loss's unit depends on the run: nats per token, nats per byte with the byte tokenizer, squared error for the
+# GP task (`loss_unit`, `unit_of`); the catalogue says so once.
+LOSS_UNIT = "nats/token (nats/byte with the byte tokenizer; squared error for the GP task)"
+
+# The run fields, in the order `cemctl keys` lists them.
 RUN_FIELDS: tuple[Field, ...] = (
     _f("run_id", "str", "link", "the run's id: the hash of its resolved configuration", short="run",
        aliases=("run", "id")),
@@ -84,9 +87,9 @@ RUN_FIELDS: tuple[Field, ...] = (
     _f("progress", "progress", "progress", "fraction of the planned steps done (1 once finished)"),
     _f("tokens", "count", "progress", "tokens trained on (so far while running; the total once finished)",
        unit="tokens"),
-    _f("train_loss", "loss", "progress", "the last training loss reported", unit="nats/token", short="train"),
+    _f("train_loss", "loss", "progress", "the last training loss reported", unit=LOSS_UNIT, short="train"),
     _f("val_loss", "loss", "progress", "validation loss: the final one once finished, else the last evaluated",
-       unit="nats/token", short="val"),
+       unit=LOSS_UNIT, short="val"),
     _f("tokens_per_s", "rate", "progress", "current training speed: the rate a running run's trainer last reported",
        unit="tokens/s", short="tok/s now", aliases=("tok/s_now",)),
     _f("avg_tokens_per_s", "rate", "progress", "average training speed: tokens / wall_time_s once finished, "
@@ -99,7 +102,7 @@ RUN_FIELDS: tuple[Field, ...] = (
                                          "its last heartbeat", unit="s", short="elapsed", aliases=("elapsed",)),
     _f("eta_s", "duration", "progress", "time left at the current speed (running runs)", unit="s", short="ETA",
        aliases=("eta",)),
-    _f("test_loss", "loss", "result", "loss on the fixed held-out test tokens", unit="nats/token", short="test",
+    _f("test_loss", "loss", "result", "loss on the fixed held-out test tokens", unit=LOSS_UNIT, short="test",
        aliases=("test",)),
     _f("test_ppl", "ppl", "result", "test perplexity: exp(test_loss)", short="test ppl", aliases=("ppl",)),
     _f("val_ppl", "ppl", "result", "validation perplexity: exp(val_loss)", short="val ppl"),
@@ -121,7 +124,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     _f("history", "str", "history", "the run's earlier results (set aside by --rerun-outdated or --redo-damaged): "
                                    "'when: state, test loss (code fingerprint)', oldest first, '; '-joined"),
     _f("previous_test_loss", "loss", "history", "the test loss of the run's latest earlier result (before a rerun)",
-       unit="nats/token", short="previous test"),
+       unit=LOSS_UNIT, short="previous test"),
     _f("previous_code_fingerprint", "str", "history", "the code that trained the run's latest earlier result"),
     _f("cpu_model", "str", "environment", "the CPU the run trained on (its environment.json)"),
     _f("gpu_model", "str", "environment", "the GPU the run trained on (empty on a CPU)", short="GPU"),
@@ -253,6 +256,13 @@ def resolve_all(names: Iterable[str], known: Iterable[str] = (), *, what: str) -
 def sources(names: Iterable[str]) -> set[str]:
     """What the loader must read to have these fields."""
     return {source_of(n) for n in names}
+
+
+def unit_of(name: str, tokenizers: Iterable[str] = (), task: str | None = "lm") -> str:
+    """The unit of a field as it is for these runs: a loss by their tokenizer and task (`loss_unit`), any other
+    field its catalogue unit."""
+    f = field(name)
+    return loss_unit(tokenizers, task) if f.kind == "loss" else f.unit
 
 
 def loss_unit(tokenizers: Iterable[str], task: str | None = "lm") -> str:

@@ -22,7 +22,7 @@ def _missing(x: Any) -> bool:
 
 
 def loss(x: float | None) -> str:
-    """Losses (nats per token), always 4 decimals."""
+    """Losses (nats per token, or per byte with the byte tokenizer), always 4 decimals."""
     if _missing(x):
         return ""
     return f"{x:.4f}" if math.isfinite(x) else str(x)

@@ -1,18 +1,21 @@
-"""Naming arms: the one labelling path of every table, figure and page (`cemctl.records`, `cemctl report`, `status
---arms`, `compare`, `claims`, the dashboard).
+"""Naming arms and series: the one labelling path of every table, figure and page (`cemctl.records`, `cemctl
+report`, `status --arms`, `compare`, `claims`, the dashboard).
 
     ids, labels = arm_labels(records, nuisance=("train.seed",), order=axes)   # 'attn_steps=2, lr=0.002'
+    names = series_names(configs, shown=["model.attn_steps"])                 # 'CEM attention (diag)'
 
-An arm is a run's whole configuration minus its nuisance keys (`cem_core.arms`); its
-label names it by the keys that vary among the arms shown together. Two arms never
-share a label: `ArmLabelCollision` is raised instead (a bug the tests catch).
+One function names everything, `series_names`: a series is every config equal in all keys but the nuisance ones
+and those a figure shows; an arm is a run's whole configuration minus its nuisance keys (`cem_core.arms`), so an
+arm's label is `series_names(..., every_key=True)`: every key that varies among the arms shown together, as a grid
+file writes it. A variant's display name (a spec's or a plugin's `label`) is how a value is shown, never what
+groups runs. Two arms or series never share a name: `ArmLabelCollision` is raised instead (a bug the tests catch).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from cem_core.arms import ArmLabels, arm_id, config_of
+from cem_core.arms import arm_id, config_of
 
 
 def arm_labels(records: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
@@ -20,10 +23,10 @@ def arm_labels(records: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] 
     """(arm id, arm label) of each record; (None, None) for records loaded without their config."""
     configs = [config_of(r) for r in records]
     have = [c for c in configs if c]
-    labels = ArmLabels.of(have, nuisance, order)
+    names = iter(series_names(have, nuisance=nuisance, order=order, every_key=True))
     ids = [arm_id(c, nuisance) if c else None for c in configs]
-    names = [labels.label(c) if c else None for c in configs]
-    return ids, names
+    labels = [next(names) if c else None for c in configs]
+    return ids, labels
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -139,32 +142,50 @@ def _render(config: Mapping[str, Any], keys: Sequence[str]) -> str:
 
 
 def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] = (),
-                 nuisance: Sequence[str] = ("train.seed",), order: Sequence[str] = (), modal: bool = False) -> list[str]:
+                 nuisance: Sequence[str] = ("train.seed",), order: Sequence[str] = (), modal: bool = False,
+                 always_arch: bool = False, every_key: bool = False) -> list[str]:
     """The name of each config's series in a figure or table. A series is every config equal in all keys but the
     nuisance ones and those the figure `shown`s (its x, its panels): one line, one legend entry, one colour. Its
     name is made of the fewest keys that vary among the series and tell them apart, architecture keys first, then
     the grid's `order`; rendered by the specs' names ("Llama", "CEM attention (T=2)") and `short=value` for the
     rest; a key constant among them never appears. `modal`: name each series only by the keys whose value differs
-    from the most common one ("defaults" when none: one-factor-at-a-time grids). Two series never share a name:
+    from the most common one ("defaults" when none: one-factor-at-a-time grids). `always_arch`: name the
+    architecture even when every series has the same ("Llama, lr=0.002": a figure's baseline lines beside its
+    variants). `every_key`: an arm's label: every varying key (the grid's `order` first, then alphabetically) as
+    `short=value`, written as a grid file writes it ("all runs" when none varies). Two series never share a name:
     ArmLabelCollision (a bug the tests catch)."""
-    from cem_core.arms import ArmLabelCollision, varying_keys
+    from cem_core.arms import ArmLabelCollision, format_value, short_names, varying_keys
 
     configs = [dict(c) for c in configs]
-    hidden = set(nuisance) | set(shown)
+    hidden = set(nuisance) | set(shown_with_dims(configs, shown))
     sids = [json_key({k: v for k, v in c.items() if k not in hidden}) for c in configs]
     firsts: dict[str, dict[str, Any]] = {}
     for sid, c in zip(sids, configs):
         firsts.setdefault(sid, c)
     series = list(firsts.values())
     candidates = varying_keys(series, tuple(hidden), order)
+    if every_key:
+        short = short_names(candidates)
+        spelled = {sid: ", ".join(f"{short[k]}={format_value(c.get(k))}" for k in candidates) or "all runs"
+                   for sid, c in firsts.items()}
+        if len(set(spelled.values())) < len(spelled):
+            raise ArmLabelCollision(f"two arms would share a label: the varying keys {', '.join(candidates)} print "
+                                    "alike")
+        return [spelled[sid] for sid in sids]
     arch = [k for k in arch_keys() if k in candidates]
     ordered = arch + [k for k in order if k in candidates and k not in arch] + \
         [k for k in candidates if k not in arch and k not in order]
+    ordered = [k for k in ordered if k not in SIZE_DIMS] + [k for k in ordered if k in SIZE_DIMS]  # a size first
     modes = {k: _mode(series, k) for k in ordered} if modal else {}
 
     family_varies = any(k in candidates for k in ("model.attention", "model.mlp"))
+    arch_set = set(arch_keys())
 
-    def render(c: Mapping[str, Any], keys: Sequence[str], plain: bool = False) -> str:
+    raw_short = short_names(ordered)
+
+    def render(c: Mapping[str, Any], keys: Sequence[str], plain: bool | str = False) -> str:
+        if plain == "raw":  # values as a grid file writes them: two values a spec labels alike stay apart
+            return ", ".join(f"{raw_short[k]}={format_value(c.get(k))}" for k in keys) or "all runs"
         plain = plain or not family_varies  # the variant is the same for every series: name what differs only
         if modal:
             keys = [k for k in keys if json_key(c.get(k)) != modes[k]]
@@ -172,11 +193,14 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
                 return "defaults"
             if not {"model.attention", "model.mlp"} & set(keys):  # the variant is the defaults': name the change
                 plain = True
+        if plain and always_arch and not modal:
+            return ", ".join([_arch_phrase(c, [k for k in keys if k in arch_set]),
+                              *(value_text(k, c.get(k)) for k in keys if k not in arch_set)])
         if plain:
             return ", ".join(value_text(k, c.get(k)) for k in keys) or "all runs"
         return _render(c, keys)
 
-    def distinct(keys: Sequence[str], plain: bool = False) -> bool:
+    def distinct(keys: Sequence[str], plain: bool | str = False) -> bool:
         names = [render(c, keys, plain) for c in series]
         return len(set(names)) == len(names)
 
@@ -189,24 +213,45 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
         trial = [c for c in chosen if c != k]
         if distinct(trial):
             chosen = trial
-    plain = False
+    plain: bool | str = False
     if not distinct(chosen):  # the specs' phrasing hides a difference: every varying key, as key=value
         chosen, plain = ordered, True
+        if not distinct(chosen, plain):  # two values a spec (a plugin's) labels alike: their names in the grid
+            plain = "raw"
         if not distinct(chosen, plain):
             raise ArmLabelCollision(f"two series would share a name: the varying keys {', '.join(ordered) or '(none)'} "
                                     f"do not tell them apart")
     chosen = [k for k in ordered if k in chosen]
     if len(series) == 1 and not modal:  # one series: named by its architecture (what differs from the defaults)
-        return [single_name(series[0])] * len(configs)
+        return [single_name(series[0], exclude=hidden)] * len(configs)
     by_sid = {sid: render(c, chosen, plain) for sid, c in firsts.items()}
     return [by_sid[sid] for sid in sids]
 
 
-def single_name(config: Mapping[str, Any]) -> str:
-    """A run's architecture named on its own: its variants, and the architecture keys away from their default."""
+SIZE_DIMS = ("model.d_model", "model.n_layers", "model.n_heads", "model.d_mlp", "model.context_len")
+
+
+def shown_with_dims(configs: Sequence[Mapping[str, Any]], shown: Sequence[str]) -> list[str]:
+    """The keys a figure shows: `shown`, and with a size the dims it determines among these configs (a size is its
+    dims: series are never split, nor colours chosen, by `context_len=64` beside `size=nano`)."""
+    out = list(dict.fromkeys(shown))
+    if "model.size" in out:
+        out += [k for k in SIZE_DIMS if k not in out and _determined(configs, k, "model.size")]
+    return out
+
+
+def _determined(configs: Sequence[Mapping[str, Any]], key: str, by: str) -> bool:
+    """Whether `key` has one value for each value of `by` among the configs (a size's dims, resolved from it)."""
+    seen: dict[str, str] = {}
+    return all(seen.setdefault(json_key(c.get(by)), json_key(c.get(key))) == json_key(c.get(key)) for c in configs)
+
+
+def single_name(config: Mapping[str, Any], *, exclude: Sequence[str] = ()) -> str:
+    """A run's architecture named on its own: its variants, and the architecture keys away from their default
+    (but those in `exclude`: what a figure shows on its axes)."""
     from cem_core.identity import V1_DEFAULTS
 
-    keys = [k for k in _ARCH_ORDER[2:] if k in config and config.get(k) != V1_DEFAULTS.get(k)]
+    keys = [k for k in _ARCH_ORDER[2:] if k in config and k not in exclude and config.get(k) != V1_DEFAULTS.get(k)]
     return _arch_phrase(config, keys)
 
 

@@ -1,6 +1,6 @@
 """`--where` conditions on run records (`cemctl status`, `report`, `compare`, `export`, `cemctl.api`, the dashboard).
 
-    conds = parse_where(["model.attn_steps>=2", "model.attention!=llama", "train.lr in 1e-3,2e-3", "tag.note~warmup"])
+    conds = parse_where(["model.attn_steps>=2", "model.attention!=llama", "train.lr in 1e-3,2e-3", "note~warmup"])
     keep = [row for row in rows if matches(conds, row)]     # row: {"model.attn_steps": 2, "state": "done", ...}
     frame = filter_frame(frame, conds)                       # the same on a pandas runs frame
 
@@ -10,7 +10,8 @@ Grammar: `KEY OP VALUE`, several conditions are all required (AND).
   (`tag.NAME`), or a config key, dotted (`model.attn_steps`) or by its unique last part (`attn_steps`).
 - OP: `=` (or `==`), `!=`, `<`, `<=`, `>`, `>=` (numbers), `in` (a comma-separated list: `in 1e-3,2e-3`),
   `~` (contains; case-insensitive), `!~` (does not contain).
-- VALUE: read as a grid file reads values (`2`, `0.002`, `true`, `cem`; strings need no quotes).
+- VALUE: read as a grid file reads values (`2`, `0.002`, `true`, `cem`; strings need no quotes); after `~`
+  and `!~`, the text as written (`job~77_1` looks for "77_1", not the number 771).
 Every command filters the same records (`cemctl.records.load`), so a condition selects the same runs
 everywhere. A run without a value (None: no result yet, no such tag) never matches a comparison
 (and matches `!=`, `!~`). Numbers compare as
@@ -105,8 +106,9 @@ def parse_condition(text: str, known: Sequence[str] = ()) -> Condition:
     if found:  # the first operator in the text (the longest at that place): `arm_label~rank=8` is a `~`
         i, _, op = min(found)
         key, value = text[:i].strip(), text[i + len(op):]
-        if key and value.strip() and not any(c in key for c in "=!<>~ "):
-            return Condition(resolve_key(key, known), "=" if op == "==" else op, _value(value), text)
+        if key and value.strip() and not any(c in key for c in "=!<>~ "):  # `~` looks for the text as written
+            written = value.strip() if op in ("~", "!~") else _value(value)
+            return Condition(resolve_key(key, known), "=" if op == "==" else op, written, text)
     raise ConfigError("--where", f"cannot read {text!r}", allowed=[HELP])
 
 

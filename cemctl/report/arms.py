@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
-from cem_core.arms import DEFAULT_NUISANCE, ArmLabels, arm_id, config_of  # noqa: F401 - config_of: re-exported
+from cem_core.arms import DEFAULT_NUISANCE, arm_id, config_of  # noqa: F401 - config_of: re-exported
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -31,13 +31,18 @@ def has_arms(runs: "pd.DataFrame") -> bool:
 
 def with_arms(runs: "pd.DataFrame", *, nuisance: Sequence[str] = DEFAULT_NUISANCE,
               order: Sequence[str] = ()) -> "pd.DataFrame":
-    """`runs` with `arm` (12-hex id) and `arm_label` ('attn_steps=2, lr=0.002') columns."""
+    """`runs` with `arm` (12-hex id) and `arm_label` ('attn_steps=2, lr=0.002') columns, by the one labelling path
+    (`cemctl.records.labels.arm_labels`)."""
+    from cemctl.records.labels import arm_labels
+
     if runs.empty:
         return runs.assign(**{ARM: [], ARM_LABEL: []})
     nuisance = tuple(dict.fromkeys([*DEFAULT_NUISANCE, *nuisance]))  # the seed is always a nuisance
-    configs = [config_of(r) for r in runs.to_dict("records")]
-    labels = ArmLabels.of(configs, nuisance, order)
-    return runs.assign(**{ARM: [arm_id(c, nuisance) for c in configs], ARM_LABEL: [labels.label(c) for c in configs]})
+    records = runs.to_dict("records")
+    ids, labels = arm_labels(records, nuisance=nuisance, order=order)
+    if all(i is None for i in ids):  # a frame without config columns (a GP table's own input): one arm
+        ids, labels = [arm_id({}, nuisance)] * len(records), ["all runs"] * len(records)
+    return runs.assign(**{ARM: ids, ARM_LABEL: labels})
 
 
 def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float, float]:

@@ -29,6 +29,8 @@ from cemctl.report.parts import ReportParts, TablePart
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from cemctl.report.generic import Palette
+
 FIGURE_FORMATS = ("png", "pdf", "svg")
 DPI = 150
 
@@ -90,12 +92,12 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
 
     import pandas as pd
 
-    from cemctl.report.style import variant_label
+    from cemctl.records.labels import arm_labels
 
     rows = []
     records = runs.to_dict("records") if {"run_id", "state"} <= set(runs.columns) else []
-    has_arms = "arm_label" in runs.columns
-    for r in records:
+    labels = list(runs["arm_label"]) if "arm_label" in runs.columns else arm_labels(records)[1]
+    for r, label in zip(records, labels):
         state = r.get("state") or "planned"
         ppl = r.get(value)
         finite = ppl is not None and not (isinstance(ppl, float) and not math.isfinite(ppl))
@@ -116,7 +118,7 @@ def problem_runs(runs: "pd.DataFrame", planned_run_ids: Sequence[str] | None = N
             why = "cancelled" + (f": {reason}" if reason else "")
         else:
             why = f"no result yet (state {state})" + (f": {reason}" if reason and reason != state else "")
-        rows.append({"run_id": r["run_id"], "arm": r["arm_label"] if has_arms else variant_label(r),
+        rows.append({"run_id": r["run_id"], "arm": label,
                      "seed": r.get("train.seed"), "state": state, "reason": why})
     if planned_run_ids is not None:
         known = set(runs["run_id"]) if "run_id" in runs.columns else set()
@@ -146,19 +148,22 @@ def claims_tables(runs: "pd.DataFrame", claims: Sequence[object]) -> list[TableP
 
 
 def mark_notes(runs: "pd.DataFrame") -> list[str]:
-    """One note per [[mark]] label: which variants and sizes carry it (e.g. 'beyond the paper')."""
-    from cemctl.report.style import variant_label
+    """One note per [[mark]] label: which arms carry it (e.g. 'beyond the paper'), each named by the one labelling
+    path among the report's arms (two arms are never run together into one name)."""
+    from cem_core.arms import config_of
+    from cemctl.records.labels import series_names
 
-    if "marks" not in runs.columns:
+    if "marks" not in runs.columns or runs.empty:
         return []
+    records = runs.to_dict("records")
+    names = series_names([config_of(r) for r in records])
     by_label: dict[str, list[str]] = {}
-    for r in runs.to_dict("records"):
+    for r, what in zip(records, names):
         for label in filter(None, (m.strip() for m in str(r.get("marks") or "").split(";"))):
-            what = variant_label(r) + (f" {r['model.size']}" if r.get("model.size") else "")
             by_label.setdefault(label, [])
             if what not in by_label[label]:
                 by_label[label].append(what)
-    return [f"{label}: {', '.join(items)}" for label, items in by_label.items()]
+    return [f"{label}: {'; '.join(items)}" for label, items in by_label.items()]
 
 
 def grid_notes(runs: "pd.DataFrame") -> list[str]:
@@ -211,11 +216,8 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
         "/ planned, mean \u00b1 sample s.d. and 95% t interval over the seeds, parameters, tokens, training FLOPs, "
         "tokens/s and wall time (means over the seeds); arms.csv has every number at full precision.",
         csv=table, lead=True))
-    from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
-
-    x = opts.x or default_x(runs, varying(runs, opts.nuisance), info.axes)
-    palette = Palette(runs, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance) if not runs.empty else None
-    runs.attrs[PALETTE_ATTR] = palette  # the figure kinds colour their series the same way (report.generic.Palette)
+    palette = report_palette(info, runs)
+    x = palette.x if palette is not None else None
     fig = metric_figure(runs, x=x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
                         nuisance=opts.nuisance, palette=palette)
     if fig is not None:
@@ -225,6 +227,22 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
         if curve_fig is not None:
             parts.figures.append(curve_fig)
     return parts
+
+
+def report_palette(info: ExperimentInfo, runs: "pd.DataFrame") -> "Palette | None":
+    """The one palette of a report (`cemctl.report.generic.Palette`), left on `runs` for every figure: the generic
+    figures, the figure kind's and the extra ones (test-time recursion, energy) colour a value alike."""
+    from cemctl.report.figures import kind_shown
+    from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
+
+    if runs.attrs.get(PALETTE_ATTR) is None and not runs.empty:
+        opts = info.options
+        keys = varying(runs, opts.nuisance)
+        shown = kind_shown(info.figure)  # the kind's own x first: the metric figure draws what the kind draws
+        x = opts.x or next((k for k in shown if k in keys), None) or default_x(runs, keys, info.axes)
+        runs.attrs[PALETTE_ATTR] = Palette(runs, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance,
+                                           shown=kind_shown(info.figure))
+    return runs.attrs.get(PALETTE_ATTR)
 
 
 def _metric(info: ExperimentInfo) -> str:
@@ -409,6 +427,7 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     out = Path(out_dir) if out_dir is not None else Path("reports") / experiment
     from cemctl.report.figures import extra_parts
 
+    report_palette(info, runs)  # the extra figures colour as the report's own
     extras = extra_parts(engine, runs)
     if stale_note:
         extras.notes.append(stale_note)

@@ -13,9 +13,9 @@ band from the lowest to the highest seed, validation losses as dots.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from cem_core.arms import ArmLabelCollision, format_value, short_names
+from cem_core.arms import ArmLabelCollision, format_value, is_config_key, short_names
 from cemctl.report import style
 from cemctl.report.arms import ARM, ARM_LABEL, config_of
 from cemctl.report.parts import FigurePart
@@ -31,20 +31,25 @@ def varying(runs: "pd.DataFrame", nuisance: Sequence[str] = ("train.seed",)) -> 
     """Config columns with more than one value among the runs (in column order), nuisance keys excluded."""
     keys = []
     for col in runs.columns:
-        if ("." in col and not col.startswith("tag.")) or col == "task":
+        if is_config_key(col):
             if col not in nuisance and runs[col].astype(str).nunique(dropna=False) > 1:
                 keys.append(col)
     return keys
 
 
 def default_x(runs: "pd.DataFrame", keys: Sequence[str], order: Sequence[str] = ()) -> str | None:
-    """The grid's first varying numeric axis (its file order), else its first varying key."""
-    ordered = [k for k in order if k in keys] + [k for k in keys if k not in order]
-    for k in ordered:
-        vals = runs[k].dropna()
-        if len(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-            return k
-    return ordered[0] if ordered else None
+    """The grid's first varying numeric axis (its file order), else its first varying axis, else the first varying
+    numeric key, else the first varying key (a key the grid does not vary itself, such as a size's context length,
+    is never chosen over one of its axes)."""
+    axes = [k for k in order if k in keys]
+    for group in (axes, [k for k in keys if k not in order]):
+        for k in group:
+            vals = runs[k].dropna()
+            if len(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                return k
+        if group:
+            return group[0]
+    return None
 
 
 def _numeric(values: Sequence[Any]) -> bool:
@@ -56,26 +61,32 @@ PALETTE_ATTR = "cemctl_palette"  # where a report leaves its Palette on the runs
 
 
 class Palette:
-    """Colours and line styles of a report's generic figures, a stable function of the values they stand for.
+    """The colours of a report, one place for every figure: a colour is a stable function of the arm's *hue value*.
 
-    Colour: the arm's *hue series* (`cemctl.records.labels.series_names` with the figure's x shown; with the
-    grid's `hue` keys, only those name it), in the order the arms come (grid order): the same value has the same
-    colour in the metric figure and in the curves. Line style: what else tells the arms of one colour apart (the
-    other varying keys when `hue` is given; in the curves, also the x value, which the curves do not plot).
+    Hue keys: the grid's `hue` keys, else every varying key but the metric figure's x and the keys the figure kind
+    shows on its own axes, panels and markers (`shown`: a size, a recursion depth, a learning rate; with a size, the
+    dims it determines). An arm's hue value is its values of those keys; its colour is the hue value's, in the
+    order the arms come (grid order), the Llama baseline in the paper's pink (when it is one hue value): the same
+    value has the same colour in the metric figure, the training curves and every figure of the kind
+    (`color_for(config)`), the test-time recursion and energy figures. Line style (a marker on a categorical x):
+    what else tells the arms of one colour apart (the other varying keys; in the curves, also the x value, which the
+    curves do not plot).
     """
 
     def __init__(self, runs: "pd.DataFrame", *, x: str | None, hue: Sequence[str] = (), order: Sequence[str] = (),
-                 nuisance: Sequence[str] = ("train.seed",)) -> None:
-        from cemctl.records.labels import series_names
+                 nuisance: Sequence[str] = ("train.seed",), shown: Sequence[str] = ()) -> None:
+        from cemctl.records.labels import json_key, series_names, shown_with_dims
 
         arms = runs.drop_duplicates(ARM)
         configs = [config_of(r) for r in arms.to_dict("records")]
         keys = varying(runs, nuisance)
-        hue_keys = [k for k in (hue or []) if k in keys]
-        rest = [k for k in keys if k != x and k not in hue_keys] if hue_keys else []
-        shown = [k for k in [x, *rest] if k]
-        self.hue_of = dict(zip(arms[ARM], series_names(configs, shown=shown, nuisance=nuisance, order=order)))
-        other = [k for k in [x, *hue_keys] if k]
+        fixed = set(shown_with_dims(configs, [k for k in [x, *shown] if k]))  # a figure's own axes: never the colour
+        self.hue_keys = [k for k in (hue or keys) if k in keys and k not in fixed]
+        on_x = set(shown_with_dims(configs, [x] if x else []))  # x, and with a size its dims
+        rest = [k for k in keys if k not in on_x and k not in self.hue_keys]
+        self.hue_of = dict(zip(arms[ARM], series_names(configs, shown=[k for k in [x, *rest] if k], nuisance=nuisance,
+                                                       order=order)))
+        other = [k for k in [x, *self.hue_keys] if k]
         self.style_of = dict(zip(arms[ARM], series_names(configs, shown=other, nuisance=nuisance, order=order)
                                  if rest else ["all runs"] * len(configs)))
         from cemctl.records.labels import value_text
@@ -89,8 +100,27 @@ class Palette:
         self.curve_style_of = {aid: ", ".join(p for p in (xt, self.style_of[aid] if rest else "") if p) or "all runs"
                                for aid, xt in zip(arms[ARM], x_text)}
         hues = list(dict.fromkeys(self.hue_of.values()))
-        self.color = {h: style.CYCLE[i % len(style.CYCLE)] for i, h in enumerate(hues)}
+        llama = list(dict.fromkeys(self.hue_of[a] for a, c in zip(arms[ARM], configs) if style.role(c) == "llama"))
+        cycle = iter(style.HUE_COLORS * (1 + len(hues) // len(style.HUE_COLORS)))
+        # the Llama baseline in the paper's pink when one hue value is Llama's
+        self.color = {h: style.LLAMA_COLOR if llama == [h] else next(cycle) for h in hues}
+        self._hue_by_value = {json_key(self._value(c)): self.hue_of[aid] for aid, c in zip(arms[ARM], configs)}
         self.x = x
+
+    def _value(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: _native(config.get(k)) for k in self.hue_keys}
+
+    def hue_for(self, config: Mapping[str, Any]) -> str | None:
+        """The hue series of any row carrying a config (a run, an aggregated row of a figure), None if no arm of the
+        report has its hue value."""
+        from cemctl.records.labels import json_key
+
+        return self._hue_by_value.get(json_key(self._value(config_of(config))))
+
+    def color_for(self, config: Mapping[str, Any]) -> str:
+        """The colour of a row's hue value (its arm's in the metric figure); grey for a value no arm has."""
+        hue = self.hue_for(config)
+        return self.color[hue] if hue is not None else "0.45"
 
     @staticmethod
     def linestyles(names: Sequence[str]) -> dict[str, str] | None:
@@ -99,6 +129,34 @@ class Palette:
         if len(distinct) > len(LINESTYLES):
             return None
         return {n: LINESTYLES[i] for i, n in enumerate(distinct)}
+
+
+def _native(value: Any) -> Any:
+    """A config value as the records hold it, whatever frame it came through: numpy scalars as Python ones, NaN as
+    None, a whole float as an int (a column with a gap turns 2 into 2.0)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(value, float):
+        if value != value:
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def palette_of(runs: "pd.DataFrame") -> Palette:
+    """The report's palette (left on the runs frame by `cemctl.report.build`), else one for these runs alone (a
+    figure drawn on its own, in a test or from Python)."""
+    pal = runs.attrs.get(PALETTE_ATTR)
+    if pal is not None:
+        return pal
+    from cemctl.report.arms import has_arms, with_arms
+
+    framed = runs if has_arms(runs) else with_arms(runs)
+    return Palette(framed, x=default_x(framed, varying(framed)))
 
 
 def _lighter(color: str, amount: float) -> Any:
@@ -111,13 +169,13 @@ def _lighter(color: str, amount: float) -> Any:
 
 def metric_label(metric: str, runs: "pd.DataFrame") -> str:
     """The metric and its unit as it is: nats per byte with the byte tokenizer, per token otherwise."""
-    from cemctl.records.fields import loss_unit
+    from cemctl.records.fields import unit_of
 
     base = METRIC_LABELS.get(metric, metric).split(" (")[0]
     if metric.endswith("_loss"):
         tokenizers = runs["data.tokenizer"].dropna().unique() if "data.tokenizer" in runs.columns else []
         task = runs["task"].iloc[0] if "task" in runs.columns and len(runs) else "lm"
-        return f"{base} ({loss_unit(tokenizers, task)})"
+        return f"{base} ({unit_of(metric, tokenizers, task)})"
     return base
 
 
@@ -157,7 +215,7 @@ def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[s
         first = config_of(g.iloc[0].to_dict())
         stats.append({"arm": aid, "x": first.get(x) if x else None, "hue": pal.hue_of[aid], "style": pal.style_of[aid],
                       "mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan"),
-                      "n": len(vals), "label": g[ARM_LABEL].iloc[0]})
+                      "n": len(vals), "label": g[ARM_LABEL].iloc[0], "run_ids": ",".join(g["run_id"].astype(str)) if "run_id" in g else ""})
     table = pd.DataFrame(stats)
     dup = table.duplicated(["hue", "style", "x"], keep=False)
     if dup.any():  # cannot happen: a series is every key but x; a guard, never a silent merge
@@ -170,15 +228,19 @@ def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[s
     log = numeric and min(ticks) > 0 and max(ticks) / min(ticks) >= 8  # e.g. a learning-rate sweep
     fig, (ax,) = style.new_figure(1, panel_w=6.0, panel_h=4.0)
     series = list(dict.fromkeys(zip(table["hue"], table["style"])))
-    styles = Palette.linestyles([s for _, s in series]) or {}
-    single_style = len({s for _, s in series}) <= 1
+    style_names = list(dict.fromkeys(s for _, s in series))
+    single_style = len(style_names) <= 1
+    # what else varies: a line style, or (a categorical x is never joined by a line) a marker
+    styles = (Palette.linestyles(style_names) or {}) if numeric and not single_style else {}
+    marks = {n: style.SIZE_MARKERS[i] for i, n in enumerate(style_names)} \
+        if not numeric and not single_style and len(style_names) <= len(style.SIZE_MARKERS) else {}
     for i, (h, st) in enumerate(series):
         sub = table[table["hue"].eq(h) & table["style"].eq(st)]
         sub = sub.assign(_p=[positions[v] for v in sub["x"]]).sort_values("_p")
-        line = (styles.get(st, "-") if numeric else None)  # a categorical x is never joined by a line
-        label = h if single_style else (f"{h}, {st}" if not styles else h)
+        line = styles.get(st, "-") if numeric else None
+        label = h if single_style or styles or marks else f"{h}, {st}"
         style.plot_seed_points(ax, _dodge(list(sub["_p"]), i, len(series), log=log, numeric=numeric), sub,
-                               color=pal.color[h], label=label, line=line)
+                               color=pal.color[h], label=label, line=line, marker=marks.get(st, "o"))
     if numeric and log:
         ax.set_xscale("log")
     ax.set_xticks(ticks)
@@ -191,15 +253,15 @@ def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[s
     ax.set_xlabel(xname or "")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{ylabel} against {xname}" if x else ylabel, fontsize=10)
-    extra = []
-    if styles and not single_style:
-        from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D
 
-        extra = [Line2D([], [], color="0.35", linestyle=ls, label=st) for st, ls in styles.items()]
+    extra = [Line2D([], [], color="0.35", linestyle=ls, label=st) for st, ls in styles.items()] + \
+        [Line2D([], [], color="0.35", marker=m, linestyle="none", label=st) for st, m in marks.items()]
     style.figure_legend(fig, [ax], table["n"], max_cols=2, extra=extra)
     caption = (f"{ylabel[0].upper() + ylabel[1:]} against {xname or 'the arms'}: one colour per series (what "
-               f"varies besides {xname or 'nothing'}), the same colours as the training curves"
-               + ("; line styles: " + ", ".join(styles) if styles and not single_style else "")
+               f"varies besides {xname or 'nothing'}), the same colours in every figure of the report"
+               + ("; line styles: " + ", ".join(styles) if styles else "")
+               + ("; markers: " + ", ".join(marks) if marks else "")
                + ("" if numeric else "; the x values are categories, so points are not joined")
                + f"; {style.SPREAD_NOTE}.")
     return FigurePart(name, fig, caption)
@@ -258,17 +320,18 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
             with np.errstate(all="ignore"):
                 mean = np.nanmean(ys, axis=0)
                 low, high = np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
-            ax.plot(grid, mean, linestyle=ls, color=color, linewidth=1.4)
+            ids = list(group["run_id"].astype(str))
+            style.tag(ax.plot(grid, mean, linestyle=ls, color=color, linewidth=1.4), ids)
             if len(series) > 1:
-                ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
+                style.tag(ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0), ids)
         vals = [by_run[rid][by_run[rid]["val_loss"].notna()] for rid in group["run_id"]]
         vals = [v for v in vals if not v.empty]
         if vals:
             import pandas as pd
 
             v = pd.concat(vals).groupby("step").agg(tokens=("tokens", "mean"), val_loss=("val_loss", "mean"))
-            ax.plot(v["tokens"], v["val_loss"], "o", color=color, markersize=3.5, markeredgecolor="black",
-                    markeredgewidth=0.4)
+            style.tag(ax.plot(v["tokens"], v["val_loss"], "o", color=color, markersize=3.5, markeredgecolor="black",
+                              markeredgewidth=0.4), list(group["run_id"].astype(str)))
         several = sum(1 for a in arms if palette.hue_of[a] == hue) > 1  # the style tells this colour's arms apart
         label = sty if by_arm or hue == "all runs" else f"{hue}, {sty}" if several else hue
         handles.append(Line2D([], [], color=color, linestyle=ls, label=f"{label}, n={len(series)}"))

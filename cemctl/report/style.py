@@ -1,7 +1,7 @@
 """Names, colours and plotting helpers shared by every figure of `cemctl report`.
 
-Variant names follow the paper ("Llama", "CEM attention (T=1)", "CEM MLP,
-param-matched", "diag", "diag+low-rank", ...). Every figure marks seeds the same
+Series are named by `cemctl.records.labels` (the one labelling path); here only how a
+value is shown (a preconditioner's spec label, a KQ diagonal's words). Every figure marks seeds the same
 way: a filled marker with error bars = mean +- 1 sample standard deviation
 (ddof=1) over n >= 2 seeds; a hollow marker = a single seed (n = 1).
 
@@ -24,15 +24,14 @@ if TYPE_CHECKING:  # pragma: no cover
 KQ_LABELS = {"none": "no diagonal", "shared": "shared diagonal", "per_head": "per-head diagonal"}
 SPREAD_NOTE = "Error bars: mean \u00b1 1 s.d. over seeds (ddof=1); hollow marker: single seed (n=1)"
 
-# Colours close to the paper's: Llama pink/orange, CEM blue, param-matched orange.
+# A figure never picks a colour of its own: the report's palette (`report.generic.Palette`) gives each hue value
+# one, the Llama baseline the paper's pink.
 LLAMA_COLOR = "#d6458f"
-CEM_COLOR = "#2a6fdb"
-PARAM_MATCHED_COLOR = "#f28e2b"
-T1_COLOR = "#f28e2b"
-T2_COLOR = "#2a6fdb"
-PRECOND_COLORS = {"identity": "#7f7f7f", "diag": "#2ca02c", "diag_lowrank": "#9467bd"}
-KQ_COLORS = {"none": "#7f7f7f", "shared": "#2a6fdb", "per_head": "#d62728"}
 CYCLE = ("#2a6fdb", "#f28e2b", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+# A report's hue colours (`report.generic.Palette`), in the order hue values get them: the cycle, then darker ones
+# of other hues for a grid with many (never a lighter shade of one above: those mean "the same value"), grey last.
+HUE_COLORS = tuple(c for c in CYCLE if c != "#7f7f7f") + ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173",
+                                                          "#3182bd", "#e6550d", "#31a354", "#756bb1", "#7f7f7f")
 SIZE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "<", ">")
 
 # The component swap's keys (what a variant's Llama baseline may differ in) come from the variant specs:
@@ -82,46 +81,11 @@ def precond_label(kind: Any) -> str:
     return _label(PRECONDITIONERS, kind)
 
 
-def _details(steps: int, precond: Any, extra: Sequence[str] = ()) -> str:
-    parts = [f"T={steps}"]
-    if precond not in (None, "identity"):
-        parts.append(precond_label(precond))
-    parts += [e for e in extra if e]
-    return ", ".join(parts)
-
-
 def _label(registry: Any, name: Any) -> str:
     try:
         return registry.spec(str(name)).label
     except Exception:  # noqa: BLE001 - not a registered name here: its own name
         return str(name)
-
-
-def variant_label(row: Mapping[str, Any]) -> str:
-    """The paper-style name of a run's architecture from its variants' spec labels (no size, lr or seed)."""
-    from cem_core.variants import ATTENTION, MLPS
-
-    attn, mlp = _get(row, "model.attention", "llama"), _get(row, "model.mlp", "llama")
-    a_t, m_t = _int(_get(row, "model.attn_steps", 1)), _int(_get(row, "model.mlp_steps", 1))
-    a_p, m_p = _get(row, "model.attn_precond", "identity"), _get(row, "model.mlp_precond", "identity")
-    kq = _get(row, "model.kq_diagonal", "none")
-    kq_text = KQ_LABELS.get(str(kq), str(kq)) if kq not in (None, "none") else ""
-    a_label, m_label = _label(ATTENTION, attn), _label(MLPS, mlp)
-    r = role(row)
-    if r == "llama":
-        return "Llama"
-    if r == "attention":
-        return f"{a_label} ({_details(a_t, a_p, [kq_text])})"
-    if r == "mlp":
-        return f"{m_label} ({_details(m_t, m_p)})"
-    if r == "full":
-        pm = ", param-matched MLP" if "param-matched" in m_label else ""
-        if a_t == m_t and a_p == m_p:
-            return f"full CEM ({_details(a_t, a_p, [kq_text])}{pm})"
-        return f"full CEM (attn {_details(a_t, a_p, [kq_text])}; MLP {_details(m_t, m_p)}{pm})"
-    if r in ("attention_reuse", "mlp_reuse"):
-        return f"{a_label if r == 'attention_reuse' else m_label} (T={a_t if r == 'attention_reuse' else m_t})"
-    return f"{a_label} (T={a_t}) + {m_label} (T={m_t})"
 
 
 def size_order(sizes: Iterable[Any]) -> list[Any]:
@@ -172,30 +136,64 @@ def grid_shape(n_panels: int, max_cols: int = 3) -> tuple[int, int]:
     return ncols, nrows
 
 
+RUNS_ATTR = "cemctl_runs"  # on what a figure drew for a series: the run ids it stands for
+
+
+def runs_of(value: Any) -> frozenset[str]:
+    """Run ids from a comma-joined text (an aggregated row's `run_ids`), a list of them, or a frame's `run_id`s."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset(r for r in value.split(",") if r)
+    out: set[str] = set()
+    for v in value:
+        out |= runs_of(v) if isinstance(v, str) else {str(v)}
+    return frozenset(out)
+
+
+def tag(artists: Any, runs: Iterable[str] | None) -> Any:
+    """Mark artists (a container's children too) with the runs they stand for (`RUNS_ATTR`), so what a figure drew
+    can be read back: which runs, in which colour (the report tests read every figure so)."""
+    if runs is None:
+        return artists
+    from matplotlib.container import Container
+
+    ids = runs_of(runs)
+    for artist in artists if isinstance(artists, (list, tuple)) and not isinstance(artists, Container) else [artists]:
+        for part in (artist.get_children() if isinstance(artist, Container) else [artist]):
+            if part is not None:
+                setattr(part, RUNS_ATTR, ids)
+    return artists
+
+
 def plot_seed_points(ax: "Axes", x: Sequence[float], stats: "pd.DataFrame", *, color: str, marker: str = "o",
                      label: str | None = None, line: str | None = "-", markersize: float = 6.5,
-                     zorder: float = 3, label_ns: Iterable[Any] | None = None) -> None:
+                     zorder: float = 3, label_ns: Iterable[Any] | None = None, runs: Iterable[str] | None = None
+                     ) -> None:
     """Mean points with +-1 s.d. error bars (n >= 2, filled) or hollow markers (n = 1).
 
     `stats` has columns mean, std, n (one row per x, same order as `x`). The legend
-    label gets the seed counts of `label_ns` (default: these points' n).
+    label gets the seed counts of `label_ns` (default: these points' n). `runs`: the run
+    ids the points stand for (default: the `run_ids` column of `stats`, if any), see `tag`.
     """
     import numpy as np
 
+    if runs is None and "run_ids" in stats.columns:
+        runs = runs_of(stats["run_ids"])
     xs = np.asarray(list(x), dtype=float)
     means = stats["mean"].to_numpy(dtype=float)
     stds = np.nan_to_num(stats["std"].to_numpy(dtype=float), nan=0.0)
     ns = stats["n"].to_numpy(dtype=int)
     if line and len(xs) > 1:
         order = np.argsort(xs)
-        ax.plot(xs[order], means[order], line, color=color, linewidth=1.4, zorder=zorder - 1)
+        tag(ax.plot(xs[order], means[order], line, color=color, linewidth=1.4, zorder=zorder - 1), runs)
     multi = ns >= 2
     if multi.any():
-        ax.errorbar(xs[multi], means[multi], yerr=stds[multi], fmt=marker, color=color, markersize=markersize,
-                    capsize=3, elinewidth=1.1, markeredgecolor=color, zorder=zorder, linestyle="none")
+        tag(ax.errorbar(xs[multi], means[multi], yerr=stds[multi], fmt=marker, color=color, markersize=markersize,
+                        capsize=3, elinewidth=1.1, markeredgecolor=color, zorder=zorder, linestyle="none"), runs)
     if (~multi).any():
-        ax.plot(xs[~multi], means[~multi], marker, markerfacecolor="white", markeredgecolor=color,
-                markeredgewidth=1.6, markersize=markersize, linestyle="none", zorder=zorder)
+        tag(ax.plot(xs[~multi], means[~multi], marker, markerfacecolor="white", markeredgecolor=color,
+                    markeredgewidth=1.6, markersize=markersize, linestyle="none", zorder=zorder), runs)
     if label is not None:  # one legend entry per series (hollow when every point is a single seed)
         label_n = list(ns if label_ns is None else label_ns)
         hollow = bool(label_n) and max(int(n) for n in label_n) < 2
@@ -206,20 +204,22 @@ def plot_seed_points(ax: "Axes", x: Sequence[float], stats: "pd.DataFrame", *, c
 
 def baseline_line(ax: "Axes", stats: Mapping[str, Any], *, label: str | None = "Llama",
                   color: str = LLAMA_COLOR, label_ns: Iterable[Any] | None = None) -> None:
-    """The Llama baseline as a dashed horizontal line (+-1 s.d. band when n >= 2)."""
+    """The Llama baseline as a dashed horizontal line (+-1 s.d. band when n >= 2), in the report's colour of its
+    hue (`color`), tagged with its runs (`stats["run_ids"]`)."""
     mean, std, n = float(stats["mean"]), float(stats.get("std", float("nan"))), _int(stats.get("n", 1))
-    ax.axhline(mean, linestyle="--", color=color, linewidth=1.4, zorder=1,
-               label=f"{label}, {n_note([n] if label_ns is None else label_ns)}" if label else None)
+    runs = runs_of(stats.get("run_ids")) if "run_ids" in stats else None
+    tag(ax.axhline(mean, linestyle="--", color=color, linewidth=1.4, zorder=1,
+                   label=f"{label}, {n_note([n] if label_ns is None else label_ns)}" if label else None), runs)
     if n >= 2 and math.isfinite(std):
-        ax.axhspan(mean - std, mean + std, color=color, alpha=0.12, linewidth=0, zorder=0)
+        tag(ax.axhspan(mean - std, mean + std, color=color, alpha=0.12, linewidth=0, zorder=0), runs)
 
 
 def baseline_line_vertical(ax: "Axes", mean: float, std: float, n: int, *, label: str = "Llama",
-                           color: str = LLAMA_COLOR) -> None:
+                           color: str = LLAMA_COLOR, runs: Iterable[str] | None = None) -> None:
     """The Llama reference as a dashed vertical line (+-1 s.d. band when n >= 2), for dot plots."""
-    ax.axvline(mean, linestyle="--", color=color, linewidth=1.4, zorder=1, label=f"{label}, {n_note([n])}")
+    tag(ax.axvline(mean, linestyle="--", color=color, linewidth=1.4, zorder=1, label=f"{label}, {n_note([n])}"), runs)
     if n >= 2 and math.isfinite(std):
-        ax.axvspan(mean - std, mean + std, color=color, alpha=0.12, linewidth=0, zorder=0)
+        tag(ax.axvspan(mean - std, mean + std, color=color, alpha=0.12, linewidth=0, zorder=0), runs)
 
 
 def seed_legend_handles(ns: Iterable[Any]) -> list[Any]:

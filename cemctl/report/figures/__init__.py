@@ -2,7 +2,10 @@
 
 Each kind is a module `cemctl.report.figures.<kind>` with
 `render(runs: DataFrame, curves: DataFrame | None) -> ReportParts`, registered
-lazily in `cemctl.grid.kinds.FIGURE_KINDS` (imported on demand).
+lazily in `cemctl.grid.kinds.FIGURE_KINDS` (imported on demand), and `SHOWN`: the config
+keys it plots on its axes, panels or markers (its x first: the metric figure's x when the
+grid names none). Every kind colours a series by the report's
+palette (`cemctl.report.generic.palette_of(runs).color_for(row)`), never by its own.
 
 `EXTRA_FIGURES` are drawn for ANY experiment whose runs have their data, in
 addition to its figure kind: each is a module `cemctl.report.figures.<name>`
@@ -28,6 +31,15 @@ RenderFn = Callable[["pd.DataFrame", "pd.DataFrame | None"], "ReportParts"]
 def get_figure_kind(name: str, *, key: str = "experiment.figure") -> RenderFn:
     """The `render` function of figure kind `name`; unknown names raise ConfigError listing the known ones."""
     return FIGURE_KINDS.get(name, key=key)
+
+
+def kind_shown(name: str) -> tuple[str, ...]:
+    """The config keys figure kind `name` shows on its own axes, panels or markers (its module's `SHOWN`): the report's
+    palette never colours by them (`cemctl.report.generic.Palette`)."""
+    import sys
+
+    render = get_figure_kind(name)
+    return tuple(getattr(sys.modules.get(render.__module__), "SHOWN", ()))
 
 
 EXTRA_FIGURES: dict[str, str] = {

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 STEP_COLUMNS = ("model.attn_steps", "model.mlp_steps")
+SHOWN = STEP_COLUMNS  # T=1 and T=2 by marker, side by side
 VALUE = "test_loss"
 
 
@@ -61,7 +62,12 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     import numpy as np
     import pandas as pd
 
+    from matplotlib.lines import Line2D
+
+    from cemctl.report.generic import palette_of
+
     parts = ReportParts()
+    palette = palette_of(runs)  # the report's colours
     done = finished(runs, VALUE)
     if done.empty:
         parts.notes.append("ablation: no finished runs")
@@ -77,12 +83,12 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     arms = list(dict.fromkeys(["defaults"] + sorted(cem["arm"].unique())))
     arms = [a for a in arms if a in set(cem["arm"])]
     steps = sorted(int(t) for t in cem[step_col].unique())
-    colors = {t: style.T1_COLOR if t == 1 else style.T2_COLOR if t == 2 else style.CYCLE[t % len(style.CYCLE)]
-              for t in steps}
+    markers = {t: style.SIZE_MARKERS[i % len(style.SIZE_MARKERS)] for i, t in enumerate(steps)}
     fig, (ax,) = style.new_figure(1, panel_w=6.4, panel_h=0.45 * len(arms) + 1.6)
     rows = []
     for i, arm in enumerate(arms):
         group = cem[cem["arm"].eq(arm)]
+        color = palette.color_for(group.iloc[0])  # the arm's colour in every figure of the report
         by_t = {t: group[group[step_col].eq(t)] for t in steps}
         for j, t in enumerate(steps):
             g = by_t[t]
@@ -92,9 +98,8 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
             stats = pd.DataFrame({"mean": [vals.mean()], "std": [vals.std(ddof=1) if len(vals) > 1 else np.nan],
                                   "n": [len(vals)]})
             y = i + (j - (len(steps) - 1) / 2) * 0.22
-            ax.errorbar(stats["mean"], [y], xerr=np.nan_to_num(stats["std"]), fmt="o", color=colors[t],
-                        capsize=3, markersize=6, label=f"T={t}" if i == 0 or not ax.get_legend_handles_labels()[1]
-                        or f"T={t}" not in ax.get_legend_handles_labels()[1] else None)
+            style.tag(ax.errorbar(stats["mean"], [y], xerr=np.nan_to_num(stats["std"]), fmt=markers[t], color=color,
+                                  capsize=3, markersize=6), list(g["run_id"].astype(str)))
         row: dict[str, Any] = {"arm": arm}
         for t in steps:
             vals = by_t[t][VALUE].astype(float)
@@ -107,18 +112,23 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         rows.append(row)
     if not llama.empty:
         mean, sd = float(llama[VALUE].mean()), float(llama[VALUE].std(ddof=1)) if len(llama) > 1 else float("nan")
-        style.baseline_line_vertical(ax, mean, sd, len(llama))
+        style.baseline_line_vertical(ax, mean, sd, len(llama), color=palette.color_for(llama.iloc[0]),
+                                     runs=list(llama["run_id"].astype(str)))
         for row in rows:
             row["Llama loss"] = mean
     ax.set_yticks(range(len(arms)))
     ax.set_yticklabels(arms)
     ax.invert_yaxis()
-    ax.set_xlabel("test loss (nats per token)")
+    from cemctl.report.generic import metric_label
+
+    ax.set_xlabel(metric_label(VALUE, runs))  # the unit as it is: nats per byte with the byte tokenizer
     ax.set_ylabel("arm (what differs from the defaults)")
-    ax.legend(fontsize=8, loc="best")
+    handles = [Line2D([], [], color="0.35", marker=markers[t], linestyle="none", label=f"T={t}") for t in steps]
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, loc="best")
     what = "attention" if step_col == "model.attn_steps" else "MLP"
-    caption = (f"Test loss of CEM {what} at T={' and T='.join(map(str, steps))} for each arm (one setting moved "
-               "away from the defaults); dashed: Llama (band \u00b11 s.d.). "
+    caption = (f"Test loss of CEM {what} at T={' and T='.join(map(str, steps))} (marker) for each arm (one setting "
+               "moved away from the defaults; its colour in the report's other figures); dashed: Llama (band \u00b11 "
+               "s.d.). "
                f"{style.SPREAD_NOTE}.")
     parts.figures.append(FigurePart("ablation", fig, caption))
     parts.tables.append(TablePart("ablation", pd.DataFrame(rows),

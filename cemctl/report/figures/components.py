@@ -2,9 +2,10 @@
 
 Test perplexity against parameters: each single-step CEM sublayer (attention:
 2a; MLP dim-matched and parameter-matched: 2b) is linked by a thin line to the
-Llama baseline of the same dims and training setup. Markers: Llama pink
-diamonds, CEM blue dots, parameter-matched CEM MLP orange triangles; the token
-budget is written above each Llama baseline.
+Llama baseline of the same dims and training setup. Colours: the report's palette
+(the Llama baseline pink); markers: Llama diamonds, CEM dots, parameter-matched CEM
+MLP triangles, a KQ diagonal squares; the token budget is written above each Llama
+baseline.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels
+from cemctl.report.aggregate import aggregate_seeds, match_baselines, series_labels, unpaired_notes
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,14 +25,18 @@ PANELS = (
 )
 
 
-def _marker(row: dict) -> tuple[str, str]:
+SHOWN = ("model.size",)  # the x axis is the parameters of each size; the panel is the sublayer swapped
+
+
+def _marker(row: dict) -> str:
+    """The marker of a variant (its colour is the report's palette's)."""
     if row["role"] == "llama":
-        return style.LLAMA_COLOR, "D"
+        return "D"
     if row.get("model.mlp") == "cem_param_matched":
-        return style.PARAM_MATCHED_COLOR, "^"
+        return "^"
     if row["role"] == "attention" and row.get("model.kq_diagonal") not in (None, "none"):
-        return style.KQ_COLORS.get(row["model.kq_diagonal"], style.CEM_COLOR), "s"  # our arm beside the paper's
-    return style.CEM_COLOR, "o"
+        return "s"  # our arm beside the paper's
+    return "o"
 
 
 def comparison_table(agg: "pd.DataFrame", base_idx: "pd.Series") -> "pd.DataFrame":
@@ -59,7 +64,10 @@ def comparison_table(agg: "pd.DataFrame", base_idx: "pd.Series") -> "pd.DataFram
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
+    from cemctl.report.generic import palette_of
+
     parts = ReportParts()
+    palette = palette_of(runs)
     agg = aggregate_seeds(runs)
     if agg.empty:
         parts.notes.append("components: no finished runs")
@@ -82,13 +90,10 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
             if panel_role != "llama" and b >= 0:
                 ax.plot([style.params_m(agg.at[i, "params_total"]), style.params_m(agg.at[b, "params_total"])],
                         [agg.at[i, "mean"], agg.at[b, "mean"]], color="0.6", linewidth=0.9, zorder=1)
-            elif panel_role != "llama":
-                parts.notes.append(f"components: no Llama baseline for {agg.at[i, 'variant']} "
-                                   f"(size {agg.at[i, 'model.size']})")
         show = agg.loc[bases + list(sub.index)] if panel_role != "llama" else sub
         show = show[~show.index.duplicated()]
         for variant, group in show.groupby("variant", sort=False):
-            color, marker = _marker(group.iloc[0].to_dict())
+            marker, color = _marker(group.iloc[0].to_dict()), palette.color_for(group.iloc[0].to_dict())
             plot_group = group.sort_values("params_total")
             style.plot_seed_points(ax, [style.params_m(p) for p in plot_group["params_total"]], plot_group,
                                    color=color, marker=marker, label=str(variant), line=None, markersize=7.5)
@@ -104,6 +109,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         ax.set_xlabel("parameters (M)")
         ax.set_ylabel("test perplexity")
         ax.margins(x=0.15, y=0.18)
+    parts.notes += unpaired_notes(agg, base_idx, series_labels(agg, []), "components")
     style.figure_legend(fig, axes, agg["n"])
     caption = ("Test perplexity against total parameters (M). Each CEM variant (T=1) is linked to the Llama "
                "baseline with the same dimensions and token budget (training tokens written next to the baseline). "

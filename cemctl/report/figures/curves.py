@@ -26,15 +26,11 @@ def arm_names(agg: "pd.DataFrame") -> list[str]:
 
 
 def _colors(runs: "pd.DataFrame", agg: "pd.DataFrame") -> list[str]:
-    """Each arm's colour in the report's other figures (its palette, `report.generic.Palette`)."""
-    from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
+    """Each arm's colour in the report's other figures (its palette, `report.generic.palette_of`)."""
+    from cemctl.report.generic import palette_of
 
-    palette = runs.attrs.get(PALETTE_ATTR)
-    if palette is None and "arm" in runs.columns:
-        palette = Palette(runs, x=default_x(runs, varying(runs)))
-    if palette is None or "arm" not in agg.columns:
-        return [style.CYCLE[i % len(style.CYCLE)] for i in range(len(agg))]
-    return [palette.color[palette.hue_of[a]] for a in agg["arm"]]
+    palette = palette_of(runs)
+    return [palette.color_for(r) for r in agg.to_dict("records")]
 
 
 def perplexity_chart(agg: "pd.DataFrame", names: list[str], colors: list[str] | None = None) -> FigurePart:
@@ -47,11 +43,13 @@ def perplexity_chart(agg: "pd.DataFrame", names: list[str], colors: list[str] | 
     for y, i in enumerate(order):
         r = agg.iloc[i]
         color = colors[i]
+        ids = r["run_ids"] if "run_ids" in r else None
         if int(r["n"]) >= 2:
-            ax.errorbar([r["mean"]], [y], xerr=[r["std"]], fmt="o", color=color, capsize=3, markersize=7)
+            style.tag(ax.errorbar([r["mean"]], [y], xerr=[r["std"]], fmt="o", color=color, capsize=3, markersize=7),
+                      ids)
         else:
-            ax.plot([r["mean"]], [y], "o", markerfacecolor="white", markeredgecolor=color, markeredgewidth=1.6,
-                    markersize=7)
+            style.tag(ax.plot([r["mean"]], [y], "o", markerfacecolor="white", markeredgecolor=color,
+                              markeredgewidth=1.6, markersize=7), ids)
     ax.set_yticks(range(len(order)))
     ax.set_yticklabels([f"{names[i]} (n={int(agg['n'].iloc[i])})" for i in order], fontsize=8.5)
     ax.yaxis.set_minor_locator(NullLocator())

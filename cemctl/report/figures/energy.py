@@ -67,10 +67,27 @@ def _run_titles(runs: "pd.DataFrame", run_ids: list[str]) -> dict[str, str]:
 
 
 def _series_styles(frame: "pd.DataFrame") -> dict[tuple[int, str], dict[str, Any]]:
+    """A layer's marker and a sublayer kind's line style (the colour is the run's: its arm's in the report)."""
     layers = sorted({int(x) for x in frame["layer"]})
-    colors = {layer: style.CYCLE[i % len(style.CYCLE)] for i, layer in enumerate(layers)}
-    return {(int(layer), sub): {"color": colors[int(layer)], "linestyle": LINESTYLES.get(sub, ":")}
+    markers = {layer: style.SIZE_MARKERS[i % len(style.SIZE_MARKERS)] for i, layer in enumerate(layers)}
+    return {(int(layer), sub): {"marker": markers[int(layer)], "linestyle": LINESTYLES.get(sub, ":")}
             for layer, sub in frame[["layer", "sublayer"]].drop_duplicates().itertuples(index=False)}
+
+
+def _run_colors(runs: "pd.DataFrame", run_ids: list[str]) -> dict[str, str]:
+    """Each run in its arm's colour of the report (`report.generic.palette_of`)."""
+    from cemctl.report.generic import palette_of
+
+    palette = palette_of(runs)
+    rows = {r["run_id"]: r for r in runs.to_dict("records")}
+    return {rid: palette.color_for(rows[rid]) for rid in run_ids}
+
+
+def _legend(styles: dict[tuple[int, str], dict[str, Any]]) -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], markersize=4, color="0.35", label=f"layer {layer}, {SUBLAYER_NAMES.get(sub, sub)}", **st)
+            for (layer, sub), st in sorted(styles.items())]
 
 
 SUBLAYER_NAMES = {"attention": "attention", "mlp": "MLP"}
@@ -78,7 +95,6 @@ SUBLAYER_NAMES = {"attention": "attention", "mlp": "MLP"}
 
 def descent_figure(runs: "pd.DataFrame", last: "pd.DataFrame", run_ids: list[str]) -> FigurePart:
     """Columns = runs; one row of E_t - E_0 per sublayer kind (their scales differ), then the descent fractions."""
-    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     n = len(run_ids)
@@ -87,35 +103,35 @@ def descent_figure(runs: "pd.DataFrame", last: "pd.DataFrame", run_ids: list[str
     fig, axes = style.new_figure(n, len(kinds) + 1, panel_w=4.2, panel_h=2.7)
     styles = _series_styles(last)
     titles = _run_titles(runs, run_ids)
+    colors = _run_colors(runs, run_ids)
     for col, rid in enumerate(run_ids):
         data = last[last["run_id"].eq(rid)]
         bottom = axes[len(kinds) * n + col]
         for row, kind in enumerate(kinds):
             ax = axes[row * n + col]
             for (layer, sub), g in data[data["sublayer"].eq(kind)].groupby(["layer", "sublayer"], sort=True):
-                ax.plot(g["t"].astype(float), g["delta"], marker="o", markersize=4, linewidth=1.3,
-                        **styles[(int(layer), sub)])
+                style.tag(ax.plot(g["t"].astype(float), g["delta"], markersize=4, linewidth=1.3, color=colors[rid],
+                                  **styles[(int(layer), sub)]), [rid])
             ax.axhline(0.0, color="0.5", linewidth=0.8)
             ax.set_ylabel(f"{SUBLAYER_NAMES.get(kind, kind)}: $E_t - E_0$")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if row == 0:
-                ax.set_title(f"{titles[rid]} (step {int(data['step'].max())})", fontsize=8.5)
+                ax.set_title(f"{titles[rid]} (step {int(data['step'].max())})", fontsize=8.5, color=colors[rid])
         for (layer, sub), g in data[data["t"] >= 1].groupby(["layer", "sublayer"], sort=True):
-            bottom.plot(g["t"].astype(float), g["descent_frac"], marker="o", markersize=4, linewidth=1.3,
-                        **styles[(int(layer), sub)])
+            style.tag(bottom.plot(g["t"].astype(float), g["descent_frac"], markersize=4, linewidth=1.3,
+                                  color=colors[rid], **styles[(int(layer), sub)]), [rid])
         bottom.set_ylabel("descent fraction of step t")
         bottom.set_ylim(-0.03, 1.03)
         bottom.axhline(0.5, color="0.5", linewidth=0.8, linestyle=":")
         bottom.set_xlabel("recursion step t")
         bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    handles = [Line2D([], [], marker="o", markersize=4, label=f"layer {layer}, {SUBLAYER_NAMES.get(sub, sub)}", **st)
-               for (layer, sub), st in sorted(styles.items())]
-    style.figure_legend(fig, [], [], extra=handles, max_cols=4)
+    style.figure_legend(fig, [], [], extra=_legend(styles), max_cols=4)
     caption = ("Energy along the CEM recursion at each run's last evaluation (`train.energy_layers`; mean over the "
                "tokens of the first validation sequences). Upper rows: change of the energy from the sublayer's input "
                "(t = 0) after t recursive steps, one row per sublayer kind (their scales differ); a descending "
                "recursion slopes down. Bottom row: share of tokens whose energy fell in step t (1 = all). "
-               "Colour = layer; attention solid, MLP dashed.")
+               "Colour: the run's arm, as in the report's other figures; marker: the layer; attention solid, MLP "
+               "dashed.")
     return FigurePart("energy_descent", fig, caption)
 
 
@@ -132,22 +148,23 @@ def training_figure(runs: "pd.DataFrame", energy: "pd.DataFrame", run_ids: list[
     multi = [rid for rid in run_ids if per_eval.loc[per_eval["run_id"].eq(rid), "step"].nunique() > 1]
     if not multi:
         return None
-    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     n = len(multi)
     fig, axes = style.new_figure(n, 2, panel_w=4.2, panel_h=2.8)
     styles = _series_styles(per_eval)
     titles = _run_titles(runs, multi)
+    colors = _run_colors(runs, multi)
     for col, rid in enumerate(multi):
         top, bottom = axes[col], axes[n + col]
         data = per_eval[per_eval["run_id"].eq(rid)]
         for (layer, sub), g in data.groupby(["layer", "sublayer"], sort=True):
-            st = styles[(int(layer), sub)]
-            top.plot(g["step"].astype(float), g["relative"], marker="o", markersize=3.5, linewidth=1.2, **st)
-            bottom.plot(g["step"].astype(float), g["descent_frac"], marker="o", markersize=3.5, linewidth=1.2, **st)
+            st = {**styles[(int(layer), sub)], "color": colors[rid]}
+            style.tag(top.plot(g["step"].astype(float), g["relative"], markersize=3.5, linewidth=1.2, **st), [rid])
+            style.tag(bottom.plot(g["step"].astype(float), g["descent_frac"], markersize=3.5, linewidth=1.2, **st),
+                      [rid])
         top.axhline(0.0, color="0.5", linewidth=0.8)
-        top.set_title(titles[rid], fontsize=8.5)
+        top.set_title(titles[rid], fontsize=8.5, color=colors[rid])
         top.set_ylabel("$(E_T - E_0)/|E_0|$ (%)")
         bottom.set_ylim(-0.03, 1.03)
         bottom.axhline(0.5, color="0.5", linewidth=0.8, linestyle=":")
@@ -155,12 +172,11 @@ def training_figure(runs: "pd.DataFrame", energy: "pd.DataFrame", run_ids: list[
         bottom.set_ylabel("mean descent fraction (t \u2265 1)")
         for ax in (top, bottom):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    handles = [Line2D([], [], marker="o", markersize=4, label=f"layer {layer}, {SUBLAYER_NAMES.get(sub, sub)}", **st)
-               for (layer, sub), st in sorted(styles.items())]
-    style.figure_legend(fig, [], [], extra=handles, max_cols=4)
+    style.figure_legend(fig, [], [], extra=_legend(styles), max_cols=4)
     caption = ("Energy descent over training, at each evaluation. Top: change of the energy over the whole recursion "
                "(t = 0 to T) relative to |E_0|. Bottom: share of tokens whose energy fell in a recursive step, averaged "
-               "over the steps t \u2265 1. Colour = layer; attention solid, MLP dashed.")
+               "over the steps t \u2265 1. Colour: the run's arm, as in the report's other figures; marker: the layer; "
+               "attention solid, MLP dashed.")
     return FigurePart("energy_training", fig, caption)
 
 

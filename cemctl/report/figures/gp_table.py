@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cem_core.arms import is_config_key
 from cemctl.report import style
 from cemctl.report.aggregate import extra_settings
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+    from cemctl.report.generic import Palette
 
 GP_COLUMNS = ("kernel", "T", "seed", "test_rmse", "params", "flops")
 _SOURCES = {
@@ -27,11 +30,13 @@ _SOURCES = {
     "params": ("params", "params_total"),
     "flops": ("flops", "train_flops"),
 }
+SHOWN = ("model.mlp_steps",)  # T on the x axis
 REFERENCE = "bayes_rmse"  # test RMSE of the exact GP posterior mean (cem_core.gp), when known
 
 
-def gp_frame(runs: "pd.DataFrame") -> "pd.DataFrame":
-    """Normalise a runs frame (finished runs only) or a GP frame to GP_COLUMNS; missing columns are NaN."""
+def gp_frame(runs: "pd.DataFrame", palette: "Palette | None" = None) -> "pd.DataFrame":
+    """Normalise a runs frame (finished runs only) or a GP frame to GP_COLUMNS; missing columns are NaN. With the
+    report's `palette` (a runs frame), also `_color` (each run's) and `_run` (its id), to draw by."""
     import pandas as pd
 
     frame = runs
@@ -44,8 +49,11 @@ def gp_frame(runs: "pd.DataFrame") -> "pd.DataFrame":
     if REFERENCE in frame.columns:
         out[REFERENCE] = frame[REFERENCE]
     # what else varies among the runs (lr, width, ...) splits a series: two arms are never averaged together
-    has_config = any("." in c for c in frame.columns)
+    has_config = any(is_config_key(c) and c != "task" for c in frame.columns)
     out["setting"] = extra_settings(frame, [*_SOURCES["kernel"], *_SOURCES["T"]]) if has_config and len(frame) else ""
+    if palette is not None and has_config and "run_id" in frame.columns:
+        out["_color"] = [palette.color_for(r) for r in frame.to_dict("records")]
+        out["_run"] = frame["run_id"].astype(str).to_numpy()
     out = out[pd.to_numeric(out["test_rmse"], errors="coerce").notna()]
     return out.reset_index(drop=True)
 
@@ -77,23 +85,30 @@ def rmse_table(gp: "pd.DataFrame", *, ddof: int = 1) -> "pd.DataFrame":
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
+    from cemctl.report.generic import palette_of
+
     parts = ReportParts()
-    gp = gp_frame(runs)
+    has_config = any(is_config_key(c) and c != "task" for c in runs.columns)
+    gp = gp_frame(runs, palette_of(runs) if has_config and "run_id" in runs.columns else None)
     if gp.empty or gp["kernel"].isna().all():
         parts.notes.append("gp_table: no finished runs with columns kernel and test_rmse")
         return parts
     table = rmse_table(gp)
     fig, (ax,) = style.new_figure(1, panel_w=5.0, panel_h=3.6)
     series = ["kernel", "setting"] if "setting" in table.columns else ["kernel"]
+    gp_keys = gp.assign(setting=gp["setting"] if "setting" in table.columns else "")
     for j, (key, sub) in enumerate(table.groupby(series, sort=True)):
         key = key if isinstance(key, tuple) else (key,)
+        mine = gp_keys[gp_keys["kernel"].eq(key[0]) & (gp_keys["setting"].eq(key[1]) if len(key) > 1 else True)]
+        color = mine["_color"].iloc[0] if "_color" in mine.columns else style.CYCLE[j % len(style.CYCLE)]
+        ids = list(mine["_run"]) if "_run" in mine.columns else None
         stats = sub.rename(columns={"test RMSE (mean)": "mean", "test RMSE (s.d.)": "std", "n seeds": "n"})
-        style.plot_seed_points(ax, sub["T"].astype(float).tolist(), stats[["mean", "std", "n"]],
-                               color=style.CYCLE[j % len(style.CYCLE)], marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)],
+        style.plot_seed_points(ax, sub["T"].astype(float).tolist(), stats[["mean", "std", "n"]], color=color,
+                               marker=style.SIZE_MARKERS[j % len(style.SIZE_MARKERS)], runs=ids,
                                label=f"{key[0]} kernel" + (f", {key[1]}" if len(key) > 1 and key[1] else ""))
         best = sub[sub["best T"]].iloc[0]
-        ax.plot([best["T"]], [best["test RMSE (mean)"]], "*", color=style.CYCLE[j % len(style.CYCLE)],
-                markersize=15, markeredgecolor="black", markeredgewidth=0.7, zorder=5)
+        style.tag(ax.plot([best["T"]], [best["test RMSE (mean)"]], "*", color=color, markersize=15,
+                          markeredgecolor="black", markeredgewidth=0.7, zorder=5), ids)
     ts = sorted(table["T"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(ts)

@@ -1,7 +1,7 @@
 """Figure kind `lr_sweep` (paper Fig. 3a), for `cemctl report`.
 
 Left: test perplexity against the learning rate (log axis) for each variant
-(colour: Llama orange, full CEM blue) and size (marker shape), with the optimum
+(the report's colours: Llama pink) and size (marker shape), with the optimum
 of the Akima interpolant in log-lr (`cemctl.report.optimum`) marked by a star.
 Right: the interpolated optimal perplexity against parameters, Llama vs CEM.
 """
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 LR_COLUMN = "train.lr"
-VARIANT_COLORS = {"llama": style.PARAM_MATCHED_COLOR, "full": style.CEM_COLOR}
+SHOWN = (LR_COLUMN, "model.size")  # x, marker
 
 
 def optima_table(agg: "pd.DataFrame") -> "pd.DataFrame":
@@ -46,7 +46,10 @@ def optima_table(agg: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> ReportParts:
+    from cemctl.report.generic import palette_of
+
     parts = ReportParts()
+    palette = palette_of(runs)  # the report's colours
     agg = aggregate_seeds(runs)
     if agg.empty:
         parts.notes.append("lr_sweep: no finished runs")
@@ -56,22 +59,18 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     table = optima_table(agg)
     sizes = style.size_order(agg["model.size"])
     variants = list(dict.fromkeys(table["variant"]))
-    palette = iter(c for c in style.CYCLE if c not in VARIANT_COLORS.values())
-    colors = {}
-    for v in variants:
-        r = table.loc[table["variant"].eq(v), "role"].iloc[0]
-        colors[v] = VARIANT_COLORS.get(r) if r in VARIANT_COLORS and list(table.loc[table["role"].eq(r), "variant"]
-                                                                            .unique()) == [v] else next(palette)
+    colors = {v: palette.color_for(g.iloc[0]) for v, g in agg.groupby("variant", sort=False)}
     fig, (ax_lr, ax_opt) = style.new_figure(2, panel_w=5.2, panel_h=3.9)
     for (variant, size), group in agg.groupby(["variant", "model.size"], sort=False):
         group = group.sort_values(LR_COLUMN)
         color, marker = colors[variant], style.size_marker(size, sizes)
         xs, ys = akima_curve(group[LR_COLUMN].tolist(), group["mean"].tolist())
-        ax_lr.plot(xs, ys, "-", color=color, linewidth=1.2, alpha=0.8, zorder=2)
+        ids = style.runs_of(group["run_ids"])
+        style.tag(ax_lr.plot(xs, ys, "-", color=color, linewidth=1.2, alpha=0.8, zorder=2), ids)
         style.plot_seed_points(ax_lr, group[LR_COLUMN].tolist(), group, color=color, marker=marker, line=None)
         row = table[(table["variant"] == variant) & (table["size"] == size)].iloc[0]
-        ax_lr.plot([row["optimal lr"]], [row["optimal test ppl"]], "*", color=color, markersize=15,
-                   markeredgecolor="black", markeredgewidth=0.7, zorder=5)
+        style.tag(ax_lr.plot([row["optimal lr"]], [row["optimal test ppl"]], "*", color=color, markersize=15,
+                             markeredgecolor="black", markeredgewidth=0.7, zorder=5), ids)
         if row["learning rates"] < 3:
             parts.notes.append(f"lr_sweep: {variant} ({size}) has {row['learning rates']} learning rate(s); "
                                "the star is the best sampled point, not an Akima optimum")
@@ -92,10 +91,13 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
     for variant in variants:
         sub = table[table["variant"].eq(variant)]
         sub = sub.assign(_o=sub["size"].map({s: i for i, s in enumerate(sizes)})).sort_values("_o")
-        ax_opt.plot(sub["params (M)"], sub["optimal test ppl"], "-", color=colors[variant], linewidth=1.0, alpha=0.6)
+        ids = style.runs_of(agg.loc[agg["variant"].eq(variant), "run_ids"])
+        style.tag(ax_opt.plot(sub["params (M)"], sub["optimal test ppl"], "-", color=colors[variant], linewidth=1.0,
+                              alpha=0.6), ids)
         for _, r in sub.iterrows():
-            ax_opt.plot([r["params (M)"]], [r["optimal test ppl"]], style.size_marker(r["size"], sizes),
-                        color=colors[variant], markersize=9, markeredgecolor="black", markeredgewidth=0.5)
+            style.tag(ax_opt.plot([r["params (M)"]], [r["optimal test ppl"]], style.size_marker(r["size"], sizes),
+                                  color=colors[variant], markersize=9, markeredgecolor="black", markeredgewidth=0.5),
+                      style.runs_of(agg.loc[agg["variant"].eq(variant) & agg["model.size"].eq(r["size"]), "run_ids"]))
     ax_opt.set_xlabel("parameters (M)")
     ax_opt.set_ylabel("optimal test perplexity (interpolated)")
     ax_opt.set_title("(b) optimal perplexity against parameters", fontsize=10)

@@ -1,8 +1,8 @@
 """Figure kind `recursion` (paper Fig. 2c/2d), for `cemctl report`.
 
 Test perplexity against the recursion steps T of a CEM sublayer, one line per
-preconditioner (colour), one panel per model size, the Llama baseline of the
-same dims dashed. One figure for CEM attention (2c: Llama MLP) and one for the
+preconditioner (and whatever else varies; the report's colours), one panel per
+model size, the Llama baseline of the same dims and training setup dashed. One figure for CEM attention (2c: Llama MLP) and one for the
 CEM MLP (2d: Llama attention), for those present in the results.
 """
 
@@ -11,11 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import render_per_component, series_labels
+from cemctl.report.aggregate import baseline_lines, render_per_component, series_labels, unpaired_notes
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+    from cemctl.report.generic import Palette
+
+SHOWN = ("model.attn_steps", "model.mlp_steps", "model.size")  # x (the first that varies), panels
 
 COMPONENTS = {
     # role: (steps column, preconditioner column, figure name, title)
@@ -24,7 +28,7 @@ COMPONENTS = {
 }
 
 
-def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> ReportParts:
+def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str, palette: "Palette") -> ReportParts:
     import pandas as pd
 
     steps_col, precond_col, name, title = COMPONENTS[component]
@@ -34,15 +38,10 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
         return parts
     # a series per preconditioner, and per value of anything else that varies (never two arms in one line)
     sub = sub.assign(series=series_labels(sub, [steps_col, "model.size"]))
-    extra = sub["series"].nunique() > sub[precond_col].nunique()
     sizes = style.size_order(sub["model.size"])
     ncols, nrows = style.grid_shape(len(sizes))
     fig, axes = style.new_figure(ncols, nrows)
-    series_precond = dict(zip(sub["series"], sub[precond_col]))
-    if extra:  # several settings share a preconditioner: one colour per series
-        colors = {lab: style.CYCLE[i % len(style.CYCLE)] for i, lab in enumerate(sorted(series_precond))}
-    else:
-        colors = {lab: style.PRECOND_COLORS.get(str(p), "0.3") for lab, p in series_precond.items()}
+    colors = {lab: palette.color_for(g.iloc[0]) for lab, g in sub.groupby("series", sort=False)}
     series_ns: dict[str, list[int]] = {}
     for lab, n in zip(sub["series"], sub["n"]):
         series_ns.setdefault(lab, []).append(int(n))
@@ -56,26 +55,23 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
             offset = (j - (panel["series"].nunique() - 1) / 2) * 0.04
             style.plot_seed_points(ax, [float(t) + offset for t in group[steps_col]], group, color=colors[series],
                                    label=str(series), label_ns=series_ns[series])
-        bases = {int(base_idx[i]) for i in panel.index if base_idx[i] >= 0}
-        base_row = agg.loc[min(bases)] if bases else None
-        if base_row is not None:
-            style.baseline_line(ax, base_row, label_ns=base_ns)
+        bases = sorted({int(base_idx[i]) for i in panel.index if base_idx[i] >= 0})
+        baseline_lines(ax, agg, bases, [steps_col, "model.size"], label_ns=base_ns, palette=palette)
         steps = sorted({int(t) for t in panel[steps_col]})
         ax.set_xticks(steps)
         ax.set_xlim(min(steps) - 0.4, max(steps) + 0.4)
-        params = f" ({style.params_m(base_row['params_total']):.3g}M Llama params)" if base_row is not None else ""
+        params = f" ({style.params_m(agg.at[bases[0], 'params_total']):.3g}M Llama params)" if bases else ""
         ax.set_title(f"{size}{params}", fontsize=10)
         ax.set_xlabel("recursion steps T")
         ax.set_ylabel("test perplexity")
-        for r in panel.to_dict("records"):
-            rows.append({"size": size, "preconditioner": style.precond_label(r[precond_col]),
-                         **({"setting": r["series"]} if extra else {}), "T": int(r[steps_col]),
+        for i, r in panel.iterrows():  # each row against its own baseline: the same training setup, or none
+            base = agg.loc[int(base_idx[i])] if base_idx[i] >= 0 else None
+            rows.append({"size": size, "series": r["series"], "T": int(r[steps_col]),
                          "params (M)": style.params_m(r["params_total"]), "test ppl (mean)": r["mean"],
                          "test ppl (s.d.)": r["std"], "n seeds": int(r["n"]),
-                         "Llama ppl": base_row["mean"] if base_row is not None else None,
-                         "ppl - Llama": (r["mean"] - base_row["mean"]) if base_row is not None else None})
-        if base_row is None:
-            parts.notes.append(f"recursion ({title}): no Llama baseline for size {size}")
+                         "Llama ppl": base["mean"] if base is not None else None,
+                         "ppl - Llama": (r["mean"] - base["mean"]) if base is not None else None})
+    parts.notes += unpaired_notes(agg, base_idx, series_labels(sub, []), f"recursion ({title})")
     for ax in axes[len(sizes):]:
         ax.set_visible(False)
     fig.suptitle(f"{title}: recursion steps and preconditioners (dashed: Llama baseline)", fontsize=11)
@@ -84,8 +80,9 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
                f"all models dimension-matched to the Llama baseline (dashed, band = \u00b11 s.d.). "
                f"{style.SPREAD_NOTE}.")
     parts.figures.append(FigurePart(name, fig, caption))
-    parts.tables.append(TablePart(name, pd.DataFrame(rows), f"{title}: test perplexity per size, preconditioner "
-                                  "and T (mean over seeds, s.d. with ddof=1) and the difference to Llama."))
+    parts.tables.append(TablePart(name, pd.DataFrame(rows), f"{title}: test perplexity per size, series (the "
+                                  "preconditioner, and whatever else varies) and T (mean over seeds, s.d. with ddof=1) "
+                                  "and the difference to Llama of the same training setup."))
     return parts
 
 

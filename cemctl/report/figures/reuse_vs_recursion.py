@@ -10,14 +10,16 @@ independent: sqrt(s1^2 + s2^2).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cemctl.report import style
-from cemctl.report.aggregate import (difference_std, extra_settings, render_per_component)
+from cemctl.report.aggregate import difference_std, render_per_component, series_labels
 from cemctl.report.parts import FigurePart, ReportParts, TablePart
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+    from cemctl.report.generic import Palette
 
 # component: (other sublayer column, this sublayer column, steps column, precond column, figure name, title)
 COMPONENTS = {
@@ -25,29 +27,23 @@ COMPONENTS = {
     "attention": ("model.mlp", "model.attention", "model.attn_steps", "model.attn_precond",
                   "reuse_vs_recursion_attention", "attention"),
 }
-SETTING_COLORS = {"reuse": "#f7c99b", "cem": "#9cc0f5", "cem_param_matched": "#f5a3c7"}
+SHOWN = ("model.size", "model.attn_steps", "model.mlp_steps")  # x, then T=1 / T=2 by marker
+PRIVATE = ("kind", "_color", "_color T=1", "_runs", "_runs T=1", "_runs T=2")  # drawn, not tabled
 
 
-def _setting(kind: str, component: str, precond: Any, with_precond: bool) -> str:
-    name = {"reuse": "plain reuse", "cem": f"CEM {'MLP' if component == 'mlp' else 'attention'}, dim-matched",
-            "cem_param_matched": "CEM MLP, param-matched"}.get(kind, kind)
-    if with_precond and kind != "reuse":
-        name += f" ({style.precond_label(precond)})"
-    return name
-
-
-def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "pd.DataFrame":
-    """One row per (setting, size) with T=1 and T=2 seed statistics and the gain (T=1 ppl - T=2 ppl)."""
+def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str, palette: "Palette") -> "pd.DataFrame":
+    """One row per (setting, size) with T=1 and T=2 seed statistics and the gain (T=1 ppl - T=2 ppl); the columns
+    in PRIVATE say how to draw a row (the setting's colour, the T=1 point's: Llama's where Llama stands in)."""
     import pandas as pd
 
     other_col, col, steps_col, precond_col, _, _ = COMPONENTS[component]
     rows = agg[agg[other_col].eq("llama") & agg[col].isin(["reuse", "cem", "cem_param_matched"])]
-    with_precond = rows.loc[rows[col] != "reuse", precond_col].nunique() > 1
-    # anything else that varies splits a setting (never two arms in one T=1 -> T=2 pair)
-    rows = rows.assign(_extra=extra_settings(rows, [col, precond_col, "model.size", steps_col, other_col]))
+    # a setting is a series of the one labelling path: the variant, and anything else that varies (never two arms
+    # in one T=1 -> T=2 pair)
+    rows = rows.assign(_setting=series_labels(rows, [steps_col, "model.size"]))
     out = []
-    keys = [col, precond_col, "model.size", "_extra"]
-    for (kind, precond, size, extra), group in rows.groupby(keys, sort=False):
+    for (setting, size), group in rows.groupby(["_setting", "model.size"], sort=False):
+        kind = group[col].iloc[0]
         at = {int(t): g.iloc[0] for t, g in group.groupby(steps_col)}
         t1, t2 = at.get(1), at.get(2)
         t1_from = "run"
@@ -59,9 +55,12 @@ def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "p
             from cem_core.arms import ArmLabelCollision
 
             raise ArmLabelCollision(f"two arms at one T in the {component} reuse/recursion figure ({kind}, {size})")
-        rec = {"setting": _setting(kind, component, precond, with_precond) + (f", {extra}" if extra else ""),
-               "kind": kind,
-               "size": size, "T=1 from": t1_from if t1 is not None else "missing"}
+        rec = {"setting": setting, "kind": kind,
+               "size": size, "T=1 from": t1_from if t1 is not None else "missing",
+               "_color": palette.color_for(group.iloc[0]), "_runs": ",".join(group["run_ids"]),
+               "_color T=1": palette.color_for(t1) if t1 is not None else None}
+        for label, r in (("T=1", t1), ("T=2", t2)):
+            rec[f"_runs {label}"] = r["run_ids"] if r is not None else ""
         for label, r in (("T=1", t1), ("T=2", t2)):
             rec[f"ppl {label} (mean)"] = float(r["mean"]) if r is not None else float("nan")
             rec[f"ppl {label} (s.d.)"] = float(r["std"]) if r is not None else float("nan")
@@ -80,11 +79,13 @@ def gain_table(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> "p
     return frame.sort_values(["_k", "setting", "_s"]).drop(columns=["_k", "_s"]).reset_index(drop=True)
 
 
-def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str) -> ReportParts:
+def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str, palette: "Palette") -> ReportParts:
     import numpy as np
+    import pandas as pd
+    from matplotlib.lines import Line2D
 
     parts = ReportParts()
-    table = gain_table(agg, base_idx, component)
+    table = gain_table(agg, base_idx, component, palette)
     if table.empty:
         return parts
     _, _, _, _, name, title = COMPONENTS[component]
@@ -93,25 +94,24 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
     ncols, nrows = style.grid_shape(len(settings) + 1, max_cols=4)
     fig, axes = style.new_figure(ncols, nrows, panel_w=3.6, panel_h=3.3)
     xs = {s: i for i, s in enumerate(sizes)}
-    kinds = dict(zip(table["setting"], table["kind"]))
+    colors = dict(zip(table["setting"], table["_color"]))
+    markers = {"T=1": "o", "T=2": "s"}
     for ax, setting in zip(axes, settings):
         sub = table[table["setting"].eq(setting)].sort_values("size", key=lambda c: c.map(xs))
         x = [xs[s] for s in sub["size"]]
-        for label, color in (("T=1", style.T1_COLOR), ("T=2", style.T2_COLOR)):
-            stats = sub.rename(columns={f"ppl {label} (mean)": "mean", f"ppl {label} (s.d.)": "std",
-                                        f"n {label}": "n"})[["mean", "std", "n"]]
-            ok = stats["n"].to_numpy() > 0
-            if ok.any():
-                style.plot_seed_points(ax, np.asarray(x)[ok], stats[ok], color=color, label=label,
-                                       label_ns=table[f"n {label}"][table[f"n {label}"] > 0])
-        both = (sub["n T=1"] > 0) & (sub["n T=2"] > 0)
-        if both.sum() >= 1:
-            xb = np.asarray(x, dtype=float)[both.to_numpy()]
-            y1, y2 = sub.loc[both, "ppl T=1 (mean)"].to_numpy(), sub.loc[both, "ppl T=2 (mean)"].to_numpy()
-            if len(xb) == 1:
-                xb, y1, y2 = np.r_[xb - 0.15, xb + 0.15], np.r_[y1, y1], np.r_[y2, y2]
-            ax.fill_between(xb, y1, y2, color=SETTING_COLORS.get(kinds[setting], "0.85"), alpha=0.55, linewidth=0,
-                            zorder=0)
+        for label, dx in (("T=1", -0.06), ("T=2", 0.06)):  # each point in its row's colour (Llama's where it stands in)
+            for xi, r in zip(x, sub.to_dict("records")):
+                if r[f"n {label}"] > 0:
+                    stats = pd.DataFrame({"mean": [r[f"ppl {label} (mean)"]], "std": [r[f"ppl {label} (s.d.)"]],
+                                          "n": [r[f"n {label}"]]})
+                    style.plot_seed_points(ax, [xi + dx], stats, marker=markers[label], line=None,
+                                           color=r["_color T=1"] if label == "T=1" else r["_color"],
+                                           runs=style.runs_of(r[f"_runs {label}"]))
+        for xi, r in zip(x, sub.to_dict("records")):  # the gain shaded at each size (sizes are not joined)
+            if r["n T=1"] > 0 and r["n T=2"] > 0:
+                y1, y2 = r["ppl T=1 (mean)"], r["ppl T=2 (mean)"]
+                style.tag(ax.fill_between([xi - 0.15, xi + 0.15], [y1, y1], [y2, y2], color=colors[setting],
+                                          alpha=0.25, linewidth=0, zorder=0), style.runs_of(r["_runs"]))
         ax.set_title(setting, fontsize=10)
         ax.set_xticks(range(len(sizes)))
         ax.set_xticklabels(sizes)
@@ -125,9 +125,12 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
         pos = np.array([xs[s] for s in sub["size"]], dtype=float) + (j - (len(settings) - 1) / 2) * width
         gains = sub["gain (ppl T=1 - T=2)"].to_numpy(dtype=float)
         errs = np.nan_to_num(sub["gain (s.d.)"].to_numpy(dtype=float), nan=0.0)
-        gain_ax.bar(pos, np.nan_to_num(gains), width=width * 0.95, yerr=errs, capsize=2.5,
-                    color=SETTING_COLORS.get(kinds[setting], style.CYCLE[j % len(style.CYCLE)]),
-                    edgecolor="0.35", linewidth=0.6, label=setting)
+        style.tag(gain_ax.bar(pos, np.nan_to_num(gains), width=width * 0.95, yerr=errs, capsize=2.5,
+                              color=colors[setting], edgecolor="0.35", linewidth=0.6, label=setting),
+                  style.runs_of(sub["_runs"]))
+    ns = list(table["n T=1"][table["n T=1"] > 0]) + list(table["n T=2"][table["n T=2"] > 0])
+    extra = [Line2D([], [], color="0.35", marker=m, linestyle="none", label=f"{label}, {style.n_note(ns)}")
+             for label, m in markers.items()]
     gain_ax.axhline(0.0, color="0.3", linewidth=0.8)
     gain_ax.set_xticks(range(len(sizes)))
     gain_ax.set_xticklabels(sizes)
@@ -137,18 +140,18 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str)
     for ax in axes[len(settings) + 1:]:
         ax.set_visible(False)
     fig.suptitle(f"{title}: within-layer recursion vs plain reuse", fontsize=11)
-    ns = list(table["n T=1"][table["n T=1"] > 0]) + list(table["n T=2"][table["n T=2"] > 0])
-    style.figure_legend(fig, axes[:len(settings) + 1], ns, max_cols=5)
+    style.figure_legend(fig, axes[:len(settings) + 1], ns, max_cols=4, extra=extra)
     missing = table[(table["n T=1"] == 0) | (table["n T=2"] == 0)]
     for r in missing.to_dict("records"):
         parts.notes.append(f"reuse_vs_recursion ({title}): {r['setting']} at size {r['size']} lacks "
                            f"{'T=1' if r['n T=1'] == 0 else 'T=2'}")
-    caption = (f"{title}: test perplexity at T=1 (orange) and T=2 (blue) for plain reuse of the Llama sublayer and "
-               "for CEM recursion (shaded: the gain); last panel: the gain T=1 \u2192 T=2 per size, error bars "
-               "sqrt(s1\u00b2 + s2\u00b2). Plain reuse at T=1 is the Llama model. "
+    caption = (f"{title}: test perplexity at T=1 (circles) and T=2 (squares) for plain reuse of the Llama sublayer and "
+               "for CEM recursion (shaded: the gain), each setting in its colour of the report; last panel: the gain "
+               "T=1 \u2192 T=2 per size, error bars sqrt(s1\u00b2 + s2\u00b2). Plain reuse at T=1 is the Llama model "
+               "(drawn in Llama's colour where no reuse run with T=1 exists). "
                f"{style.SPREAD_NOTE}.")
     parts.figures.append(FigurePart(name, fig, caption))
-    parts.tables.append(TablePart(name, table.drop(columns=["kind"]),
+    parts.tables.append(TablePart(name, table.drop(columns=list(PRIVATE)),
                                   f"{title}: perplexity at T=1 and T=2 and the gain per setting and size (means over "
                                   "seeds, s.d. with ddof=1; gain s.d. assumes independent means)."))
     return parts

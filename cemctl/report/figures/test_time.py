@@ -89,14 +89,19 @@ def render(runs: "pd.DataFrame", evals: "pd.DataFrame | None") -> ReportParts:
         parts.notes.append("test-time recursion: evaluations exist but none of a finished run with a finite perplexity")
         return parts
     from cemctl.report.aggregate import series_labels
+    from cemctl.report.generic import palette_of
 
+    palette = palette_of(runs)  # the report's colours
     # one series per trained arm (every config key, size and rank included), named by the one labelling path
     agg["series"] = series_labels(agg, [])
     panels = [s for s in SUBLAYER_ORDER if s in set(agg["sublayer"])]
     ncols, nrows = style.grid_shape(len(panels))
     fig, axes = style.new_figure(ncols, nrows, panel_w=5.0, panel_h=3.7)
     series = list(dict.fromkeys(agg["series"]))
-    colors = {s: style.CYCLE[i % len(style.CYCLE)] for i, s in enumerate(series)}
+    colors = {name: palette.color_for(g.iloc[0]) for name, g in agg.groupby("series", sort=False)}
+    # series of one colour (their hue is alike: they differ in what the report's other figures plot) by marker
+    markers = {name: style.SIZE_MARKERS[[n for n in series if colors[n] == colors[name]].index(name)
+                                        % len(style.SIZE_MARKERS)] for name in series}
     from matplotlib.lines import Line2D
     from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator, ScalarFormatter
 
@@ -106,13 +111,15 @@ def render(runs: "pd.DataFrame", evals: "pd.DataFrame | None") -> ReportParts:
         for name, group in panel.groupby("series", sort=False):
             group = group.sort_values("eval_steps")
             color = colors[name]
-            style.plot_seed_points(ax, group["eval_steps"].astype(float), group, color=color, label=name)
+            style.plot_seed_points(ax, group["eval_steps"].astype(float), group, color=color, label=name,
+                                   marker=markers[name])
+            ids = style.runs_of(group["run_ids"])
             trained = group[group["trained"]]
             if not trained.empty:
-                ax.plot(trained["eval_steps"].astype(float), trained["mean"], "*", color=color, markersize=15,
-                        markeredgecolor="black", markeredgewidth=0.6, zorder=5)
-            right.plot(group["eval_steps"].astype(float), group["flops_per_token"].astype(float), "--", color=color,
-                       linewidth=1.0, alpha=0.6)
+                style.tag(ax.plot(trained["eval_steps"].astype(float), trained["mean"], "*", color=color,
+                                  markersize=15, markeredgecolor="black", markeredgewidth=0.6, zorder=5), ids)
+            style.tag(right.plot(group["eval_steps"].astype(float), group["flops_per_token"].astype(float), "--",
+                                 color=color, linewidth=1.0, alpha=0.6), ids)
         ts = sorted({int(t) for t in panel["eval_steps"]})
         for a in (ax, right):
             a.set_xscale("log", base=2)
