@@ -161,6 +161,26 @@ def test_ended_run_headers_name_keys_that_share_a_prefix(tmp_path, width):
         assert line[header.index(name):].startswith(value), (header, line)
 
 
+def test_an_ended_line_never_cuts_a_value_for_its_padding(tmp_path):
+    """Own grid (CEM MLP at T=2: diag vs diag+low-rank at ranks 2 and 8, seeds 4 and 5) at 80 columns: the headers
+    could not shrink below three characters ('ra…', 'se…'), so the padded columns were two characters too wide
+    and the seed's one-digit value was cut to '4…'. The padding goes first; the values stay whole."""
+    run = tmp_path / "abc"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({"state": "done", "test_loss": 2.94261}))
+    keys = ["model.mlp_precond", "model.mlp_precond_rank", "train.seed"]
+    arms = [["diag", 8, 4], ["diag", 8, 5], ["diag_lowrank", 2, 4], ["diag_lowrank", 8, 5]]
+    ids = ["9b614576aa11", "919a7e0fbb22", "1de37000cc33", "24bdcec0dd44"]
+    view = LiveLaunchView(Console(width=80, file=open(os.devnull, "w")))
+    view.set_runs({i: dict(zip(keys, a)) for i, a in zip(ids, arms)}, ids)
+    for i, arm in zip(ids, arms):
+        st = JobStatus(job=Job(i, run), state="done", started_time=time.time() - 103, ended_time=time.time())
+        line = view.ended_line(st, width=80)
+        assert len(line) <= 80 and line.endswith("test loss 2.9426  in 1m43s"), line
+        assert line.split()[3:6] == [str(v) for v in arm], line  # no value cut ('4…' before)
+    assert view.ended_legend(80) == "axes, left to right: mlp_precond, mlp_precond_rank, seed"
+
+
 def test_a_shortened_header_never_takes_a_name_another_key_ends_with():
     from cemctl.commands.views.plan import axis_headers
 

@@ -184,6 +184,8 @@ class _Base:
         axes = printable("  ".join(F.value(a.get(k)).ljust(widths[k]) for k in keys))
         axes = axes if tail else axes.rstrip()  # padded: the result starts under its header
         room = width - len("  ".join(head + tail)) - 2  # the axes and one more separator
+        if len(axes) > room:  # the padding goes before any value is cut (the result then starts a little left)
+            axes = axes.rstrip()
         axes = axes if len(axes) <= room else (axes[:room - 1] + "\u2026" if room > 1 else "")
         return printable("  ".join(p for p in [*head, axes, *tail] if p))
 
