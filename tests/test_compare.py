@@ -170,3 +170,31 @@ def test_what_the_runs_trained_on_is_compared_and_exported(project, tmp_path):
     assert rows[a]["gpu_model"] == "NVIDIA H100 80GB HBM3" and rows[a]["torch_version"] == "2.13.0"
     screen = cli(project, "compare", a, b, env={"COLUMNS": "80"})
     assert "trained on (where that differs):" in screen.stdout and "NVIDIA H200" in screen.stdout
+
+
+def test_compare_and_export_read_a_result_no_orchestrator_recorded(tmp_path):
+    """A run that finished while no orchestrator was there to record it (killed at the moment the trainer wrote its
+    result): `status` showed its result, `compare` and `export` read the database as last recorded and showed it
+    still running, or without its test loss. They sync first now, as status does; --no-sync reads it as it is."""
+    (tmp_path / "g.toml").write_text(GRID.format(name="late").replace("[0, 1, 2]", "[0]").replace(
+        '"model.kq_diagonal" = ["shared", "per_head"]', '"model.kq_diagonal" = ["shared"]'))
+    res = cli(tmp_path, "plan", str(tmp_path / "g.toml"), "--json")
+    assert res.returncode == 0, res.output
+    a, b = (r["run_id"] for r in json.loads(res.stdout)["runs"])
+    finish_run(tmp_path / "runs" / a, test_loss=1.25)
+    finish_run(tmp_path / "runs" / b, test_loss=1.5)
+
+    stale = cli(tmp_path, "compare", a, b, "--json", "--no-sync")
+    assert stale.returncode == 0, stale.output
+    assert [v["n"] for v in json.loads(stale.stdout)["metrics"]["test_loss"]] == [0, 0]
+
+    res = cli(tmp_path, "compare", a, b, "--json")
+    assert res.returncode == 0, res.output
+    assert [v["mean"] for v in json.loads(res.stdout)["metrics"]["test_loss"]] == [1.25, 1.5]
+
+    res = cli(tmp_path, "export", "late", "-o", str(tmp_path / "late.csv"))
+    assert res.returncode == 0, res.output
+    import csv
+
+    rows = {r["run_id"]: r for r in csv.DictReader(open(tmp_path / "late.csv"))}
+    assert (rows[a]["state"], float(rows[a]["test_loss"])) == ("done", 1.25)

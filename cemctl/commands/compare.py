@@ -156,6 +156,7 @@ def compare_command(
     history: bool = typer.Option(False, "--history", help="One run against its own earlier results (set aside by "
                                  "launch --rerun-outdated or --redo-damaged): code, state, losses, difference."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    no_sync: bool = typer.Option(False, "--no-sync", help="Use the database as it is, without reading run dirs."),
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,
 ) -> None:
@@ -169,7 +170,7 @@ def compare_command(
             return
         if curves is not None and Path(curves).suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError("--curves", f"{curves!r} must end in .png, .pdf or .svg", allowed=[".png", ".pdf", ".svg"])
-        cmp = compare(db_url(db), runs_dir(runs), list(items), experiment=experiment, where=where)
+        cmp = compare(db_url(db), runs_dir(runs), list(items), experiment=experiment, where=where, sync=not no_sync)
         if curves is not None:
             from cemctl.report.outfile import write_owned_file
 

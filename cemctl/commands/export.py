@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, db_url
+from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, db_url, runs_dir
 
 
 def export_command(
@@ -24,15 +24,16 @@ def export_command(
     curves: bool = typer.Option(False, "--curves", help="The per-step metrics in long form instead of one row per run."),
     scale: Optional[str] = ScaleFilterOption,
     force: bool = typer.Option(False, "--force", help="Replace OUT even if cemctl did not write it (a regular file)."),
+    no_sync: bool = typer.Option(False, "--no-sync", help="Use the database as it is, without reading run dirs."),
     db: Optional[str] = DbOption,
-    runs: Optional[str] = RunsDirOption,  # noqa: ARG001 - every database command takes it; export reads the database
+    runs: Optional[str] = RunsDirOption,
 ) -> None:
     """Export runs (or their curves) as CSV, Parquet, JSON lines or TensorBoard event files."""
     with cli_errors():
         from cemctl.services.export import export_runs
 
         result = export_runs(db_url(db), experiment, where=where, fmt=fmt, out=out, curves=curves, scale=scale,
-                             force=force)
+                             force=force, runs_root=None if no_sync else runs_dir(runs))
     from cem_core.names import plural
 
     runs_text = plural(result.runs, "run")

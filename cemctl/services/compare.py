@@ -199,9 +199,10 @@ def _env_text(item: Item, col: str) -> str:
 
 
 def compare(url: str, runs_root: Path | str, items: Sequence[str], *, experiment: str | None = None,
-            where: Sequence[str] | None = None) -> Comparison:
+            where: Sequence[str] | None = None, sync: bool = False) -> Comparison:
     """Resolve each item, then the config keys that differ, what they trained on where that differs, the
-    metrics side by side and each item's difference to the first."""
+    metrics side by side and each item's difference to the first. `sync`: first bring the database up to date
+    with the run folders (`cemctl compare`; the dashboard, read-only by construction, does not)."""
     from cem_core.arms import config_of, format_value
     from cemctl.db.engine import open_readonly_db
     from cemctl.records import load_records
@@ -209,6 +210,10 @@ def compare(url: str, runs_root: Path | str, items: Sequence[str], *, experiment
 
     if len(items) < 2:
         raise ConfigError("compare", "give at least two runs or arms to compare", allowed=["RUN", "ARM"])
+    if sync:
+        from cemctl.services.status.query import sync_before_reading
+
+        sync_before_reading(url, runs_root, experiment)
     engine = open_readonly_db(url)
     recs = load_records(engine, experiment, per_experiment=True).where(parse_where(where))
     resolved = [_resolve(text, recs) for text in items]

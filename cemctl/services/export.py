@@ -79,7 +79,10 @@ def _write_frame(frame: "pd.DataFrame", fmt: str, path: Path) -> None:
 
 
 def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str] | None = None, fmt: str = "csv",
-                out: Path | str, curves: bool = False, scale: str | None = None, force: bool = False) -> ExportResult:
+                out: Path | str, curves: bool = False, scale: str | None = None, force: bool = False,
+                runs_root: Path | str | None = None) -> ExportResult:
+    """Write the selected runs' records (or their curves, or a TensorBoard folder) to `out`. `runs_root`: first
+    bring the database up to date with these run folders (the same incremental sync as `status`)."""
     from cemctl.db.engine import open_readonly_db
     from cemctl.services.results import curves_long, runs_table
 
@@ -98,6 +101,10 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
         from cemctl.report.outfile import check_writable
 
         check_writable(out, force=force)
+    if runs_root is not None:
+        from cemctl.services.status.query import sync_before_reading
+
+        sync_before_reading(url, runs_root, experiment)
     engine = open_readonly_db(url)
     runs = runs_table(engine, experiment, where=where, scale=scale)
     if runs.empty:

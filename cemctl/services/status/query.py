@@ -30,6 +30,20 @@ def open_status_db(url: str) -> tuple[Engine, bool]:
     return engine, not is_readonly(engine)
 
 
+def sync_before_reading(url: str, runs_root: Path | str, experiment: str | None = None) -> bool:
+    """Bring the database up to date with the run folders before a command reads its records (`compare`, `export`):
+    the same incremental sync as `status` (only the files that changed are read), so a run that finished while no
+    orchestrator was there to record it shows its result, not the state last recorded. False when the database
+    cannot be written (a read-only file, a full disk): the command then reads it as it is."""
+    from cemctl.db.runs import resolve_runs_root
+
+    engine, can_sync = open_status_db(url)
+    if not can_sync:
+        return False
+    refresh(engine, resolve_runs_root(engine, runs_root), experiment)
+    return True
+
+
 def parse_states(text: str | None) -> list[str] | None:
     """'failed,running' -> ['failed', 'running']; an unknown state is a ConfigError listing the states."""
     if not text:
