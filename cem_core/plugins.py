@@ -290,6 +290,23 @@ def used_variants(cfg: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def unread_keys(cfg: Any) -> tuple[str, ...]:
+    """The model.* keys a config sets that build nothing in its model: a key some attention or MLP variant reads
+    (its spec's `uses`) that the config's own attention and MLP do not (`model.attn_steps` of a Llama), and a
+    `*_precond_rank` whose preconditioner has no rank (`model.mlp_precond_rank` with `mlp_precond = "diag"`). Two
+    runs that differ only in these train the same model (`cemctl plan` says so)."""
+    m = cfg.model
+    variant_keys = {u for reg in (V.ATTENTION, V.MLPS) for spec in reg.specs() for u in (spec.uses or ())}
+    used = dict(used_variants(cfg))
+    read = {u for key in ("model.attention", "model.mlp") if key in used for u in (used[key].uses or ())}
+    unread = variant_keys - read
+    for side in ("attn", "mlp"):
+        precond = used.get(f"model.{side}_precond")
+        if f"{side}_precond_rank" in read and precond is not None and not getattr(precond, "reads_rank", True):
+            unread.add(f"{side}_precond_rank")
+    return tuple(sorted(f"model.{k}" for k in unread if hasattr(m, k)))
+
+
 def used_plugins(cfg: Any) -> tuple[str, ...]:
     """The plugin modules a config's numbers depend on: the plugin of every variant it uses (its attention, MLP,
     preconditioners and task). A plugin the config loads but whose names it does not use is not one of them."""

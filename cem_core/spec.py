@@ -94,6 +94,7 @@ class PreconditionerSpec:
     mlp_flops: Callable[["ModelConfig"], int] = lambda m: 0
     plugin: str = ""
     kind: str = "preconditioner"
+    reads_rank: bool = True  # whether its sublayer's *_precond_rank shapes it (False: two ranks build one model)
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,9 @@ def _lowrank_attention_flops(m: "ModelConfig") -> tuple[int, int]:
 
 for _spec in (
     PreconditionerSpec("identity", "cem_core.model.precond:Preconditioner", "P = I", "no precond.",
-                       params=lambda n, width, rank: 0),
+                       params=lambda n, width, rank: 0, reads_rank=False),
     PreconditionerSpec("diag", "cem_core.model.precond:DiagPreconditioner", "P = diag(softplus(d))", "diag",
-                       params=lambda n, width, rank: n * width),
+                       params=lambda n, width, rank: n * width, reads_rank=False),
     PreconditionerSpec("diag_lowrank", "cem_core.model.precond:DiagLowRankPreconditioner",
                        "P = diag(softplus(d)) + U V^T + V U^T", "diag+low-rank",
                        params=lambda n, width, rank: n * (width + 2 * width * rank),

@@ -113,3 +113,57 @@ def test_cpu_hours_estimate_counts_only_runs_still_to_train(tmp_path):
     dry = json.loads(cli(tmp_path, "plan", str(grid), "--json", "--dry-run", "--cpu-gflops", "10").stdout)
     assert dry["new_runs"] == 0 and dry["totals"]["cpu_hours"] == pytest.approx(out["runs"][1]["cpu_hours"])
     assert_clean_error(cli(tmp_path, "plan", str(grid), "--cpu-gflops", "nan"), contains="--cpu-gflops")
+
+
+SAME_MODEL_GRID = """seeds = [0, 1]
+[experiment]
+name = "mr"
+[base]
+"model.size" = "nano"
+"model.mlp" = "cem"
+"data.tokenizer" = "byte"
+"train.max_steps" = 20
+[axes]
+"model.mlp_precond" = ["diag", "diag_lowrank"]
+"model.mlp_precond_rank" = [2, 8]
+"""
+
+
+def test_plan_says_which_runs_train_the_same_model(tmp_path):
+    """Own grid (CEM MLP: diag vs diag+low-rank at ranks 2 and 8): a diag preconditioner has no rank, so its
+    rank-2 and rank-8 runs are one model trained twice per seed (other run ids, the same numbers). plan names them
+    and the key; with an [[exclude]] of one copy, or where the rank shapes the model, it says nothing."""
+    (tmp_path / "mr.toml").write_text(SAME_MODEL_GRID)
+    res = cli(tmp_path, "plan", str(tmp_path / "mr.toml"), "--dry-run", "--json")
+    assert res.returncode == 0, res.output
+    runs = json.loads(res.stdout)["runs"]
+    diag = {r["axes"]["train.seed"]: [] for r in runs}
+    for r in runs:
+        if r["axes"]["model.mlp_precond"] == "diag":
+            diag[r["axes"]["train.seed"]].append(r["run_id"][:8])
+    notes = [ln for ln in res.stderr.splitlines() if "same model" in ln]
+    assert len(notes) == 1, res.stderr
+    assert all(f"{a} = {b}" in notes[0] for a, b in diag.values()), (notes, diag)
+    assert "model.mlp_precond_rank is not read with model.mlp_precond = diag" in notes[0]
+    assert "diag_lowrank" not in notes[0].split("(")[0]
+
+    excluded = SAME_MODEL_GRID + '[[exclude]]\n"model.mlp_precond" = "diag"\n"model.mlp_precond_rank" = 2\n'
+    (tmp_path / "mr.toml").write_text(excluded)
+    res = cli(tmp_path, "plan", str(tmp_path / "mr.toml"), "--dry-run")
+    assert res.returncode == 0 and "same model" not in res.output + res.stderr, res.output
+
+
+def test_a_preconditioner_reads_its_rank_unless_its_spec_says_otherwise():
+    from cem_core.config import resolve
+    from cem_core.plugins import unread_keys
+    from cem_core.spec import PreconditionerSpec
+
+    def unread(**model):
+        return unread_keys(resolve(RunConfig.from_dict({f"model.{k}": v for k, v in model.items()})))
+
+    assert "model.mlp_precond_rank" in unread(mlp="cem", mlp_precond="diag")
+    assert "model.mlp_precond_rank" not in unread(mlp="cem", mlp_precond="diag_lowrank")
+    assert "model.attn_precond_rank" in unread(attention="cem", attn_precond="identity")
+    assert {"model.attn_steps", "model.kq_diagonal"} <= set(unread(attention="llama"))
+    assert "model.attn_steps" not in unread(attention="cem")
+    assert PreconditionerSpec("p", "m:C", "d", "p", params=lambda n, w, r: 0).reads_rank  # a plugin's: read

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from cem_core.errors import ConfigError
 from cem_core.plugins import sync_plugin_copy
-from cemctl.grid.estimate import DEFAULT_CPU_GFLOPS, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, plugin_variants, run_cost, undeclared_flops
+from cemctl.grid.estimate import DEFAULT_CPU_GFLOPS, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, plugin_variants, run_cost, same_model_notes, undeclared_flops
 from cemctl.grid.expand import Plan, load_grid
 from cemctl.grid.kinds import DEFAULT_SCALE
 
@@ -233,7 +233,7 @@ def plan_experiment(
     configs = [pr.config for pr in plan.runs]
     from cemctl.db.engine import shown_url
 
-    report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan), notes=undeclared_flops(configs),
+    report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan), notes=undeclared_flops(configs) + same_model_notes(plan.runs),
                         variants=plugin_variants(configs), database=shown_url(db_url, relative=True) if db_url else "")
     if record:
         from cemctl.db import open_db, record_plan

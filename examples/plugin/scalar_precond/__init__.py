@@ -18,4 +18,7 @@ register(PreconditionerSpec(
     # `cemctl plan` says so)
     attention_flops=lambda m: (0, 0),
     mlp_flops=lambda m: 0,
+    # it has no rank: two runs that differ only in its sublayer's *_precond_rank are one model (`cemctl plan`
+    # names them); a preconditioner whose rank shapes it leaves this at its default, True
+    reads_rank=False,
 ))
