@@ -261,3 +261,23 @@ def test_status_watch_shows_the_grids_eta_while_runs_are_in_flight(tmp_path, col
     line = next(ln for ln in screen.lines if ln.startswith("grid:"))
     line = line.removesuffix("^C")  # the terminal echoes the Ctrl-C typed once "left" arrived, on the same row
     assert line == "grid: 1 running, 1 queued; about 3m00s left", screen.text
+
+
+def test_the_grid_line_counts_every_run_not_the_rows_shown(tmp_path):
+    """With --limit (50 rows shared by every experiment by default) the grid line counted only the rows shown: a
+    cpu-scale project of nine grids showed 'grid: 2 running, 12 queued' with 35 runs queued. Two runs done in
+    100 s and 140 s and four queued, one row shown: 4 queued, at 120 s each, one at a time (nothing runs yet)."""
+    from cem_core import runfiles
+    from tests.helpers import plan_ids, tiny_grid
+
+    _, ids = plan_ids(tmp_path, tiny_grid("many", seeds="[0, 1, 2, 3, 4, 5]"), "many")
+    runs = tmp_path / "runs"
+    for rid, wall in zip(ids[:2], (100.0, 140.0)):
+        result = finish_run(runs / rid)
+        (runs / rid / "result.json").write_text(json.dumps(dict(result, wall_time_s=wall)))
+    for rid in ids[2:]:
+        runfiles.append_event(runs / rid, "queued", "test", attempt=0)
+    res = cli(tmp_path, "status", "many", "--limit", "1")
+    assert res.returncode == 0, res.output
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("grid:"))
+    assert line == "grid: 0 running, 4 queued; about 8m00s left", res.stdout

@@ -28,6 +28,7 @@ pandas only for `frame()`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -291,6 +292,7 @@ class Summary:
     counts: dict[str, int] = field(default_factory=dict)  # state -> runs (every run of it)
     total: int = 0
     picked: list[str] = field(default_factory=list)  # the run ids shown, in priority order (at most the limit)
+    done_wall_s: list[float] = field(default_factory=list)  # the wall time of every done run (a grid's ETA)
 
 
 def summarize(engine: "Engine", experiment: str | None = None, *, scale: str | None = None, limit: int = 50,
@@ -303,7 +305,7 @@ def summarize(engine: "Engine", experiment: str | None = None, *, scale: str | N
     from sqlalchemy import case, func, or_, select
 
     from cemctl.db.engine import read_session
-    from cemctl.db.models import Experiment, ExperimentRun, Run
+    from cemctl.db.models import Experiment, ExperimentRun, Result, Run
     from cemctl.db.runs import in_grid_case, join_latest, latest_plans
 
     order = case(priority or {}, value=Run.state, else_=len(priority or {}) + 1)
@@ -326,12 +328,15 @@ def summarize(engine: "Engine", experiment: str | None = None, *, scale: str | N
         rank = priority or {}
         last = len(rank) + 1
         shown: dict[int, list[tuple[int, int, str]]] = {}
-        for eid, rid, state, position in s.execute(
-                select(links.c.eid, links.c.rid, Run.state, links.c.position).join(Run, Run.id == links.c.rid)
+        for eid, rid, state, position, wall_s in s.execute(
+                select(links.c.eid, links.c.rid, Run.state, links.c.position, Result.wall_time_s)
+                .join(Run, Run.id == links.c.rid).outerjoin(Result, Result.run_id == links.c.rid)
                 .where(kept, links.c.eid.in_(eids))):
             sm = out.setdefault(names[eid], Summary())
             sm.counts[state] = sm.counts.get(state, 0) + 1
             sm.total += 1
+            if state == "done" and isinstance(wall_s, (int, float)) and math.isfinite(wall_s) and wall_s > 0:
+                sm.done_wall_s.append(float(wall_s))
             if limit > 0:
                 shown.setdefault(eid, []).append((rank.get(state, last), position or 0, rid))
         for eid, rows in shown.items():

@@ -46,6 +46,7 @@ class ExperimentStatus:
     selection: str = ""  # that selection, as the user wrote it
     outdated: list[str] = field(default_factory=list)  # every run of it trained by older model code
     meta: ExperimentMeta | None = None  # nuisance keys, axes order (`cemctl.records.ExperimentMeta`)
+    done_wall_s: list[float] | None = None  # every done run's wall time (`runs` may be a selection): the grid's ETA
 
     @property
     def counts(self) -> dict[str, int]:
@@ -107,6 +108,7 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
         for name, sm in summary.items():
             exp = by_name.setdefault(name, ExperimentStatus(name))
             exp.state_counts, exp.total_runs = dict(sm.counts), sm.total
+            exp.done_wall_s = list(sm.done_wall_s)
             exp.outdated = by_exp.get(name, []) if name != NO_EXPERIMENT else sorted(
                 rid for rid in sm.picked if rid in stale_code)
             for r in exp.runs:
@@ -119,6 +121,8 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
         exp.outdated = sorted(r["run_id"] for r in exp.runs if r.get("outdated"))
         exp.state_counts = dict(Counter(r["state"] for r in exp.runs))
         exp.total_runs = len(exp.runs)
+        exp.done_wall_s = [float(r["wall_time_s"]) for r in exp.runs if r["state"] == "done"
+                           and isinstance(r.get("wall_time_s"), (int, float)) and r["wall_time_s"] > 0]
         selection = []
         if states is not None:
             exp.runs = [r for r in exp.runs if r["state"] in states]
