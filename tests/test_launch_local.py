@@ -241,6 +241,11 @@ def test_detach_runs_the_orchestrator_in_the_background(tmp_path):
     out = cemctl(tmp_path, "launch", str(grid), "--detach", env=env)
     assert out.returncode == 0, out.stderr
     assert time.time() - t0 < 60 and "background" in out.stdout
+    # it returns once the run is queued: a `status --watch` typed next finds it in flight, never 'planned' (it
+    # returned before the orchestrator had queued anything, and --watch ended at once on six planned runs)
+    assert "1 of 1 runs queued;" in out.stdout, out.stdout
+    (state,) = [r["state"] for r in run_states(status_json(tmp_path, env), "detached").values()]
+    assert state in ("queued", "running", "done"), state
     log = Path(out.stdout.split("log ")[-1].strip())
     assert log.parent == tmp_path / "runs" / ".launch"
 
@@ -268,3 +273,19 @@ def test_failed_run_is_recorded_and_rerun_only_with_retry_failed(tmp_path):
     st = run_states(status_json(tmp_path, env), "crashy")[run_id]
     assert st["state"] == "done" and st["attempts"] == 2 and st["error"] is None
     assert "resumed from checkpoint step 2" in (tmp_path / "runs" / run_id / "train.log").read_text()
+
+
+def test_detach_says_when_the_orchestrator_ended_before_queuing_its_runs(tmp_path):
+    """An orchestrator that fails at its start (here: an experiment it does not know) is not reported as running in
+    the background: detach returns as soon as it has ended, with its exit status and no run queued."""
+    from cemctl.services.launch.launcher import detach
+
+    run_dir = tmp_path / "runs" / "0123456789ab"
+    run_dir.mkdir(parents=True)
+    t0 = time.monotonic()
+    started = detach(["launch", "no-such-experiment", "--db", str(tmp_path / "results.db"),
+                      "--runs-dir", str(tmp_path / "runs")], tmp_path / "runs", [run_dir], wait_s=120)
+    assert time.monotonic() - t0 < 100  # it did not wait out the 120 s
+    assert started.exit_code == 2 and started.queued == 0 and started.total == 1
+    assert started.summary().startswith("launch orchestrator ended (exit 2) after queuing 0 of 1 runs; see its log")
+    assert "no-such-experiment" in started.log.read_text()

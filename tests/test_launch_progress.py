@@ -210,3 +210,25 @@ def test_the_live_view_shows_the_grids_eta_as_status_watch_computes_it(tmp_path)
     statuses[1].state = "failed"  # nothing finished yet to time the queued runs by
     view = LiveLaunchView(Console(width=80, record=True, file=open(os.devnull, "w")))
     assert view.counts_line(statuses).endswith("; grid ETA not known yet")
+
+
+def test_a_relaunch_times_the_grid_by_the_runs_it_skipped_as_finished(tmp_path):
+    """A half-trained grid launched again (its orchestrator was killed): two runs finished before, in 100 s and 140 s,
+    one running with 1 s left, two queued. The ETA is known at once: 1 s + 2 x 120 s on one slot (it said 'grid ETA
+    not known yet' until one of this launch's own runs had ended)."""
+    running = _running_run(tmp_path)
+    before = []
+    for name, wall in (("b1", 100.0), ("b2", 140.0)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps({"state": "done", "test_loss": 1.5, "wall_time_s": wall}))
+        before.append(d)
+    failed = tmp_path / "f1"
+    failed.mkdir()  # a skipped failed run has no wall time: it sets no pace
+    statuses = [JobStatus(job=Job("abc0000000001", running), state="running", slot="cpu0"),
+                JobStatus(job=Job("que0000000003", tmp_path / "q1"), state="queued"),
+                JobStatus(job=Job("que0000000004", tmp_path / "q2"), state="queued")]
+    view = LiveLaunchView(Console(width=80, record=True, file=open(os.devnull, "w")))
+    view.set_runs({}, [st.job.run_id for st in statuses], finished_before=[*before, failed])
+    assert view.grid_eta(statuses) == pytest.approx(640 * 13 / 12345 + 240, abs=0.01)
+    assert view.counts_line(statuses).endswith("3 runs: 2 queued, 1 running; grid ETA 4m01s")

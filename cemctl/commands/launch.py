@@ -124,8 +124,10 @@ def register(app: typer.Typer) -> None:
                     stdout_console().print(check.summary(), markup=False, soft_wrap=True)
                     return
                 argv = [a for a in sys.argv[1:] if a != "--detach"]
-                pid, log = run_detached(argv, runs_dir(runs))
-                stdout_console().print(f"launch orchestrator running in the background: pid {pid}, log {log}", markup=False, soft_wrap=True)
+                started = run_detached(argv, runs_dir(runs), [s.run_dir for s in check.launched])
+                stdout_console().print(started.summary(), markup=False, soft_wrap=True)
+                if started.exit_code:  # it failed before queuing everything: the log says why
+                    raise typer.Exit(1)
                 return
             _run(req, db, runs, as_json, progress_every_s)
 
@@ -172,7 +174,8 @@ def _run(req, db, runs, as_json: bool, progress_every_s: float) -> None:  # type
 
     def show_selection(report) -> None:  # type: ignore[no-untyped-def]
         if view is not None:
-            view.set_runs(report.axes, [s.run_id for s in report.launched])
+            view.set_runs(report.axes, [s.run_id for s in report.launched],
+                          finished_before=[s.run_dir for s in report.selections if not s.launches])
         if as_json:
             return
         shown = [s for s in report.selections if s.launches or report.dry_run or s.reason != "done"]

@@ -77,10 +77,16 @@ class _Base:
         self._ids: dict[str, str] = {}
         self._varying: list[str] = []
         self._walls: dict[str, float | None] = {}  # run id -> wall time of a run that finished (read once)
+        self._before: list[Any] = []  # folders of the grid's runs this launch skips (their wall times: the pace)
+        self._before_walls: list[float] | None = None  # read once
         self._column_cache: dict[int, tuple[list[str], dict[str, str], dict[str, int]]] = {}  # width -> columns
 
-    def set_runs(self, axes: dict[str, dict[str, Any]], run_ids: Sequence[str]) -> None:
-        """The launched runs and their axes (the launcher's report, before any job starts)."""
+    def set_runs(self, axes: dict[str, dict[str, Any]], run_ids: Sequence[str], *,
+                 finished_before: Sequence[Any] = ()) -> None:
+        """The launched runs and their axes (the launcher's report, before any job starts). `finished_before`: the
+        folders of the grid's runs this launch skips; those with a result set the grid's pace from the start (a
+        relaunch of a half-trained grid said 'grid ETA not known yet' until one of its own runs had ended)."""
+        self._before, self._before_walls = list(finished_before), None
         self.axes = {rid: axes.get(rid, {}) for rid in run_ids}
         keys: list[str] = []
         for a in self.axes.values():
@@ -91,7 +97,8 @@ class _Base:
 
     def grid_eta(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> float | None:
         """The grid's ETA, as `status --watch` computes it (`cemctl.records.progress.grid_eta_s`): the running runs'
-        own ETAs and, per queued run, the finished runs' mean wall time, shared by the runs in flight."""
+        own ETAs and, per queued run, the finished runs' mean wall time (this launch's and those it skipped as
+        finished), shared by the runs in flight."""
         from cemctl.records.progress import grid_eta_s
 
         progress = dict(progress or {})
@@ -107,6 +114,9 @@ class _Base:
                 p = progress.get(rid) or read_progress(st.job.run_dir)
                 record["eta_s"] = p.eta_s
             records.append(record)
+        if self._before_walls is None:
+            self._before_walls = [w for w in map(finished_wall_s, self._before) if w is not None]
+        records += [{"state": "done", "wall_time_s": w} for w in self._before_walls]
         return grid_eta_s(records)
 
     def counts_line(self, statuses: Sequence[Any], progress: dict[str, Progress] | None = None) -> str:

@@ -22,7 +22,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from cem_core import runfiles
 from cem_core.errors import CemError, ConfigError
@@ -368,19 +368,62 @@ def _check_data(req: LaunchRequest, target: Target, launched: list[Selection],
     return lines
 
 
-def detach(argv: list[str], runs_root: Path | str) -> tuple[int, Path]:
-    """Run `cemctl launch ...` (argv without --detach) in the background, logging to a file.
+@dataclass
+class Detached:
+    """What `detach` left running: the orchestrator's pid and log, and how far it got before detach returned."""
+    pid: int
+    log: Path
+    total: int  # the runs it was started to launch
+    queued: int  # of those, the runs it had queued (or already run) when detach returned
+    exit_code: int | None = None  # its exit status if it had already ended
 
-    Returns (pid, log path). The orchestrator survives the terminal closing (new session).
+    def summary(self) -> str:
+        """'launch orchestrator running in the background: pid 123, 6 of 6 runs queued; log ...' (or why not)."""
+        if self.exit_code is not None and self.queued < self.total:
+            return (f"launch orchestrator ended (exit {self.exit_code}) after queuing {self.queued} of "
+                    f"{self.total} runs; see its log {self.log}")
+        if self.exit_code is not None:
+            return f"launch orchestrator already ended (exit {self.exit_code}); log {self.log}"
+        left = "" if self.queued == self.total else " (it is still preparing; `cemctl status --watch` shows the rest as it queues them)"
+        return (f"launch orchestrator running in the background: pid {self.pid}, {self.queued} of {self.total} runs "
+                f"queued{left}; log {self.log}")
+
+
+def detach(argv: list[str], runs_root: Path | str, run_dirs: Sequence[Path] = (), *, wait_s: float = 60.0,
+           poll_s: float = 0.2) -> Detached:
+    """Run `cemctl launch ...` (argv without --detach) in the background, logging to a file, and wait (at most
+    `wait_s`) until it has queued each of `run_dirs` (the runs it will launch): a run counts once its events.jsonl
+    ends with an event written since (queued by the orchestrator, then running or ended by its trainer), so that a `cemctl status --watch` typed next finds the runs
+    in flight instead of 'planned' (it used to end at once, nothing being in flight yet). Returns early when the
+    orchestrator exits. The orchestrator survives the terminal closing (new session).
     """
     import subprocess
+
+    from cemctl.records.live import last_event
 
     logs = Path(runs_root).resolve() / ".launch"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    started_at = time.time()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cemctl.cli", *argv], stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, cwd=os.getcwd(),
         )
-    return proc.pid, log_path
+    waiting = [Path(d) for d in run_dirs]
+    queued = 0
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        code = proc.poll()  # before the scan: a run queued just before it ended is counted
+        still = []
+        for d in waiting:
+            event = last_event(d)
+            when = (event or {}).get("time")
+            if isinstance(when, (int, float)) and when >= started_at:  # queued, running or ended since
+                queued += 1
+            else:
+                still.append(d)
+        waiting = still
+        if not waiting or code is not None or time.monotonic() >= deadline:
+            return Detached(proc.pid, log_path, len(run_dirs), queued, code)
+        time.sleep(poll_s)
