@@ -243,7 +243,7 @@ def test_detach_runs_the_orchestrator_in_the_background(tmp_path):
     assert time.time() - t0 < 60 and "background" in out.stdout
     # it returns once the run is queued: a `status --watch` typed next finds it in flight, never 'planned' (it
     # returned before the orchestrator had queued anything, and --watch ended at once on six planned runs)
-    assert "1 of 1 runs queued;" in out.stdout, out.stdout
+    assert "pid" in out.stdout and "1 of 1 runs queued\nlog " in out.stdout, out.stdout
     (state,) = [r["state"] for r in run_states(status_json(tmp_path, env), "detached").values()]
     assert state in ("queued", "running", "done"), state
     log = Path(out.stdout.split("log ")[-1].strip())
@@ -287,5 +287,5 @@ def test_detach_says_when_the_orchestrator_ended_before_queuing_its_runs(tmp_pat
                       "--runs-dir", str(tmp_path / "runs")], tmp_path / "runs", [run_dir], wait_s=120)
     assert time.monotonic() - t0 < 100  # it did not wait out the 120 s
     assert started.exit_code == 2 and started.queued == 0 and started.total == 1
-    assert started.summary().startswith("launch orchestrator ended (exit 2) after queuing 0 of 1 runs; see its log")
+    assert started.summary() == f"launch orchestrator ended (exit 2) after queuing 0 of 1 runs\nlog {started.log}"
     assert "no-such-experiment" in started.log.read_text()

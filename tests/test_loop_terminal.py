@@ -129,3 +129,24 @@ def test_placeholders_name_the_values_never_a_type(tmp_path: Path) -> None:
     assert "-e, --executor local|slurm" in cli(None, "launch", "--help", env={"COLUMNS": "200"}).stdout
     assert "--reports-dir DIR " in cli(None, "serve", "--help", env={"COLUMNS": "200"}).stdout
     assert "--plugins MODULE,... " in cli(None, "keys", "--help", env={"COLUMNS": "200"}).stdout
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_detach_then_status_watch_finds_the_runs_in_flight(tmp_path: Path, size: tuple[int, int]) -> None:
+    """The everyday pair, typed one after the other: `launch --detach` returns once its runs are queued (a line
+    that fits, the log's path on its own line), so `status --watch` shows them in flight and the grid's ETA, and
+    ends by itself when they are done (it used to find every run 'planned' and end at once)."""
+    (tmp_path / "e.toml").write_text(tiny_grid("e", seeds="[0, 1]", steps=20, ckpt=20))
+    launched = on_pty(["launch", "e.toml", "--workers", "1", "--detach"], tmp_path, cols=size[0], rows=size[1],
+                      cwd=tmp_path)
+    launched.assert_clean(0)
+    launched.assert_fits()
+    assert re.search(r"^launch orchestrator running in the background: pid \d+, 2 of 2 runs queued$",
+                     launched.text, re.M), launched.text
+    (log,) = (tmp_path / "runs" / ".launch").glob("launch-*.log")
+    assert re.sub(r"\s", "", launched.text).endswith("log" + str(log)), launched.text  # last, folded where long
+    watch = on_pty(["status", "e", "--watch", "--interval-s", "0.5"], tmp_path, cols=size[0], rows=size[1],
+                   cwd=tmp_path, timeout_s=240)
+    watch.assert_clean(0)  # it ended by itself once both runs were done
+    assert re.search(rb"grid: \d running, \d queued", watch.raw), watch.text  # in flight when it started
+    assert "2 runs: 2 done" in watch.text, watch.text

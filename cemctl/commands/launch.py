@@ -125,7 +125,8 @@ def register(app: typer.Typer) -> None:
                     return
                 argv = [a for a in sys.argv[1:] if a != "--detach"]
                 started = run_detached(argv, runs_dir(runs), [s.run_dir for s in check.launched])
-                stdout_console().print(started.summary(), markup=False, soft_wrap=True)
+                for line in started.summary().splitlines():  # a terminal wraps a line between words; a pipe: one line
+                    stdout_console().print(line, markup=False, soft_wrap=not sys.stdout.isatty())
                 if started.exit_code:  # it failed before queuing everything: the log says why
                     raise typer.Exit(1)
                 return

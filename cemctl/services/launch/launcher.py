@@ -378,15 +378,17 @@ class Detached:
     exit_code: int | None = None  # its exit status if it had already ended
 
     def summary(self) -> str:
-        """'launch orchestrator running in the background: pid 123, 6 of 6 runs queued; log ...' (or why not)."""
+        """'launch orchestrator running in the background: pid 123, 6 of 6 runs queued' and, on a line of its own
+        (a path is never cut, and the first line fits 80 columns), 'log PATH' (or why it is not running)."""
         if self.exit_code is not None and self.queued < self.total:
-            return (f"launch orchestrator ended (exit {self.exit_code}) after queuing {self.queued} of "
-                    f"{self.total} runs; see its log {self.log}")
-        if self.exit_code is not None:
-            return f"launch orchestrator already ended (exit {self.exit_code}); log {self.log}"
-        left = "" if self.queued == self.total else " (it is still preparing; `cemctl status --watch` shows the rest as it queues them)"
-        return (f"launch orchestrator running in the background: pid {self.pid}, {self.queued} of {self.total} runs "
-                f"queued{left}; log {self.log}")
+            head = f"launch orchestrator ended (exit {self.exit_code}) after queuing {self.queued} of {self.total} runs"
+        elif self.exit_code is not None:
+            head = f"launch orchestrator already ended (exit {self.exit_code})"
+        else:
+            head = f"launch orchestrator running in the background: pid {self.pid}, {self.queued} of {self.total} runs queued"
+            if self.queued < self.total:
+                head += "\n(still preparing: `cemctl status --watch` shows the rest as it queues them)"
+        return f"{head}\nlog {self.log}"
 
 
 def detach(argv: list[str], runs_root: Path | str, run_dirs: Sequence[Path] = (), *, wait_s: float = 60.0,
