@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import sqlite3
@@ -287,5 +288,28 @@ def test_detach_says_when_the_orchestrator_ended_before_queuing_its_runs(tmp_pat
                       "--runs-dir", str(tmp_path / "runs")], tmp_path / "runs", [run_dir], wait_s=120)
     assert time.monotonic() - t0 < 100  # it did not wait out the 120 s
     assert started.exit_code == 2 and started.queued == 0 and started.total == 1
-    assert started.summary() == f"launch orchestrator ended (exit 2) after queuing 0 of 1 runs\nlog {started.log}"
-    assert "no-such-experiment" in started.log.read_text()
+    head, why, log = started.summary().splitlines()
+    assert head == "launch orchestrator ended (exit 2) after queuing 0 of 1 runs" and log == f"log {started.log}"
+    assert "no-such-experiment" in why and why == started.log.read_text().strip().splitlines()[-1]  # its own line
+
+
+def test_until_decided_detached_fails_in_the_foreground_on_bad_input_and_runs_its_rounds_in_the_background(tmp_path):
+    """--until-decided with --detach ran the whole loop in the foreground (--detach was ignored). Now: a bad
+    --max-seeds is said on the terminal (exit 2, the orchestrator's own one line, its log); a good one returns once
+    the grid's runs are queued, and the log shows the loop ending on its budget."""
+    claim = ('[axes]\n"train.lr" = [0.01, 0.0001]\n\n[[claim]]\nid = "D"\nstatement = "a high rate learns faster"\n'
+             '[[claim.part]]\nname = "lr 0.01 - lr 0.0001"\narms = [{ "train.lr" = 0.01 }, { "train.lr" = 0.0001 }]\n'
+             'expect = "lower"\n')
+    from tests.helpers import tiny_grid
+
+    grid = tmp_path / "ud.toml"
+    grid.write_text(tiny_grid("ud", seeds="[0, 1]", extra=claim))
+    env = cli_env(tmp_path)
+    bad = cemctl(tmp_path, "launch", str(grid), "--until-decided", "--max-seeds", "2", "--detach", env=env)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "--max-seeds" in bad.stdout.splitlines()[1], bad.stdout
+    out = cemctl(tmp_path, "launch", str(grid), "--until-decided", "--budget-hours", "0.000001", "--detach", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"pid \d+, 4 of 4 runs queued\nlog ", out.stdout), out.stdout
+    log = Path(out.stdout.split("log ")[-1].strip())
+    wait_for(lambda: "budget" in log.read_text(), timeout_s=300, what="the detached loop to stop on its budget")

@@ -107,10 +107,6 @@ def register(app: typer.Typer) -> None:
                 prepare=prepare, data_workers=data_workers,
                 seeds=parse_seeds(seeds) if seeds is not None else None, add_seeds=add_seeds, axes=axes,
             )
-            if until:  # rounds of seeds until the claims are decided (cemctl.services.launch.until_decided)
-                from cemctl.commands.until_decided import run_until_decided
-
-                return run_until_decided(req, db_url(db), runs_dir(runs), max_seeds, budget_hours, as_json)
             if detach and not dry_run:
                 if executor != "local":
                     from cem_core.errors import ConfigError
@@ -120,16 +116,20 @@ def register(app: typer.Typer) -> None:
                 import dataclasses
 
                 check = launch(dataclasses.replace(req, dry_run=True), db_url(db), runs_dir(runs))
-                if not check.launched:
+                if not check.launched and not until:  # --until-decided may add seeds to a finished grid
                     stdout_console().print(check.summary(), markup=False, soft_wrap=True)
                     return
                 argv = [a for a in sys.argv[1:] if a != "--detach"]
                 started = run_detached(argv, runs_dir(runs), [s.run_dir for s in check.launched])
                 for line in started.summary().splitlines():  # a terminal wraps a line between words; a pipe: one line
                     stdout_console().print(line, markup=False, soft_wrap=not sys.stdout.isatty())
-                if started.exit_code:  # it failed before queuing everything: the log says why
-                    raise typer.Exit(1)
+                if started.exit_code:  # it ended already, with its status (2: bad input, 1: a run failed)
+                    raise typer.Exit(started.exit_code)
                 return
+            if until:  # rounds of seeds until the claims are decided (cemctl.services.launch.until_decided)
+                from cemctl.commands.until_decided import run_until_decided
+
+                return run_until_decided(req, db_url(db), runs_dir(runs), max_seeds, budget_hours, as_json)
             _run(req, db, runs, as_json, progress_every_s)
 
 

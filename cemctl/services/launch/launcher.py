@@ -384,10 +384,26 @@ class Detached:
             head = f"launch orchestrator ended (exit {self.exit_code}) after queuing {self.queued} of {self.total} runs"
         elif self.exit_code is not None:
             head = f"launch orchestrator already ended (exit {self.exit_code})"
+        elif not self.total:  # --until-decided on a grid already trained: its rounds choose the runs
+            head = f"launch orchestrator running in the background: pid {self.pid}"
         else:
             head = f"launch orchestrator running in the background: pid {self.pid}, {self.queued} of {self.total} runs queued"
             if self.queued < self.total:
                 head += "\n(still preparing: `cemctl status --watch` shows the rest as it queues them)"
+        if self.exit_code:  # why, from its log: its last line ('error: ...' for bad input)
+            from cem_core.runfiles.failure import last_line
+
+            try:
+                from cem_core.runfiles.files import read_bytes
+
+                tail = read_bytes(self.log, offset=max(0, self.log.stat().st_size - 4096), max_bytes=4096)
+                why = last_line(tail.decode("utf-8", "replace"))
+            except (OSError, runfiles.RunFileError):
+                why = ""
+            if why:
+                from cem_core.names import printable
+
+                head += f"\n{printable(why)}"
         return f"{head}\nlog {self.log}"
 
 
