@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from cemctl.commands.launch import selection_line
-from cemctl.commands.views.launch import LiveLaunchView, LogLaunchView
+from cemctl.commands.views.launch import LiveLaunchView, LogLaunchView, read_progress
 from cemctl.executors.base import Job
 from cemctl.executors.local import JobStatus
 from cemctl.services.launch.select import Selection
@@ -232,3 +232,12 @@ def test_a_relaunch_times_the_grid_by_the_runs_it_skipped_as_finished(tmp_path):
     view.set_runs({}, [st.job.run_id for st in statuses], finished_before=[*before, failed])
     assert view.grid_eta(statuses) == pytest.approx(640 * 13 / 12345 + 240, abs=0.01)
     assert view.counts_line(statuses).endswith("3 runs: 2 queued, 1 running; grid ETA 4m01s")
+
+
+def test_the_live_views_eta_is_the_runs_pace_so_far_not_its_last_steps_speed(tmp_path):
+    """13 steps left; 7 steps took 14 s (2 s a step) while the last step's logged speed says 12345 tokens/s (0.7 s
+    left): the view says 26 s, as status and the dashboard do (`records.progress.run_eta_s`)."""
+    run = _running_run(tmp_path)
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 7, "train_loss": 2.71828,
+                                                   "tokens_per_s": 12345.0, "time_s": 14.0}) + "\n")
+    assert read_progress(run).eta_s == pytest.approx(26.0)

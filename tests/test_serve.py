@@ -297,12 +297,12 @@ def test_the_live_table_reads_runs_in_flight_from_their_folders(project, base):
                                                           "attempt": 1}) + "\n")
         (run_dir / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 4, "tokens": 512,
                                                            "train_loss": 2.5, "lr": 1e-3, "grad_norm": 1.0,
-                                                           "tokens_per_s": 2.0, "time_s": 5.0}) + "\n")
+                                                           "tokens_per_s": 2.0, "time_s": 256.0}) + "\n")
         _, _, live = get(base, "/experiments/demo/live")
         row = re.search(rf'data-run="{rid}".*?</tr>', live, re.S).group(0)
         assert "st-running" in row and "67%" in row and "2.5000" in row, row
         assert 'data-refresh-s="3.0"' in live  # refreshed often while something trains
-        # The grid's ETA (nothing queued: the running run's own, 2 steps x 128 tokens at 2 tokens/s = 128 s), written
+        # The grid's ETA (nothing queued: the running run's own, 2 steps left at its pace, 256 s over 4 steps), written
         # as the command line writes a duration; a selection without the running run has none.
         summary = re.search(r'<p class="summary">.*?</p>', live, re.S).group(0)
         assert re.search(r'<span class="eta"[^>]*>grid ETA 2m08s</span>', summary), summary
@@ -331,6 +331,12 @@ def test_live_record_state_follows_the_evidence():
         os.utime(run / "heartbeat.json", (1000.0, 1000.0))
         rec = {"run_id": "abc", "state": "planned", "run_dir": str(run), "reason": "", "step": None}
         assert live_record(rec, now=1010.0, timeout_s=120) and rec["state"] == "running" and rec["progress"] == 0.5
+        # its ETA: 2 steps left at its pace (3 s over its 2 steps), not at the last step's speed (1 s left)
+        (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 2, "tokens": 64, "train_loss": 3.0,
+                                                       "tokens_per_s": 64.0, "time_s": 3.0}) + "\n")
+        rec = {"run_id": "abc", "state": "planned", "run_dir": str(run), "reason": "", "step": None}
+        live_record(rec, now=1010.0, timeout_s=120)
+        assert rec["eta_s"] == pytest.approx(3.0)
         rec = {"run_id": "abc", "state": "running", "run_dir": str(run), "reason": "", "step": None}
         live_record(rec, now=1500.0, timeout_s=120)
         assert rec["state"] == "stale" and "no heartbeat for 500 s" in rec["reason"]

@@ -100,7 +100,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     _f("heartbeat_at", "time", "state", "the trainer's last heartbeat", unit="unix s"),
     _f("elapsed_s", "duration", "state", "time since it started: until it ended, now while it runs, else until "
                                          "its last heartbeat", unit="s", short="elapsed", aliases=("elapsed",)),
-    _f("eta_s", "duration", "progress", "time left at the current speed (running runs)", unit="s", short="ETA",
+    _f("eta_s", "duration", "progress", "time left at the pace of its steps so far (running runs)", unit="s", short="ETA",
        aliases=("eta",)),
     _f("test_loss", "loss", "result", "loss on the fixed held-out test tokens", unit=LOSS_UNIT, short="test",
        aliases=("test",)),

@@ -70,7 +70,7 @@ def last_event(run_dir: Path | str) -> dict[str, Any] | None:
 def live_record(rec: MutableMapping[str, Any], *, now: float | None = None, timeout_s: float | None = None) -> bool:
     """Bring one record of a run not yet ended up to its folder's evidence; returns whether anything changed."""
     from cemctl.db.state import Evidence, derive_state
-    from cemctl.records.load import _eta
+    from cemctl.records.progress import run_eta_s
 
     if rec.get("state") not in LIVE_STATES or not rec.get("run_dir"):
         return False
@@ -116,7 +116,8 @@ def live_record(rec: MutableMapping[str, Any], *, now: float | None = None, time
             rec["train_loss"] = float(train["train_loss"])
         rate = _number(train.get("tokens_per_s"))
         rec["tokens_per_s"] = rate if state == "running" else None
-        rec["eta_s"] = _eta(state, rate, rec.get("step"), rec.get("total_steps"), rec.get("tokens"))
+        rec["eta_s"] = run_eta_s(state, rec.get("step"), rec.get("total_steps"), time_s=train.get("time_s"),
+                                 time_step=train.get("step"), tokens=rec.get("tokens"), tokens_per_s=rate)
     if result:
         for key in RESULT_FIELDS:
             if key in result and (key not in ("val_loss",) or _number(result.get(key)) is not None):

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from cem_core.errors import CemError
 from cem_core.runfiles import RESULT_STATES
+from cemctl.records.progress import run_eta_s
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -135,10 +136,10 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
     unknown experiment (listing the known ones). `per_scale` (with `experiment=None`): one record per run and scale
     it was planned at (`cemctl claims` across scales). `run_ids`: only these runs (a run page); their arms are then
     labelled among them alone, so ask for the experiment instead where the label matters."""
-    from sqlalchemy import literal, null, select
+    from sqlalchemy import case, literal, null, select
 
     from cemctl.db.engine import read_session
-    from cemctl.db.models import Experiment, ExperimentRun, Result, Run, RunEnvironment, RunTags
+    from cemctl.db.models import Experiment, ExperimentRun, Metric, Result, Run, RunEnvironment, RunTags
     from cemctl.db.runs import in_grid_case, join_latest, latest_plans, recorded_runs_root
 
     now = time.time() if now is None else now
@@ -146,7 +147,12 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
     run_cols = [Run.id, Run.state, Run.state_reason, Run.last_step, Run.total_steps, Run.tokens, Run.last_train_loss,
                 Run.last_val_loss, Run.tokens_per_s, Run.started_at, Run.finished_at, Run.heartbeat_at, Run.executor,
                 Run.job_id, Run.attempts, Run.error, Run.host, Run.created_at, Run.params_total,
-                Run.params_non_embedding, Run.flops_per_token]
+                Run.params_non_embedding, Run.flops_per_token,
+                # a running run's elapsed time at its last step (its pace: `progress.run_eta_s`); the lookup runs
+                # for running runs only (one row of the metrics' primary key each)
+                case((Run.state == "running", select(Metric.time_s).where(
+                    Metric.run_id == Run.id, Metric.kind == "train", Metric.step == Run.last_step)
+                    .limit(1).scalar_subquery()), else_=null())]
     res_cols = [Result.state, Result.test_loss, Result.test_ppl, Result.val_loss, Result.val_ppl, Result.params_total,
                 Result.params_non_embedding, Result.flops_per_token, Result.train_flops, Result.tokens, Result.steps,
                 Result.wall_time_s, Result.error, Result.diverged_step, Result.code_fingerprint]
@@ -383,8 +389,8 @@ ENV_COLUMNS = ("cpu_model", "gpu_model", "device", "torch_version", "python_vers
 def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_config: bool, tags: bool,
             now: float, environment: bool = False, extras: bool = True) -> dict[str, Any]:
     (rid, state, reason, last_step, total_steps, tokens, train_loss, val_loss, rate, started, finished, heartbeat,
-     executor, job_id, attempts, error, host, _created, params, params_ne, fpt) = row[:21]
-    i = 21
+     executor, job_id, attempts, error, host, _created, params, params_ne, fpt, pace_time_s) = row[:22]
+    i = 22
     res: dict[str, Any] = {}
     result_json = None
     if results:
@@ -428,7 +434,7 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
     wall = res.get("wall_time_s") if has_result else None
     rec["avg_tokens_per_s"] = (all_tokens / wall if finished_run and has_result and all_tokens and wall else None)
     rec["elapsed_s"] = _elapsed(state, started, finished, heartbeat, now)
-    rec["eta_s"] = _eta(state, rate, last_step, total_steps, tokens)
+    rec["eta_s"] = run_eta_s(state, last_step, total_steps, time_s=pace_time_s, tokens=tokens, tokens_per_s=rate)
     text = rec["error"] or (reason if state in FAILED_STATES else "")
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     rec["reason"] = lines[-1] if lines else ""
@@ -478,12 +484,6 @@ def _elapsed(state: str, started: Any, finished: Any, heartbeat: Any, now: float
     if end is None:
         end = now if state == "running" else (heartbeat or now)
     return max(0.0, end - started)
-
-
-def _eta(state: str, rate: Any, step: Any, total: Any, tokens: Any) -> float | None:
-    if state != "running" or not rate or not step or not total or not tokens:
-        return None
-    return max(0.0, (total - step) * (tokens / step) / rate)
 
 
 def _add_arms(out: list[dict[str, Any]], metas: dict[str, ExperimentMeta], experiment: str | None,

@@ -24,6 +24,7 @@ from cem_core.names import plural, printable
 from cemctl.commands.views import formats as F
 from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
 from cemctl.commands.views.table import Cell, Column, fit, render_rich
+from cemctl.records.progress import run_eta_s
 
 ENDED = ("done", "failed", "diverged", "cancelled", "interrupted")
 
@@ -53,8 +54,9 @@ def read_progress(run_dir: Any) -> Progress:
                  tokens_per_s=m.get("tokens_per_s"))
     tokens = hb.get("tokens")
     p.tokens = tokens if isinstance(tokens, int) else None
-    if p.step and p.total and tokens and p.tokens_per_s:
-        p.eta_s = max(0.0, (p.total - p.step) * (tokens / p.step) / p.tokens_per_s)
+    # the time left at the run's pace so far (`cemctl.records.progress.run_eta_s`, as status and the dashboard)
+    p.eta_s = run_eta_s("running", p.step, p.total, time_s=m.get("time_s"), time_step=m.get("step"), tokens=p.tokens,
+                        tokens_per_s=p.tokens_per_s)
     return p
 
 
