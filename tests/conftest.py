@@ -40,6 +40,22 @@ def _private_data_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["CEMCTL_CACHE"] = before
 
 
+@pytest.fixture(autouse=True)
+def _database_files_closed_after_each_test():
+    """cemctl keeps one engine per database in a process (`cemctl.db.engine.open_db`): one for a command's process,
+    but the tests' in-process CLI opens one per test's database, each holding its SQLite files open. Late in a full
+    run ~1,200 descriptors were open, a pseudo-terminal's above select's limit of 1024, and a test hung. After each
+    test the pooled connections of every cached engine are closed (an engine used again reopens them; one checked out
+    now is closed when it is returned); an in-memory database would lose its data, so it keeps its connection."""
+    yield
+    engines = getattr(sys.modules.get("cemctl.db.engine"), "_ENGINES", None)
+    for engine in list((engines or {}).values()):
+        if engine.url.get_backend_name() == "sqlite" and (
+                not engine.url.database or ":memory:" in engine.url.database or "mode=memory" in str(engine.url)):
+            continue
+        engine.dispose()
+
+
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     """URL of a results database file that does not exist yet."""

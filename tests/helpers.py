@@ -307,6 +307,8 @@ def on_pty(args: list[str], where: Path | None = None, *, cols: int = 80, rows: 
     raw = bytearray()
     start = time.monotonic()
     typed = False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     try:
         while True:
             if not typed and ((ctrl_c_when is not None and ctrl_c_when(bytes(raw)))
@@ -317,8 +319,9 @@ def on_pty(args: list[str], where: Path | None = None, *, cols: int = 80, rows: 
                 os.kill(pid, signal.SIGKILL)
                 raise AssertionError(f"cemctl {' '.join(args)} did not finish in {timeout_s} s on the terminal:\n"
                                      + bytes(raw).decode(errors="replace")[-3000:])
-            ready, _, _ = select.select([fd], [], [], 0.1)
-            if not ready:
+            # poll, not select: late in a full run the pty's descriptor can be above select's limit of 1024
+            # (select then raised, and the finally below waited forever on a child that was still watching)
+            if not poller.poll(100):
                 continue
             try:
                 data = os.read(fd, 65536)
@@ -328,6 +331,15 @@ def on_pty(args: list[str], where: Path | None = None, *, cols: int = 80, rows: 
                 break
             raw += data
     finally:
-        _, status = os.waitpid(pid, 0)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:  # left early (an error above, or a terminal that closed first): never wait on a live child
+            if not sys.exc_info()[0]:  # the terminal closed while the child lives on: give it a moment to exit
+                deadline = time.monotonic() + 10
+                while not done and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    done, status = os.waitpid(pid, os.WNOHANG)
+            if not done:
+                os.kill(pid, signal.SIGKILL)
+                _, status = os.waitpid(pid, 0)
         os.close(fd)
     return PtyResult(os.waitstatus_to_exitcode(status), bytes(raw), cols, rows)

@@ -135,3 +135,25 @@ def test_plan_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     screen = on_pty(["plan", str(project / "term.toml")], project, cols=size[0], rows=size[1], cwd=project)
     screen.assert_clean(0)
     assert "2 runs" in screen.text
+
+
+def test_the_pty_helper_works_with_a_descriptor_above_selects_limit(tmp_path):
+    """Late in a full run the test process held ~1,200 descriptors (engines left open), the pseudo-terminal's was
+    above select()'s limit of 1024, select raised, and the helper then waited forever on a child that was still
+    watching: the suite hung. The helper polls (no such limit) and never waits on a live child."""
+    import os
+    import resource
+
+    from tests.helpers import on_pty
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"this process may open only {soft} files")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        screen = on_pty(["--help"], cols=80, rows=40, cwd=tmp_path)
+    finally:
+        for fd in held:
+            os.close(fd)
+    screen.assert_clean(0)
+    assert "Usage" in screen.text, screen.text
