@@ -118,6 +118,11 @@ def test_a_legacy_job_record_is_never_matched_by_the_command_line_alone(tmp_path
     written = time.time() - 30  # the record is older than the process below
     tail = subprocess.Popen(["tail", "-f", str(run_dir.resolve() / "train.log")], stdout=subprocess.DEVNULL)
     try:
+        # Popen returns once exec has begun, but /proc/<pid>/cmdline is empty until the new program's arguments are
+        # in place (2 of 200 tries on a loaded machine; CI failed on it): wait for them, as a user's check would
+        from tests.helpers import wait_for
+
+        wait_for(lambda: Path(f"/proc/{tail.pid}/cmdline").read_bytes(), timeout_s=30, what="tail's command line")
         words = (str(run_dir.resolve()),)
         assert runfiles.process_matches(tail.pid, legacy_words=words, legacy_not_after=written) is False
         assert runfiles.process_matches(tail.pid, legacy_words=words) is False  # no record time: never by words alone
