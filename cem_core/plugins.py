@@ -307,6 +307,19 @@ def unread_keys(cfg: Any) -> tuple[str, ...]:
     return tuple(sorted(f"model.{k}" for k in unread if hasattr(m, k)))
 
 
+def reader_of(key: str) -> str:
+    """The config key whose value decides whether `key` is read (`unread_keys` names it): a sublayer's preconditioner
+    for its `*_precond_rank`, else the sublayer whose variants' specs use the key ('model.mlp' for
+    model.param_match_factor); '' for a key no variant reads."""
+    name = key.removeprefix("model.")
+    if name.endswith("_precond_rank"):
+        return f"model.{name.removesuffix('_precond_rank')}_precond"
+    for config_key, reg in (("model.attention", V.ATTENTION), ("model.mlp", V.MLPS)):
+        if any(name in (spec.uses or ()) for spec in reg.specs()):
+            return config_key
+    return ""
+
+
 def used_plugins(cfg: Any) -> tuple[str, ...]:
     """The plugin modules a config's numbers depend on: the plugin of every variant it uses (its attention, MLP,
     preconditioners and task). A plugin the config loads but whose names it does not use is not one of them."""

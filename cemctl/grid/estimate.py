@@ -93,39 +93,29 @@ def same_model_notes(runs: "list[Any]", *, most: int = 3) -> list[str]:
     the runs that are the same (`a = b` per seed). At most `most` sets are named, then how many more."""
     import json
 
-    from cem_core.plugins import unread_keys
+    from cem_core.plugins import reader_of, unread_keys
     from cem_core.schema import flatten
 
+    flat = {pr.run_id: flatten(pr.config.to_dict()) for pr in runs}
     sets: dict[str, dict[Any, list[Any]]] = {}  # the model without unread keys or seed -> seed -> its runs
     for pr in runs:
-        flat = flatten(pr.config.to_dict())
         drop = {*unread_keys(pr.config), "train.seed"}
-        key = json.dumps({k: v for k, v in flat.items() if k not in drop}, sort_keys=True, default=str)
-        sets.setdefault(key, {}).setdefault(flat.get("train.seed"), []).append(pr)
+        key = json.dumps({k: v for k, v in flat[pr.run_id].items() if k not in drop}, sort_keys=True, default=str)
+        sets.setdefault(key, {}).setdefault(flat[pr.run_id].get("train.seed"), []).append(pr)
     twins = [by_seed for by_seed in sets.values() if any(len(g) > 1 for g in by_seed.values())]
     out = []
     for by_seed in twins[:most]:
         groups = [g for g in by_seed.values() if len(g) > 1]
-        first = flatten(groups[0][0].config.to_dict())
-        differ = sorted({k for g in groups for head in (flatten(g[0].config.to_dict()),) for pr in g[1:]
-                         for k, v in flatten(pr.config.to_dict()).items() if head.get(k) != v})
-        why = "; ".join(f"{k} is not read with {_reader_of(k, first)}" for k in differ)
+        first = flat[groups[0][0].run_id]
+        differ = sorted({k for g in groups for pr in g[1:] for k, v in flat[pr.run_id].items()
+                         if flat[g[0].run_id].get(k) != v})
+        why = "; ".join(f"{k} is not read with {reader_of(k)} = {first.get(reader_of(k))}" for k in differ)
         same = ", ".join(" = ".join(pr.run_id[:8] for pr in g) for g in groups)
         out.append(f"note: runs {same} train the same model (they differ only in {', '.join(differ)}: {why}); "
                    "an [[exclude]] keeps one of each")
     if len(twins) > most:
         out.append(f"note: {len(twins) - most} more sets of runs train the same model (plan --json lists the runs)")
     return out
-
-
-def _reader_of(key: str, flat: "dict[str, object]") -> str:
-    """'model.mlp_precond = diag' for model.mlp_precond_rank; 'model.attention = llama' for model.attn_steps."""
-    field = key.removeprefix("model.")
-    if field.endswith("_precond_rank"):
-        side = field.removesuffix("_precond_rank")
-        return f"model.{side}_precond = {flat.get(f'model.{side}_precond')}"
-    owner = "model.mlp" if field.startswith("mlp_") or field == "param_match_factor" else "model.attention"
-    return f"{owner} = {flat.get(owner)}"
 
 
 def plugin_variants(configs: "list[RunConfig]") -> list[str]:
