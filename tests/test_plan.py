@@ -115,18 +115,8 @@ def test_cpu_hours_estimate_counts_only_runs_still_to_train(tmp_path):
     assert_clean_error(cli(tmp_path, "plan", str(grid), "--cpu-gflops", "nan"), contains="--cpu-gflops")
 
 
-SAME_MODEL_GRID = """seeds = [0, 1]
-[experiment]
-name = "mr"
-[base]
-"model.size" = "nano"
-"model.mlp" = "cem"
-"data.tokenizer" = "byte"
-"train.max_steps" = 20
-[axes]
-"model.mlp_precond" = ["diag", "diag_lowrank"]
-"model.mlp_precond_rank" = [2, 8]
-"""
+SAME_MODEL_GRID = tiny_grid("mr", steps=20, extra='"model.mlp" = "cem"\n[axes]\n'
+                            '"model.mlp_precond" = ["diag", "diag_lowrank"]\n"model.mlp_precond_rank" = [2, 8]\n')
 
 
 def test_plan_says_which_runs_train_the_same_model(tmp_path):
