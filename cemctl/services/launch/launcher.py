@@ -376,6 +376,7 @@ class Detached:
     total: int  # the runs it was started to launch
     queued: int  # of those, the runs it had queued (or already run) when detach returned
     exit_code: int | None = None  # its exit status if it had already ended
+    why: str = ""  # the last line of its log when it ended with a failure ('error: ...' for bad input)
 
     def summary(self) -> str:
         """'launch orchestrator running in the background: pid 123, 6 of 6 runs queued' and, on a line of its own
@@ -390,21 +391,22 @@ class Detached:
             head = f"launch orchestrator running in the background: pid {self.pid}, {self.queued} of {self.total} runs queued"
             if self.queued < self.total:
                 head += "\n(still preparing: `cemctl status --watch` shows the rest as it queues them)"
-        if self.exit_code:  # why, from its log: its last line ('error: ...' for bad input)
-            from cem_core.runfiles.failure import last_line
-
-            try:
-                from cem_core.runfiles.files import read_bytes
-
-                tail = read_bytes(self.log, offset=max(0, self.log.stat().st_size - 4096), max_bytes=4096)
-                why = last_line(tail.decode("utf-8", "replace"))
-            except (OSError, runfiles.RunFileError):
-                why = ""
-            if why:
-                from cem_core.names import printable
-
-                head += f"\n{printable(why)}"
+        if self.why:
+            head += f"\n{self.why}"
         return f"{head}\nlog {self.log}"
+
+
+def _last_log_line(log: Path) -> str:
+    """The last line of an orchestrator's log (read from its last 4 KiB), printable; '' when it cannot be read."""
+    from cem_core.names import printable
+    from cem_core.runfiles.failure import last_line
+    from cem_core.runfiles.files import read_bytes
+
+    try:
+        tail = read_bytes(log, offset=max(0, log.stat().st_size - 4096), max_bytes=4096)
+    except (OSError, runfiles.RunFileError):
+        return ""
+    return printable(last_line(tail.decode("utf-8", "replace")))
 
 
 def detach(argv: list[str], runs_root: Path | str, run_dirs: Sequence[Path] = (), *, wait_s: float = 60.0,
@@ -443,5 +445,5 @@ def detach(argv: list[str], runs_root: Path | str, run_dirs: Sequence[Path] = ()
                 still.append(d)
         waiting = still
         if not waiting or code is not None or time.monotonic() >= deadline:
-            return Detached(proc.pid, log_path, len(run_dirs), queued, code)
+            return Detached(proc.pid, log_path, len(run_dirs), queued, code, _last_log_line(log_path) if code else "")
         time.sleep(poll_s)
