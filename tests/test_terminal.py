@@ -49,6 +49,7 @@ def test_demo_on_a_terminal_plans_launches_and_reports(tmp_path: Path, size: tup
     screen = on_pty(["demo", "--grid", str(grid), "--out", str(tmp_path / "report")], tmp_path, cols=size[0],
                     rows=size[1], cwd=tmp_path)
     screen.assert_clean(0)
+    screen.assert_fits()  # every line, the report's last one too (the terminal cut it between "figures," and "runs")
     assert "report written to" in screen.text
     assert (tmp_path / "report" / "index.md").is_file()
 
