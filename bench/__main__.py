@@ -74,6 +74,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, list[str]]:
     p.add_argument("--variant-size", default=None, help="size of the CEM variant comparison")
     p.add_argument("--scale", type=float, default=None, help="orchestration DB size (1.0: 10,000 runs, 10M points)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--gpu-rows", default="", help="comma list of the gpu section's rows to time (1-based; default all)")
     a = p.parse_args(argv)
     out = a.out or env.REPO_ROOT / "bench" / "results"
     s = Settings.quick_mode(out) if a.quick else Settings(out_dir=out)
@@ -85,6 +86,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, list[str]]:
         s.sizes = a.sizes.split(",")
     if a.no_memory:
         s.memory = False
+    s.gpu_rows = a.gpu_rows
     only = list(GPU_BENCHMARKS) if a.gpu else [x for x in a.only.split(",") if x]
     unknown = sorted(set(only) - set(BENCHMARKS))
     if unknown:

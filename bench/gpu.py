@@ -93,7 +93,10 @@ def run(s: Settings) -> Section:
     steps = 3 if s.quick else 20
     base_t = None
     by_name: dict[tuple[str, str, bool], float] = {}
-    for name, impl, overrides, compile_, kernel in GPU_ROWS:
+    chosen = {int(x) for x in s.gpu_rows.split(",") if x.strip()} or set(range(1, len(GPU_ROWS) + 1))
+    for number, (name, impl, overrides, compile_, kernel) in enumerate(GPU_ROWS, 1):
+        if number not in chosen:
+            continue
         m = model_config(size, **overrides, context_len=256 if s.quick else CONTEXT,
                          **({} if s.quick else {"vocab_size": 32000}))
         try:
@@ -102,6 +105,7 @@ def run(s: Settings) -> Section:
         except Exception as e:  # a failed configuration is recorded, the others still run
             section.rows.append({"model": name, "compile": compile_, "attention kernel": kernel,
                                  "ms/step": f"failed: {type(e).__name__}: {e}"[:200]})
+            print(f"[gpu] {section.rows[-1]}", flush=True)
             continue
         tokens = GPU_BATCH_SEQS * m.context_len
         achieved = train_flops_per_token(m) * tokens / t
@@ -113,6 +117,7 @@ def run(s: Settings) -> Section:
             "batch x context": f"{GPU_BATCH_SEQS} x {m.context_len}", "ms/step": 1e3 * t, "tokens/s": tokens / t,
             "peak GiB": peak_gib, "achieved TFLOP/s": achieved / 1e12, "MFU": f"{100 * achieved / peak:.1f}%",
             "vs Llama ours (compiled)": f"{t / base_t:.2f}x" if base_t else "-"})
+        print(f"[gpu] {section.rows[-1]}", flush=True)  # an interrupted run keeps what it measured in its log
     section.targets = _targets(by_name, peak, size)
     section.notes.append(f"Device: {torch.cuda.get_device_name(0)}; bf16 matmul peak {peak / 1e12:.0f} TFLOP/s; "
                          f"{steps} timed steps after warm-up.")
@@ -168,6 +173,7 @@ def run_sublayer(s: Settings) -> Section:
                     speedups.append(sp)
                 section.rows.append({"diagonal": diagonal, "position": "alibi", "T": steps, "kernel": kernel,
                                      "ms": 1e3 * t if t else "failed", "speed-up vs sdpa": f"{sp:.2f}x" if sp else "-"})
+                print(f"[gpu_attention] {section.rows[-1]}", flush=True)
     worst = min(speedups) if speedups else None
     section.targets = [Target("FlexAttention vs SDPA float mask, CEM attention fwd+bwd", ">= 1.5x",
                               f"worst {worst:.2f}x" if worst else "-", worst >= 1.5 if worst else None)]
@@ -235,6 +241,7 @@ def run_memory(s: Settings) -> Section:
             if lo:
                 _, peak = _time_step("ours", m, lo, False, 1)
             section.rows.append({"size": size, "model": name, "largest micro-batch": lo, "peak GiB at it": peak})
+            print(f"[gpu_memory] {section.rows[-1]}", flush=True)
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
     section.notes.append(f"Device: {torch.cuda.get_device_name(0)}, {total:.0f} GiB; eager (compiled models use less).")
     return section

@@ -22,6 +22,7 @@ class Settings:
     cli_repeats: int = 5
     ingest_workers: int = 4
     cache_dir: Path = Path("/tmp/cemctl-bench")
+    gpu_rows: str = ""  # comma list of row numbers (1-based) of bench/gpu.py's GPU_ROWS to time; "" = all
 
     @classmethod
     def quick_mode(cls, out_dir: Path) -> "Settings":

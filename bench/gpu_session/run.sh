@@ -1,0 +1,53 @@
+#!/bin/bash
+# One call on a lent GPU machine (issue 35), prepared on the CPU: every part has its own time box and
+# writes under $OUT, so a part that runs long or fails leaves the others' results.
+#
+#   bash bench/gpu_session/run.sh tests:170 scale:100 gpu:1,2,3:120 attention:90 memory:90
+#
+# parts: tests:S (python -m pytest -m gpu tests/gpu), scale:S (the gpu-scale grid beside this file through
+# `cemctl launch --gpus 0`, with `plan`'s estimate), gpu:ROWS:S (bench/gpu.py's rows, 1-based; "all"),
+# gpuwarm:ROWS:S (those rows compiled in parallel processes first, numbers discarded), tests:S:N (N workers),
+# attention:S (the CEM attention sublayer, FlexAttention vs SDPA), memory:S (largest micro-batch per size).
+set -u
+OUT=${OUT:-/tmp/gpu-session-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TOKENIZERS_PARALLELISM=false
+if ls .whl/*.whl >/dev/null 2>&1; then  # packages the device image lacks (SQLAlchemy, submitit), as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | grep -v WARNING
+fi
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  python3 -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, torch.cuda.get_device_name(0))'
+} 2>&1 | tee "$OUT/env.txt"
+bench_part() {  # section, extra args, seconds
+  timeout "$3" python3 -m bench --only "$1" $2 --out "$OUT/bench" > "$OUT/bench_$1.log" 2>&1
+  echo "== bench $1: exit $? =="; grep -E "^\[(gpu|gpu_attention|gpu_memory)\]" "$OUT/bench_$1.log" | cut -c1-300
+  grep -E "Error|error" "$OUT/bench_$1.log" | tail -5 | cut -c1-300
+}
+for part in "$@"; do
+  IFS=: read -r what a b <<< "$part"
+  echo "== $part at $(date -u +%T) =="
+  case "$what" in
+    tests)
+      timeout "$a" python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 150 --durations=0 -n "${b:-4}" \
+        > "$OUT/pytest.log" 2>&1
+      echo "== tests: exit $? =="; grep -E "passed|failed|skipped|PASSED|FAILED|ERROR|Error|[0-9.]+s (call|setup)" "$OUT/pytest.log" | tail -40 | cut -c1-300 ;;
+    scale)
+      W=/tmp/gpu-scale; rm -rf "$W"; mkdir -p "$W"
+      G=bench/gpu_session/gpu_scale.toml
+      python3 -m cemctl.cli plan "$G" --db "$W/results.db" --runs-dir "$W/runs" --json > "$OUT/plan.json" 2> "$OUT/plan.err"
+      t0=$(date +%s)
+      timeout "$a" python3 -m cemctl.cli launch "$G" --gpus 0 --db "$W/results.db" --runs-dir "$W/runs" > "$OUT/launch.log" 2>&1
+      echo "== launch: exit $? after $(( $(date +%s) - t0 )) s ==" ; tail -5 "$OUT/launch.log" | cut -c1-300
+      python3 -m cemctl.cli status --db "$W/results.db" --runs-dir "$W/runs" 2>&1 | tail -8 | cut -c1-200
+      (cd "$W" && tar czf "$OUT/gpu_scale_runs.tar.gz" --exclude='*.pt' --exclude='ckpt*' runs results.db) ;;
+    gpu) bench_part gpu "--gpu-rows=${a/all/}" "$b" ;;
+    gpuwarm)  # compile rows in parallel processes (numbers discarded) so that a timed `gpu:` part reads inductor's cache
+      for r in ${a//,/ }; do timeout "$b" python3 -m bench --only gpu --gpu-rows="$r" --out "/tmp/warm$r" > "$OUT/warm$r.log" 2>&1 & done
+      wait; echo "== warm: $(grep -h '^\[gpu\]' "$OUT"/warm*.log | cut -c1-160)" ;;
+    attention) bench_part gpu_attention "" "$a" ;;
+    memory) bench_part gpu_memory "" "$a" ;;
+    *) echo "unknown part $what" ;;
+  esac
+done
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
+echo "== done at $(date -u +%T) =="
