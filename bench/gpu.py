@@ -85,7 +85,7 @@ def run(s: Settings) -> Section:
 
     section = Section("gpu", "GPU training speed, 134M at context 2048 (bf16, fused AdamW)",
                       columns=["model", "compile", "attention kernel", "batch x context", "ms/step", "tokens/s",
-                               "peak GiB", "achieved TFLOP/s", "MFU", "vs Llama ours (compiled)"])
+                               "peak GiB", "achieved TFLOP/s", "MFU", "vs Llama ours (compiled)", "build + compile s"])
     if not torch.cuda.is_available():
         return _no_cuda(section)
     size = "nano" if s.quick else "134M"
@@ -101,7 +101,9 @@ def run(s: Settings) -> Section:
                          **({} if s.quick else {"vocab_size": 32000}))
         try:
             with _kernel(kernel):
+                t_row = time.perf_counter()
                 t, peak_gib = _time_step(impl, m, GPU_BATCH_SEQS, compile_, steps)
+                setup_s = time.perf_counter() - t_row - t * steps  # building, compiling, warming up
         except Exception as e:  # a failed configuration is recorded, the others still run
             section.rows.append({"model": name, "compile": compile_, "attention kernel": kernel,
                                  "ms/step": f"failed: {type(e).__name__}: {e}"[:200]})
@@ -116,9 +118,13 @@ def run(s: Settings) -> Section:
             "model": name, "compile": compile_, "attention kernel": kernel,
             "batch x context": f"{GPU_BATCH_SEQS} x {m.context_len}", "ms/step": 1e3 * t, "tokens/s": tokens / t,
             "peak GiB": peak_gib, "achieved TFLOP/s": achieved / 1e12, "MFU": f"{100 * achieved / peak:.1f}%",
-            "vs Llama ours (compiled)": f"{t / base_t:.2f}x" if base_t else "-"})
+            "vs Llama ours (compiled)": f"{t / base_t:.2f}x" if base_t else "-", "build + compile s": setup_s})
         print(f"[gpu] {section.rows[-1]}", flush=True)  # an interrupted run keeps what it measured in its log
     section.targets = _targets(by_name, peak, size)
+    from cem_core.model import flex
+
+    if flex._disabled:  # a row that asked for FlexAttention and fell back to SDPA on some call shape says so
+        section.notes.append(flex.describe_kernel(torch.device("cuda")))
     section.notes.append(f"Device: {torch.cuda.get_device_name(0)}; bf16 matmul peak {peak / 1e12:.0f} TFLOP/s; "
                          f"{steps} timed steps after warm-up.")
     return section

@@ -119,7 +119,7 @@ def test_a_flex_failure_falls_back_to_sdpa_with_the_reason(monkeypatch, caplog):
     monkeypatch.setenv(flex.KERNEL_ENV, "sdpa")
     ref = m(h).detach()
     monkeypatch.setenv(flex.KERNEL_ENV, "flex")
-    monkeypatch.setattr(flex, "_disabled", None)
+    monkeypatch.setattr(flex, "_disabled", {})
 
     def broken(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("head dim 40 unsupported")
@@ -129,4 +129,37 @@ def test_a_flex_failure_falls_back_to_sdpa_with_the_reason(monkeypatch, caplog):
         out = m(h)
     torch.testing.assert_close(out.detach(), ref)
     assert "head dim 40 unsupported" in caplog.text
-    assert flex.attention_kernel(h.device) == "sdpa" and "disabled" in flex.describe_kernel(h.device)
+    assert "SDPA where FlexAttention failed: query/key width 8" in flex.describe_kernel(h.device)
+
+
+def test_a_flex_failure_on_one_call_shape_leaves_flex_on_for_the_others(monkeypatch, caplog):
+    """On an H200, FlexAttention failed for the per-head KQ diagonal at 134M dims (q/k 64 + 768 wide) and the old
+    process-wide switch then sent every later model of the process to SDPA. Only the failing shape falls back."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch.manual_seed(0)
+    wide = CEMAttention(_cfg(kq_diagonal="per_head"))  # q/k width Dh + d = 8 + 32
+    narrow = CEMAttention(_cfg(kq_diagonal="shared"))  # q/k width 8
+    _randomise(wide, 3)
+    _randomise(narrow, 4)
+    h = torch.randn(1, 24, 32)
+    monkeypatch.setenv(flex.KERNEL_ENV, "sdpa")
+    ref_wide, ref_narrow = wide(h).detach(), narrow(h).detach()
+    monkeypatch.setenv(flex.KERNEL_ENV, "flex")
+    monkeypatch.setattr(flex, "_disabled", {})
+    widths = []
+
+    def flex_up_to_32(q, k, v, **kw):  # noqa: ANN001, ANN003, ANN202
+        widths.append(q.shape[-1])
+        if q.shape[-1] > 32:
+            raise RuntimeError(f"head dim {q.shape[-1]} unsupported")
+        return flex_attention(q, k, v, **kw)  # eager: the CPU reference of the same scores
+
+    monkeypatch.setattr(flex, "_flex", lambda: flex_up_to_32)
+    with caplog.at_level("WARNING"), torch.no_grad():  # FlexAttention has no backward on the CPU
+        torch.testing.assert_close(wide(h).detach(), ref_wide)  # fails on flex, falls back
+        torch.testing.assert_close(wide(h).detach(), ref_wide)  # not tried again
+        torch.testing.assert_close(narrow(h).detach(), ref_narrow, atol=1e-5, rtol=1e-4)
+    assert widths[0] == 40 and widths[1:] and set(widths[1:]) == {8}  # tried once; the narrow model still on flex
+    assert caplog.text.count("FlexAttention failed") == 1 and "query/key width 40" in caplog.text
+    assert flex.attention_kernel(h.device) == "flex"

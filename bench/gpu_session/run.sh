@@ -7,6 +7,7 @@
 # parts: tests:S (python -m pytest -m gpu tests/gpu), scale:S (the gpu-scale grid beside this file through
 # `cemctl launch --gpus 0`, with `plan`'s estimate), gpu:ROWS:S (bench/gpu.py's rows, 1-based; "all"),
 # gpuwarm:ROWS:S (those rows compiled in parallel processes first, numbers discarded), tests:S:N (N workers),
+# diag:S (FlexAttention per call shape, bench/gpu_session/diag.py),
 # attention:S (the CEM attention sublayer, FlexAttention vs SDPA), memory:S (largest micro-batch per size).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
@@ -42,8 +43,9 @@ for part in "$@"; do
       (cd "$W" && tar czf "$OUT/gpu_scale_runs.tar.gz" --exclude='*.pt' --exclude='ckpt*' runs results.db) ;;
     gpu) bench_part gpu "--gpu-rows=${a/all/}" "$b" ;;
     gpuwarm)  # compile rows in parallel processes (numbers discarded) so that a timed `gpu:` part reads inductor's cache
-      for r in ${a//,/ }; do timeout "$b" python3 -m bench --only gpu --gpu-rows="$r" --out "/tmp/warm$r" > "$OUT/warm$r.log" 2>&1 & done
-      wait; echo "== warm: $(grep -h '^\[gpu\]' "$OUT"/warm*.log | cut -c1-160)" ;;
+      for r in ${a//,/ }; do timeout "$b" python3 -m bench --only gpu --gpu-rows="$r" --out "/tmp/warm$r" > "/tmp/warm$r.log" 2>&1 & done
+      wait; echo "== warm: $(grep -h '^\[gpu\]' /tmp/warm*.log | cut -c1-200)" ;;
+    diag) timeout "$a" python3 bench/gpu_session/diag.py > "$OUT/diag.log" 2>&1; echo "== diag: exit $? =="; grep '^\[diag\]' "$OUT/diag.log" | cut -c1-400 ;;
     attention) bench_part gpu_attention "" "$a" ;;
     memory) bench_part gpu_memory "" "$a" ;;
     *) echo "unknown part $what" ;;

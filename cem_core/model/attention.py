@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cem_core.config import ModelConfig
-from cem_core.model.flex import attention_kernel, cem_flex_attention, disable_flex
+from cem_core.model.flex import attention_kernel, call_key, cem_flex_attention, disable_flex, flex_failed
 from cem_core.model.norm import RMSNorm
 from cem_core.model.positions import alibi_bias, alibi_slopes, apply_rope, causal_mask_bias, rope_cache
 from cem_core.model.precond import build_preconditioner
@@ -171,7 +171,8 @@ class CEMAttention(nn.Module):
             du = u[:, None] * self.diag.to(u.dtype)[None, :, None, :]  # [B, K, L, d]
             qk = torch.cat([q, du], dim=-1)  # [B, K, L, Dh + d]
             kk = torch.cat([k, n[:, None].expand(B, K, L, d)], dim=-1)
-        if (bias is not None or extra is not None) and attention_kernel(u.device) == "flex":
+        if ((bias is not None or extra is not None) and attention_kernel(u.device) == "flex"
+                and not flex_failed(call_key(qk, k, extra))):
             o = self._attend_flex(qk, kk, k, extra)
             if o is not None:
                 return o.transpose(1, 2)  # [B, L, K, Dh]
@@ -189,7 +190,7 @@ class CEMAttention(nn.Module):
     def _attend_flex(self, qk: torch.Tensor, kk: torch.Tensor, v: torch.Tensor,
                      extra: torch.Tensor | None) -> torch.Tensor | None:
         """FlexAttention (`cem_core/model/flex.py`): o [B, K, L, Dh], or None after a failure outside compilation
-        (then the SDPA path runs, and from then on)."""
+        (then the SDPA path runs, and from then on for calls of this shape)."""
         alibi = self.position == "alibi"
         try:
             return cem_flex_attention(qk, kk, v, scale=self.scale, slopes=self.slopes if alibi else None,
@@ -197,7 +198,7 @@ class CEMAttention(nn.Module):
         except Exception as e:  # noqa: BLE001 - the SDPA path computes the same function
             if torch.compiler.is_compiling():
                 raise  # the trainer's compile probe falls back to eager, which lands here
-            disable_flex(f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
+            disable_flex(call_key(qk, v, extra), f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
             return None
 
     def _alibi_fast_path(self, qk: torch.Tensor) -> bool:

@@ -22,9 +22,13 @@ scores block by block and skips the blocks above the diagonal (a cached causal
 - A per-head KQ diagonal arrives as wider q/k (width Dh + d), like the SDPA path.
 
 Outside a compiled model the call goes through `torch.compile(flex_attention)`
-(compiled once; static shapes). If FlexAttention fails on a device (an
-unsupported head width, an old driver), `disable_flex` records the reason and
-the SDPA path is used from then on; the run's log says which path ran.
+(compiled once; static shapes). If FlexAttention fails on a call shape (an
+unsupported head width, an old driver), `disable_flex(key, why)` records the
+reason for that shape (`call_key`: query/key width, value width, whether a
+score matrix is read) and the SDPA path runs for that shape from then on; other
+shapes keep FlexAttention (a per-head KQ diagonal widens q and k to Dh + d,
+which one model may not support while the rest of the process does). The
+run's log says which path ran.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ log = logging.getLogger(__name__)
 
 KERNEL_ENV = "CEMCTL_ATTENTION_KERNEL"  # auto (default) | flex | sdpa: for benchmarks and diagnosis
 KERNELS = ("auto", "flex", "sdpa")
-_disabled: str | None = None  # why FlexAttention is off for this process (after a failure)
+_disabled: dict[tuple[int, int, bool], str] = {}  # call_key -> why FlexAttention failed on that call shape
 _compiled: Callable[..., Any] | None = None
 _block_masks: dict[tuple[int, str], Any] = {}
 
@@ -59,7 +63,7 @@ def attention_kernel(device: torch.device) -> str:
         from cem_core.errors import ConfigError
 
         raise ConfigError(KERNEL_ENV, f"unknown attention kernel {choice!r}", allowed=KERNELS)
-    if choice == "sdpa" or _disabled is not None or not flex_importable():
+    if choice == "sdpa" or not flex_importable():
         return "sdpa"
     if choice == "flex":
         return "flex"
@@ -70,16 +74,33 @@ def describe_kernel(device: torch.device) -> str:
     """One line for the run's log: which CEM attention path runs here, and why."""
     kernel = attention_kernel(device)
     why = os.environ.get(KERNEL_ENV) and f"${KERNEL_ENV}={os.environ[KERNEL_ENV]}" or f"auto, {device.type}"
-    if _disabled is not None:
-        why = f"FlexAttention disabled: {_disabled}"
-    return f"CEM attention with a bias: {'FlexAttention' if kernel == 'flex' else 'SDPA with a float mask'} ({why})"
+    line = f"CEM attention with a bias: {'FlexAttention' if kernel == 'flex' else 'SDPA with a float mask'} ({why})"
+    if kernel == "flex" and _disabled:
+        line += "; SDPA where FlexAttention failed: " + "; ".join(
+            f"{_describe_key(k)} ({why})" for k, why in _disabled.items())
+    return line
 
 
-def disable_flex(reason: str) -> None:
-    global _disabled
-    if _disabled is None:
-        log.warning("FlexAttention failed (%s); CEM attention uses SDPA from now on", reason)
-    _disabled = reason
+def call_key(q: torch.Tensor, v: torch.Tensor, extra: torch.Tensor | None) -> tuple[int, int, bool]:
+    """What decides whether FlexAttention supports a call: q/k width, v width, whether a score matrix is read."""
+    return (int(q.shape[-1]), int(v.shape[-1]), extra is not None)
+
+
+def _describe_key(key: tuple[int, int, bool]) -> str:
+    qk, v, extra = key
+    return f"query/key width {qk}, value width {v}" + (", with a score matrix" if extra else "")
+
+
+def flex_failed(key: tuple[int, int, bool]) -> bool:
+    """FlexAttention failed on this call shape earlier in this process (`disable_flex`)."""
+    return key in _disabled
+
+
+def disable_flex(key: tuple[int, int, bool], reason: str) -> None:
+    """Use SDPA for this call shape from now on (other shapes keep FlexAttention)."""
+    if key not in _disabled:
+        log.warning("FlexAttention failed for %s (%s); those calls use SDPA from now on", _describe_key(key), reason)
+        _disabled[key] = reason
 
 
 def causal_block_mask(L: int, device: torch.device) -> Any:

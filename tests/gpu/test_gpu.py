@@ -37,6 +37,13 @@ VARIANTS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _flex_failures_of_other_tests_do_not_leak(monkeypatch):
+    from cem_core.model import flex
+
+    monkeypatch.setattr(flex, "_disabled", {})
+
+
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_every_variant_trains_at_134m_dims_in_bf16(name):
     from bench.models import make_step, model_config
