@@ -63,8 +63,9 @@ def test_grid_file_validates_and_matches_its_documented_run_count(name, scale):
         assert {c.model.size for c in cfgs} <= set(GPU_SCALE_SIZES) and {c.model.context_len for c in cfgs} == {1024}
         assert all(c.data.corpus == "slimpajama" and c.data.tokenizer == "hf" and c.train.max_steps == 0 for c in cfgs)
         assert {c.train.seed for c in cfgs} == {0, 1, 2}
-        gpu_hours = sum(run_cost(c, gpu_tflops=H100_BF16_TFLOPS, mfu=0.4).gpu_hours for c in cfgs)
-        assert gpu_hours <= 2.0, f"{name}: {gpu_hours:.2f} H100-hours by the plan's estimate"
+        # the README's "at most ~2 H100-hours a run", by the plan's estimate (MFU measured on an H200 by width)
+        worst = max(run_cost(c, gpu_tflops=H100_BF16_TFLOPS).gpu_hours for c in cfgs)
+        assert worst <= 2.0, f"{name}: a run of {worst:.2f} H100-hours by the plan's estimate"
     elif name != "gp.toml":
         assert {c.model.size for c in cfgs} == set(PAPER_SIZES)
         assert all(c.data.corpus == "slimpajama" and c.data.tokenizer == "hf" for c in cfgs)

@@ -2,9 +2,15 @@
 
 Parameters and FLOPs are the exact analytic counts of `cem_core.counts`.
 Training FLOPs = 3 x forward matmul FLOPs per token x tokens. GPU-hours assume a
-sustained throughput of `gpu_tflops` x `mfu` (defaults: 312 TFLOP/s peak, the
-A100's dense bf16, at 40 % model FLOPs utilisation; `--gpu-tflops 989` for an
-H100). Element-wise work is not counted, so real runs of small models are slower.
+sustained throughput of `gpu_tflops` x `mfu` plus `GPU_RUN_OVERHEAD_S` a run
+(compilation, start, evaluation). The defaults were measured on an H200 on 2026-11-26
+(bench/results/gpu-h200-2026-11-26/): 989 TFLOP/s is the H100/H200 datasheet's dense
+bf16; the MFU against it depends on the model's width (`measured_mfu`): 6.5 % for
+the gpu scale's 20M (d_model 256, micro-batch 16 x 1024: 1.18M tokens/s), 39 % for
+the 134M Llama (d_model 768, 8 x 2048, compiled: 387 TFLOP/s), interpolated in
+log(d_model) between and held beyond. `--mfu` replaces the table; `--gpu-tflops 312`
+for an A100. `gpu_peak_gib` estimates a run's GPU memory from the same session's
+peaks (`plan` warns when a micro-batch will not fit).
 CPU-hours assume `cpu_gflops` of training FLOPs per second per worker: the default,
 30, is the median of 68 finished `cpu`-scale runs (micro, byte-level, batch 16 x 128,
 evaluation and checkpoints included) with 2 workers on a 2-core EPYC VM; the wall
@@ -22,8 +28,20 @@ from cem_core.config import RunConfig, tokens_per_step, total_steps
 from cem_core.counts import run_counts
 from cem_core.variants import TASKS
 
-DEFAULT_GPU_TFLOPS = 312.0
-DEFAULT_MFU = 0.4
+DEFAULT_GPU_TFLOPS = 989.0  # H100 / H200 dense bf16 (datasheet); an 8192^3 matmul measured 789-799 on an H200
+DEFAULT_MFU: float | None = None  # None: measured_mfu by the model's width
+# (d_model, MFU against 989 TFLOP/s), measured on an H200 (module doc): compiled, bf16 autocast, fused AdamW
+MEASURED_MFU = ((256, 0.065), (768, 0.39))
+DEFAULT_GPU_MEM_GIB = 80.0  # an H100's (`--gpu-mem-gib 141` for an H200)
+GPU_RUN_OVERHEAD_S = 60.0  # per run: torch.compile and start (36 s for 20M, 63 s for 134M measured), evaluations
+# GPU memory (GiB = 2^30 bytes), fitted to the peaks measured on an H200 at 134M, context 2048, micro-batch 8,
+# compiled (Llama 13.05, CEM attention T=1 shared diagonal 13.60, full CEM T=2 18.72 GiB): weights, gradients and
+# AdamW's two moments in float32, then per token the logits (bf16, their float32 copy and its gradient) and per
+# layer, model width and recursion step the activations; a shared KQ diagonal keeps a [L, L] matrix per step.
+# Within 1-11 % above those peaks, 19 % above the 20M run's (1.48 GiB); eager runs take about 20 % more.
+GPU_BYTES_PER_PARAM = 16
+GPU_LOGIT_BYTES = 10  # per token and vocabulary entry
+GPU_ACTIVATION_BYTES = 44  # per token, layer and d_model, at one step of attention and of the MLP
 DEFAULT_CPU_GFLOPS = 30.0  # training FLOP/s per CPU worker, measured (module doc)
 
 
@@ -43,9 +61,66 @@ class RunCost:
     cpu_hours: float
 
 
-def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float = DEFAULT_MFU,
+def measured_mfu(d_model: int) -> float:
+    """MFU against DEFAULT_GPU_TFLOPS for a model of this width (MEASURED_MFU, log-interpolated, held beyond)."""
+    import math
+
+    (d0, m0), (d1, m1) = MEASURED_MFU
+    if d_model <= d0:
+        return m0
+    if d_model >= d1:
+        return m1
+    t = (math.log(d_model) - math.log(d0)) / (math.log(d1) - math.log(d0))
+    return m0 + t * (m1 - m0)
+
+
+def _gpu_bytes(cfg: RunConfig, params_total: int) -> tuple[float, float]:
+    """(bytes that do not depend on the micro-batch, bytes per sequence of the micro-batch): module doc."""
+    m = cfg.model
+    attn_steps = m.attn_steps if m.attention != "llama" else 1
+    mlp_steps = m.mlp_steps if m.mlp != "llama" else 1
+    per_token = (GPU_LOGIT_BYTES * m.vocab_size
+                 + GPU_ACTIVATION_BYTES * m.n_layers * m.d_model * (attn_steps + mlp_steps) / 2
+                 + (2 * m.n_layers * attn_steps * m.context_len if m.kq_diagonal == "shared" else 0))
+    return float(GPU_BYTES_PER_PARAM * params_total), per_token * m.context_len
+
+
+def gpu_peak_gib(cfg: RunConfig, params_total: int) -> float:
+    """Estimated peak GPU memory of a training run at its micro-batch (module doc: fitted to measured peaks)."""
+    fixed, per_seq = _gpu_bytes(cfg, params_total)
+    return (fixed + cfg.train.micro_batch_seqs * per_seq) / 2**30
+
+
+def micro_batch_notes(configs: "list[RunConfig]", gpu_mem_gib: float, *, most: int = 3) -> list[str]:
+    """A line per planned model whose micro-batch will not fit a GPU of `gpu_mem_gib` (90 % of it, by
+    `gpu_peak_gib`), with the largest micro-batch that would; at most `most` named, then how many more."""
+    seen: dict[str, str] = {}
+    budget = 0.9 * gpu_mem_gib * 2**30
+    for cfg in configs:
+        if TASKS.spec(cfg.task).unit != "tokens":
+            continue
+        params = run_counts(cfg)["params_total"]
+        fixed, per_seq = _gpu_bytes(cfg, params)
+        need = fixed + cfg.train.micro_batch_seqs * per_seq
+        if need <= budget:
+            continue
+        most_seqs = int((budget - fixed) // per_seq)
+        batch = cfg.train.batch_seqs  # the largest micro-batch that fits and splits the batch evenly
+        fits = max((n for n in range(1, min(most_seqs, batch) + 1) if batch % n == 0), default=0)
+        m = cfg.model
+        arm = f"attention={m.attention}" + (f" T={m.attn_steps}" if m.attention != "llama" else "")
+        arm += f", mlp={m.mlp}" + (f" T={m.mlp_steps}" if m.mlp != "llama" else "")
+        what = f"{m.size or 'a model'} ({arm}) at micro-batch {cfg.train.micro_batch_seqs} x {m.context_len}"
+        seen.setdefault(what, f"warning: {what} needs about {need / 2**30:.0f} GiB of GPU memory, over 90% of "
+                        f"{gpu_mem_gib:g} GiB (--gpu-mem-gib); "
+                        + (f"train.micro_batch_seqs <= {fits} fits" if fits >= 1 else "not even one sequence fits"))
+    lines = list(seen.values())
+    return lines[:most] + ([f"warning: and {len(lines) - most} more models that will not fit"] if len(lines) > most else [])
+
+
+def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float | None = DEFAULT_MFU,
              cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> RunCost:
-    """The cost of a resolved config."""
+    """The cost of a resolved config (`mfu` None: `measured_mfu` of the model's width)."""
     steps = total_steps(cfg)
     task = TASKS.spec(cfg.task)
     counts, fpt = task.count(cfg)
@@ -60,7 +135,7 @@ def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: flo
         steps=steps,
         tokens=tokens,
         train_flops=flops,
-        gpu_hours=flops / (gpu_tflops * 1e12 * mfu) / 3600.0,
+        gpu_hours=(flops / (gpu_tflops * 1e12 * (mfu or measured_mfu(cfg.model.d_model))) + GPU_RUN_OVERHEAD_S) / 3600.0,
         cpu_hours=flops / (cpu_gflops * 1e9) / 3600.0,
     )
 

@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 from cem_core.errors import ConfigError
 from cem_core.plugins import sync_plugin_copy
-from cemctl.grid.estimate import DEFAULT_CPU_GFLOPS, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, plugin_variants, run_cost, same_model_notes, undeclared_flops
+from cemctl.grid.estimate import (DEFAULT_CPU_GFLOPS, DEFAULT_GPU_MEM_GIB, DEFAULT_GPU_TFLOPS, DEFAULT_MFU, micro_batch_notes,
+                                  plugin_variants, run_cost, same_model_notes, undeclared_flops)
 from cemctl.grid.expand import Plan, load_grid
 from cemctl.grid.kinds import DEFAULT_SCALE
 
@@ -112,7 +113,7 @@ def grid_path(target: str | Path) -> Path:
     return found
 
 
-def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float,
+def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float | None,
               cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> list[dict[str, Any]]:
     rows = []
     for pr in plan.runs:
@@ -208,8 +209,9 @@ def plan_experiment(
     db_url: str | None = None,
     runs_root: str | Path = "runs",
     gpu_tflops: float = DEFAULT_GPU_TFLOPS,
-    mfu: float = DEFAULT_MFU,
+    mfu: float | None = DEFAULT_MFU,
     cpu_gflops: float = DEFAULT_CPU_GFLOPS,
+    gpu_mem_gib: float = DEFAULT_GPU_MEM_GIB,
     record: bool = True,
     seeds: list[int] | None = None,
     add_seeds: int = 0,
@@ -221,8 +223,10 @@ def plan_experiment(
     adds seeds to)."""
     if not (gpu_tflops > 0 and math.isfinite(gpu_tflops)):
         raise ConfigError("--gpu-tflops", f"must be a positive, finite number, got {gpu_tflops}")
-    if not 0 < mfu <= 1:
+    if mfu is not None and not 0 < mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
+    if not (gpu_mem_gib > 0 and math.isfinite(gpu_mem_gib)):
+        raise ConfigError("--gpu-mem-gib", f"must be a positive, finite number, got {gpu_mem_gib}")
     if not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
         raise ConfigError("--cpu-gflops", f"must be a positive, finite number, got {cpu_gflops}")
     plan = load_grid(grid_path(path), scale, overrides, seeds=seeds, add_seeds=add_seeds, axes=axes)
@@ -233,7 +237,8 @@ def plan_experiment(
     configs = [pr.config for pr in plan.runs]
     from cemctl.db.engine import shown_url
 
-    report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan), notes=undeclared_flops(configs) + same_model_notes(plan.runs),
+    report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan), notes=undeclared_flops(configs) + same_model_notes(plan.runs)
+                        + micro_batch_notes(configs, gpu_mem_gib),
                         variants=plugin_variants(configs), database=shown_url(db_url, relative=True) if db_url else "")
     if record:
         from cemctl.db import open_db, record_plan
@@ -266,7 +271,8 @@ def plan_experiment(
         "train_flops": sum(r["train_flops"] for r in rows),
         "gpu_hours": sum(r["gpu_hours"] for r in rows),
         "gpu_tflops": gpu_tflops,
-        "mfu": mfu,
+        "mfu": mfu,  # None: measured by the model's width (cemctl/grid/estimate.py)
+        "gpu_mem_gib": gpu_mem_gib,
         "cpu_hours": sum(r["cpu_hours"] for r in rows if r["new"] or r["state"] != "done"),
         "cpu_gflops": cpu_gflops,
     }

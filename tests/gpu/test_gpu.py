@@ -63,7 +63,14 @@ def test_every_variant_trains_at_134m_dims_in_bf16(name):
 
 @pytest.mark.parametrize("diagonal", ["none", "shared", "per_head"])
 @pytest.mark.parametrize("steps", [1, 2])
-def test_cem_attention_on_flex_matches_the_float32_reference(diagonal, steps, monkeypatch):
+def test_cem_attention_on_flex_matches_the_sdpa_path(diagonal, steps, monkeypatch):
+    """FlexAttention computes the SDPA path's function and gradients: in float32 to float32 accuracy, and in bf16
+    no further from the float32 reference than the SDPA path in bf16 is.
+
+    A fixed bf16 tolerance is wrong for T=2: on an H200 (2026-11-26) FlexAttention's input gradient was 6-9% from
+    the float32 reference at T=2 (0.5-1% at T=1), and the SDPA path in bf16 is as far (6-8%, measured on the
+    CPU): the second step amplifies the rounding of the first. The float32 comparison is the sharp check.
+    """
     from cem_core.config import ModelConfig
     from cem_core.model import flex
     from cem_core.model.attention import CEMAttention
@@ -85,20 +92,26 @@ def test_cem_attention_on_flex_matches_the_float32_reference(diagonal, steps, mo
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             out = layer(x)
         (out.float() * grad_out).sum().backward()
-        return out.float().detach(), x.grad.detach(), {n: p.grad.detach().clone() for n, p in layer.named_parameters()}
+        return {"output": out.float().detach(), "input gradient": x.grad.detach(),
+                **{f"gradient of {n}": p.grad.detach().clone() for n, p in layer.named_parameters()}}
 
-    ref_out, ref_dx, ref_grads = run("sdpa", bf16=False)
-    out, dx, grads = run("flex", bf16=True)
-    assert flex.attention_kernel(h.device) == "flex"
+    def err(a, b):  # noqa: ANN001, ANN202
+        return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-6))
 
-    def close(a, b, what):  # noqa: ANN001, ANN202
-        err = (a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-6)
-        assert err < 3e-2, f"{what}: relative error {err:.3g}"
-
-    close(out, ref_out, "output")
-    close(dx, ref_dx, "input gradient")
-    for n in ref_grads:
-        close(grads[n], ref_grads[n], f"gradient of {n}")
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        ref = run("sdpa", bf16=False)
+        flex32 = run("flex", bf16=False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    sdpa16 = run("sdpa", bf16=True)
+    flex16 = run("flex", bf16=True)
+    assert not flex._disabled, flex.describe_kernel(h.device)  # FlexAttention ran on every call
+    for what in ref:
+        assert err(flex32[what], ref[what]) < 2e-2, f"{what} in float32: relative error {err(flex32[what], ref[what]):.3g}"
+        e_flex, e_sdpa = err(flex16[what], ref[what]), err(sdpa16[what], ref[what])
+        assert e_flex <= 2 * e_sdpa + 5e-3, f"{what} in bf16: FlexAttention {e_flex:.3g} from float32, SDPA {e_sdpa:.3g}"
 
 
 def test_resume_on_the_gpu_repeats_the_uninterrupted_losses(tmp_path, monkeypatch):
