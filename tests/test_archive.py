@@ -191,3 +191,27 @@ def test_archive_refuses_a_run_whose_result_is_not_a_result(project, tmp_path):
     out = tmp_path / "arch.tar.gz"
     line = assert_clean_error(cli(project, "archive", "arch", "-o", str(out)), contains=f"run {rid}: result.json")
     assert "import would refuse it" in line and not out.exists()
+
+
+def test_an_imported_interrupted_run_shows_the_time_it_ran_not_the_time_since(project, tmp_path):
+    """Regression: a run interrupted at 93% and imported elsewhere had no heartbeat.json, so its elapsed time ran
+    to 'now' and grew with the clock (16m25s, then 17m00s a minute later). It ends at the run's last event."""
+    import time
+
+    rid = json.loads(cli(project, "status", "arch", "--json").stdout)["experiments"][0]["runs"][0]["run_id"]
+    run = project / "runs" / rid
+    (run / "result.json").unlink()
+    t0 = time.time() - 900  # it ran 50 s, a quarter of an hour ago
+    run_events = [{"time": t0, "state": "running", "reason": "", "attempt": 1},
+                  {"time": t0 + 50, "state": "stale", "attempt": 1,
+                   "reason": "interrupted (Ctrl-C / SIGTERM to the orchestrator); resumable from its last checkpoint"}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in run_events))
+    (run / "heartbeat.json").unlink(missing_ok=True)
+    out = tmp_path / "arch.tar.gz"
+    assert cli(project, "archive", "arch", "-o", str(out)).returncode == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert cli(fresh, "import", str(out)).returncode == 0
+    runs = {r["run_id"]: r for r in json.loads(cli(fresh, "status", "arch", "--json").stdout)["experiments"][0]["runs"]}
+    assert runs[rid]["state"] == "stale", runs[rid]
+    assert runs[rid]["elapsed_s"] == pytest.approx(50.0, abs=1.0), runs[rid]

@@ -232,6 +232,7 @@ CASES: dict[str, tuple[str, Any]] = {
     "started_at": ("started_at<{now-6000}", {"Da", "Db", "F", "V", "R1"}),
     "finished_at": ("finished_at<{now-5500}", {"Da", "F", "V"}),
     "heartbeat_at": ("heartbeat_at<{now-500}", {"S"}),
+    "last_event_at": ("last_event_at>{now-200}", {"C", "Q"}),
     "elapsed_s": ("elapsed_s>=3000", {"Db", "R1"}),
     "eta_s": ("eta_s>4", {"R1"}),
     "test_loss": ("test_loss<1.45", {"Da"}),
@@ -426,3 +427,19 @@ def test_a_running_runs_eta_is_its_steps_left_at_its_pace_so_far(state, step, to
 
     got = run_eta_s(state, step, total, **kw)
     assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+@pytest.mark.parametrize("state, times, expected", [
+    ("done", dict(finished=160.0, heartbeat=150.0, last_event=170.0), 60.0),  # until its result
+    ("running", dict(heartbeat=150.0), 900.0),  # until now
+    ("stale", dict(heartbeat=150.0, last_event=140.0), 50.0),  # until it was last seen
+    ("stale", dict(last_event=130.0), 30.0),  # an imported run: no heartbeat file
+    ("interrupted", dict(), None),  # nothing says when it was last seen: unknown, not growing with the clock
+    ("failed", dict(finished=None, last_event=120.0), 20.0),  # a failure without a result time: its last event
+])
+def test_elapsed_ends_where_the_evidence_ends(state, times, expected):
+    from cemctl.records.progress import elapsed_s
+
+    got = elapsed_s(state, started=100.0, now=1000.0, **times)
+    assert got == (pytest.approx(expected) if expected is not None else None)
+    assert elapsed_s(state, started=None, now=1000.0, **times) is None

@@ -98,8 +98,10 @@ RUN_FIELDS: tuple[Field, ...] = (
     _f("started_at", "time", "state", "when the run (its last attempt) started", unit="unix s"),
     _f("finished_at", "time", "state", "when it ended", unit="unix s"),
     _f("heartbeat_at", "time", "state", "the trainer's last heartbeat", unit="unix s"),
+    _f("last_event_at", "time", "state", "the last event of its events.jsonl, for a run neither running nor ended",
+       unit="unix s"),
     _f("elapsed_s", "duration", "state", "time since it started: until it ended, now while it runs, else until "
-                                         "its last heartbeat", unit="s", short="elapsed", aliases=("elapsed",)),
+                                         "it was last seen (its last heartbeat or event)", unit="s", short="elapsed", aliases=("elapsed",)),
     _f("eta_s", "duration", "progress", "time left at the pace of its steps so far (running runs)", unit="s", short="ETA",
        aliases=("eta",)),
     _f("test_loss", "loss", "result", "loss on the fixed held-out test tokens", unit=LOSS_UNIT, short="test",

@@ -27,6 +27,7 @@ from typing import Any, MutableMapping, Sequence
 
 from cem_core import runfiles
 from cem_core.runfiles import EVENTS_FILE, HEARTBEAT_FILE, RESULT_FILE, RUN_STATES
+from cemctl.records.progress import elapsed_s, run_eta_s
 
 LIVE_STATES = ("planned", "queued", "running", "stale")
 RESULT_FIELDS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "params_total", "params_non_embedding",
@@ -70,7 +71,6 @@ def last_event(run_dir: Path | str) -> dict[str, Any] | None:
 def live_record(rec: MutableMapping[str, Any], *, now: float | None = None, timeout_s: float | None = None) -> bool:
     """Bring one record of a run not yet ended up to its folder's evidence; returns whether anything changed."""
     from cemctl.db.state import Evidence, derive_state
-    from cemctl.records.progress import run_eta_s
 
     if rec.get("state") not in LIVE_STATES or not rec.get("run_dir"):
         return False
@@ -131,11 +131,9 @@ def live_record(rec: MutableMapping[str, Any], *, now: float | None = None, time
         rec["tokens_per_s"] = None
     step, total = rec.get("step"), rec.get("total_steps")
     rec["progress"] = 1.0 if state == "done" else (min(1.0, step / total) if step is not None and total else None)
-    started = rec.get("started_at")
-    if started is not None:
-        end = rec.get("finished_at") if state in ("done", "failed", "diverged") else None
-        end = end or (now if state == "running" else (rec.get("heartbeat_at") or now))
-        rec["elapsed_s"] = max(0.0, end - started)
+    rec["elapsed_s"] = elapsed_s(state, started=rec.get("started_at"), finished=rec.get("finished_at"),
+                                 heartbeat=rec.get("heartbeat_at"),
+                                 last_event=_number(event.get("time")) if event else None, now=now)
     return rec != before
 
 

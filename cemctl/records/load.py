@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from cem_core.errors import CemError
 from cem_core.runfiles import RESULT_STATES
-from cemctl.records.progress import run_eta_s
+from cemctl.records.progress import elapsed_s, run_eta_s
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -136,10 +136,10 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
     unknown experiment (listing the known ones). `per_scale` (with `experiment=None`): one record per run and scale
     it was planned at (`cemctl claims` across scales). `run_ids`: only these runs (a run page); their arms are then
     labelled among them alone, so ask for the experiment instead where the label matters."""
-    from sqlalchemy import case, literal, null, select
+    from sqlalchemy import case, func, literal, null, select
 
     from cemctl.db.engine import read_session
-    from cemctl.db.models import Experiment, ExperimentRun, Metric, Result, Run, RunEnvironment, RunTags
+    from cemctl.db.models import Experiment, ExperimentRun, Metric, Result, Run, RunEnvironment, RunEvent, RunTags
     from cemctl.db.runs import in_grid_case, join_latest, latest_plans, recorded_runs_root
 
     now = time.time() if now is None else now
@@ -152,7 +152,11 @@ def load_records(engine: "Engine", experiment: str | None = None, *, scale: str 
                 # for running runs only (one row of the metrics' primary key each)
                 case((Run.state == "running", select(Metric.time_s).where(
                     Metric.run_id == Run.id, Metric.kind == "train", Metric.step == Run.last_step)
-                    .limit(1).scalar_subquery()), else_=null())]
+                    .limit(1).scalar_subquery()), else_=null()),
+                # when a run that is neither running nor finished was last seen: the last event of its own
+                # events.jsonl (`elapsed_s`; not one the database derived, such as an import's "planned")
+                case((Run.state.not_in(("running", *RESULT_STATES)), select(func.max(RunEvent.time)).where(
+                    RunEvent.run_id == Run.id, RunEvent.source == "file").scalar_subquery()), else_=null())]
     res_cols = [Result.state, Result.test_loss, Result.test_ppl, Result.val_loss, Result.val_ppl, Result.params_total,
                 Result.params_non_embedding, Result.flops_per_token, Result.train_flops, Result.tokens, Result.steps,
                 Result.wall_time_s, Result.error, Result.diverged_step, Result.code_fingerprint]
@@ -389,8 +393,8 @@ ENV_COLUMNS = ("cpu_model", "gpu_model", "device", "torch_version", "python_vers
 def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_config: bool, tags: bool,
             now: float, environment: bool = False, extras: bool = True) -> dict[str, Any]:
     (rid, state, reason, last_step, total_steps, tokens, train_loss, val_loss, rate, started, finished, heartbeat,
-     executor, job_id, attempts, error, host, _created, params, params_ne, fpt, pace_time_s) = row[:22]
-    i = 22
+     executor, job_id, attempts, error, host, _created, params, params_ne, fpt, pace_time_s, last_event) = row[:23]
+    i = 23
     res: dict[str, Any] = {}
     result_json = None
     if results:
@@ -421,7 +425,7 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
         "job": f"{executor}:{job_id}" if executor and job_id else executor, "host": host, "run_dir": None,
         "total_steps": total_steps,
         "train_loss": train_loss,
-        "started_at": started, "finished_at": finished, "heartbeat_at": heartbeat,
+        "started_at": started, "finished_at": finished, "heartbeat_at": heartbeat, "last_event_at": last_event,
     }
     step = (res.get("steps") if has_result and finished_run else None) or last_step
     rec["step"] = step
@@ -433,7 +437,8 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
     rec["tokens_per_s"] = rate if state == "running" else None
     wall = res.get("wall_time_s") if has_result else None
     rec["avg_tokens_per_s"] = (all_tokens / wall if finished_run and has_result and all_tokens and wall else None)
-    rec["elapsed_s"] = _elapsed(state, started, finished, heartbeat, now)
+    rec["elapsed_s"] = elapsed_s(state, started=started, finished=finished, heartbeat=heartbeat,
+                                 last_event=last_event, now=now)
     rec["eta_s"] = run_eta_s(state, last_step, total_steps, time_s=pace_time_s, tokens=tokens, tokens_per_s=rate)
     text = rec["error"] or (reason if state in FAILED_STATES else "")
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
@@ -475,15 +480,6 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
         if isinstance(n, list):
             rec["note"] = " | ".join(str(x.get("text", "")) for x in n if isinstance(x, dict))
     return rec
-
-
-def _elapsed(state: str, started: Any, finished: Any, heartbeat: Any, now: float) -> float | None:
-    if started is None:
-        return None
-    end = finished if state in RESULT_STATES and finished else None
-    if end is None:
-        end = now if state == "running" else (heartbeat or now)
-    return max(0.0, end - started)
 
 
 def _add_arms(out: list[dict[str, Any]], metas: dict[str, ExperimentMeta], experiment: str | None,

@@ -2,6 +2,7 @@
 
     grid_eta_s(records)   -> 742.0: seconds until the queued and running runs end, at the pace the finished ones set
     run_eta_s("running", step=269, total_steps=900, time_s=254.0) -> 595.6: one running run's time left
+    elapsed_s("stale", started=100.0, heartbeat=None, last_event=400.0, now=9e9) -> 300.0: how long it has run
 
 The estimate: the running runs' own ETAs plus, for each queued run, the mean wall time of
 the finished runs among the records, shared by as many runs as are running at once.
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import math
 from typing import Any, Mapping, Sequence
+
+from cem_core.runfiles import RESULT_STATES
 
 
 def grid_eta_s(records: Sequence[Mapping[str, Any]], *, workers: int | None = None) -> float | None:
@@ -58,3 +61,22 @@ def run_eta_s(state: Any, step: Any, total_steps: Any, *, time_s: Any = None, ti
     if not rate or rate <= 0 or not tok:
         return None
     return max(0.0, (total - step_n) * (tok / step_n) / rate)
+
+
+def elapsed_s(state: str, *, started: Any, finished: Any = None, heartbeat: Any = None, last_event: Any = None,
+              now: float) -> float | None:
+    """Seconds since a run started: until it ended (a result), until now while it runs, else until it was last
+    seen (its last heartbeat or event; an imported run has no heartbeat file). None when it never started, or
+    when nothing says when it was last seen: a run that is not running never grows with the clock."""
+    if started is None:
+        return None
+    if state in RESULT_STATES and finished:
+        end = finished
+    elif state == "running":
+        end = now
+    else:
+        seen = [t for t in (heartbeat, last_event, finished) if isinstance(t, (int, float))]
+        if not seen:
+            return None
+        end = max(seen)
+    return max(0.0, float(end) - float(started))
