@@ -194,24 +194,12 @@ def _watch_live(snapshot: Any, interval_s: float, *, columns: list[str] | None, 
 
 
 def _grid_eta_line(statuses: list[Any]) -> str:
-    """'grid: 3 running, 5 queued; about 12m left (from the finished runs' wall time)' ("" when nothing is left).
-    The counts are every run's (`counts`), not the rows shown: with `--limit` (50 rows shared by every experiment
-    by default) a grid of 80 queued runs showed as 12 queued and its ETA was cut to match."""
-    from collections import Counter
-
+    """'grid: 3 running, 5 queued; about 12m left' ("" when nothing is left): `grid_progress`, in words."""
     from cemctl.records import formats as F
-    from cemctl.records.progress import grid_eta_s
+    from cemctl.services.status.query import grid_progress
 
-    runs = [r for e in statuses for r in e.runs]
-    running = sum(e.counts.get("running", 0) for e in statuses)
-    queued = sum(e.counts.get("queued", 0) for e in statuses)
-    if not running and not queued:
+    g = grid_progress(statuses)
+    if g is None:
         return ""
-    shown = Counter(r["state"] for r in runs)
-    unseen = ([{"state": "running"}] * max(0, running - shown["running"])  # timed at the finished runs' pace
-              + [{"state": "queued"}] * max(0, queued - shown["queued"]))
-    # the pace: every done run's wall time, shown or not (the rows shown may hold none of them)
-    done = [{"state": "done", "wall_time_s": w} for e in statuses for w in (e.done_wall_s or [])]
-    eta = grid_eta_s([r for r in runs if r["state"] != "done"] + unseen + done)
-    left = f"; about {F.duration(eta)} left" if eta is not None else "; no finished run yet to time the rest from"
-    return f"grid: {running} running, {queued} queued{left}"
+    left = f"; about {F.duration(g.eta_s)} left" if g.eta_s is not None else "; no finished run yet to time the rest from"
+    return f"grid: {g.running} running, {g.queued} queued{left}"

@@ -4,6 +4,7 @@
     statuses = status_snapshot(engine, runs_root, "fig2a", sync=can_write, limit=50, states=["failed"],
                                where=["attn_steps>=2"], sort="-test_loss", fields=["test", "tag.phase"])
     status_json(statuses)                             # the same rows, complete, as one JSON document
+    grid_progress(statuses)                           # GridProgress(running=3, queued=5, eta_s=742.0): every run's
 
 The command (`cemctl/commands/status.py`) loops for `--watch` and renders the rows
 (`cemctl/commands/views/status.py`); nothing here prints.
@@ -12,6 +13,7 @@ The command (`cemctl/commands/status.py`) loops for `--watch` and renders the ro
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -104,6 +106,36 @@ def parse_sort(text: str | None) -> tuple[str, bool] | None:
 
 
 JSON_SKIP = ("_experiment",)
+
+
+@dataclass(frozen=True)
+class GridProgress:
+    """What is left of the runs `status` collected: counts and ETA (`cemctl.records.progress.grid_eta_s`)."""
+
+    running: int
+    queued: int
+    eta_s: float | None  # None: no finished run yet to time the rest from
+
+
+def grid_progress(statuses: list[ExperimentStatus]) -> GridProgress | None:
+    """The grid's running and queued runs and its ETA (None when nothing is left). The counts are every run's
+    (`counts`), not the rows shown: with `--limit` (50 rows shared by every experiment by default) a grid of 80
+    queued runs showed as 12 queued and its ETA was cut to match. Runs not shown are timed at the finished runs'
+    pace, and the pace is every done run's wall time, shown or not."""
+    from collections import Counter
+
+    from cemctl.records.progress import grid_eta_s
+
+    runs = [r for e in statuses for r in e.runs]
+    running = sum(e.counts.get("running", 0) for e in statuses)
+    queued = sum(e.counts.get("queued", 0) for e in statuses)
+    if not running and not queued:
+        return None
+    shown = Counter(r["state"] for r in runs)
+    unseen = ([{"state": "running"}] * max(0, running - shown["running"])
+              + [{"state": "queued"}] * max(0, queued - shown["queued"]))
+    done = [{"state": "done", "wall_time_s": w} for e in statuses for w in (e.done_wall_s or [])]
+    return GridProgress(running, queued, grid_eta_s([r for r in runs if r["state"] != "done"] + unseen + done))
 
 
 def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> dict[str, Any]:
