@@ -71,14 +71,37 @@ def test_a_micro_batch_that_will_not_fit_is_named_with_one_that_does():
     big = _cfg(**{"model.size": "134M", "model.vocab_size": 32000, "train.batch_seqs": 128,
                   "train.micro_batch_seqs": 64})
     (line,) = micro_batch_notes([big, big], 80)  # one line per model, not per run
-    assert line.startswith("warning: 134M (attention=llama, mlp=llama) at micro-batch 64 x 2048 needs about")
-    fits = int(line.rsplit("<= ", 1)[1].split()[0])
-    assert 1 <= fits < 64
-    assert 128 % fits == 0  # a micro-batch the batch of 128 can be split into
+    assert line.startswith("warning: 134M (d_model 768, 12 layers, vocab 32000; attention=llama, mlp=llama) at "
+                           "micro-batch 64 x 2048 needs about"), line
+    fits = int(line.split("train.micro_batch_seqs = ", 1)[1].split()[0])
+    assert 1 <= fits < 64 and 128 % fits == 0  # a micro-batch the batch of 128 can be split into
     ok = _cfg(**{"model.size": "134M", "model.vocab_size": 32000, "train.batch_seqs": 128,
                  "train.micro_batch_seqs": fits})
     assert gpu_peak_gib(ok, run_counts(ok)["params_total"]) <= 0.9 * 80
+    assert micro_batch_notes([ok], 80) == []  # what it names, fits
     assert micro_batch_notes([big], 141) == []  # an H200 holds it
+
+
+def test_models_that_differ_in_what_the_memory_estimate_reads_get_a_line_each():
+    """Review finding: the line named only size and arm, so a grid varying model.d_model or model.kq_diagonal got one
+    warning (for the first model) and the user, following it, met a second warning on the next plan."""
+    base = {"model.size": "134M", "model.vocab_size": 32000, "train.batch_seqs": 128, "train.micro_batch_seqs": 128,
+            "model.attention": "cem"}
+    cfgs = [_cfg(**base, **{"model.d_model": d, "model.kq_diagonal": kq})
+            for d in (768, 1536) for kq in ("none", "shared")]
+    lines = micro_batch_notes(cfgs, 80)
+    assert len(lines) == 4, lines
+    for line in lines:  # following each line's advice, that model fits
+        d = int(line.split("d_model ", 1)[1].split(",")[0])
+        kq = line.split("kq_diagonal=", 1)[1].split(",")[0]
+        n = int(line.split("train.micro_batch_seqs = ", 1)[1].split()[0])
+        assert micro_batch_notes([_cfg(**{**base, "train.micro_batch_seqs": n, "model.d_model": d,
+                                           "model.kq_diagonal": kq})], 80) == []
+
+
+def test_a_gpu_too_small_for_the_weights_says_so():
+    (line,) = micro_batch_notes([_cfg(**{"model.size": "134M", "model.vocab_size": 32000})], 0.5)
+    assert "its weights and optimizer state alone need about 2.0 GiB" in line
 
 
 @pytest.mark.parametrize("mem, warned", [("80", True), ("141", False)])
@@ -100,4 +123,4 @@ figure = "curves"
     assert res.returncode == 0, res.stderr
     warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
     assert (len(warnings) == 2) == warned and (not warnings) == (not warned), res.stderr
-    assert "GPU-hours at 989 TFLOP/s x MFU measured by width" in res.stdout
+    assert "GPU-hours at 989 TFLOP/s x an MFU by model width from an H200" in res.stdout

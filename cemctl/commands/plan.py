@@ -50,9 +50,9 @@ def plan_command(
     gpu_tflops: float = typer.Option(989.0, "--gpu-tflops", help="Peak GPU throughput for the GPU-hours estimate "
                                      "(H100 and H200 bf16: 989; A100: 312)."),
     mfu: Optional[float] = typer.Option(None, "--mfu", help="Model FLOPs utilisation for the estimate (default: "
-                                        "measured on an H200 by model width, 6.5% at d_model 256 to 39% at 768)."),
-    gpu_mem_gib: float = typer.Option(80.0, "--gpu-mem-gib", help="GPU memory for the micro-batch check "
-                                      "(H100: 80, H200: 141)."),
+                                        "from an H200: 6.5% at d_model 256 to 39% at 768, CEM models x 0.775)."),
+    gpu_mem_gib: float = typer.Option(80.0, "--gpu-mem-gib", metavar="GiB", help="GPU memory for the micro-batch "
+                                      "check (H100: 80, H200: 141)."),
     cpu_gflops: float = typer.Option(30.0, "--cpu-gflops", help="Training GFLOP/s per CPU worker for the CPU-hours "
                                      "estimate (30: measured with 2 workers on a 2-core machine)."),
     db: Optional[str] = DbOption,

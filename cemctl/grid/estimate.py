@@ -3,14 +3,19 @@
 Parameters and FLOPs are the exact analytic counts of `cem_core.counts`.
 Training FLOPs = 3 x forward matmul FLOPs per token x tokens. GPU-hours assume a
 sustained throughput of `gpu_tflops` x `mfu` plus `GPU_RUN_OVERHEAD_S` a run
-(compilation, start, evaluation). The defaults were measured on an H200 on 2026-11-26
-(bench/results/gpu-h200-2026-11-26/): 989 TFLOP/s is the H100/H200 datasheet's dense
-bf16; the MFU against it depends on the model's width (`measured_mfu`): 6.5 % for
-the gpu scale's 20M (d_model 256, micro-batch 16 x 1024: 1.18M tokens/s), 39 % for
-the 134M Llama (d_model 768, 8 x 2048, compiled: 387 TFLOP/s), interpolated in
-log(d_model) between and held beyond. `--mfu` replaces the table; `--gpu-tflops 312`
-for an A100. `gpu_peak_gib` estimates a run's GPU memory from the same session's
-peaks (`plan` warns when a micro-batch will not fit).
+(compilation, start, evaluation). The defaults come from one session on an H200 on
+2026-11-26 (bench/results/gpu-h200-2026-11-26/README.md), and are few points:
+- 989 TFLOP/s is the H100's and the H200's datasheet dense bf16 (memory: an H100's 80 GiB).
+- The MFU against it is two measurements from different set-ups, interpolated in
+  log(d_model) between them and held beyond (`measured_mfu`; an assumption, not a
+  fit): 6.5 % for a 20M Llama trained by `cemctl launch` (d_model 256, context 1024,
+  vocabulary 4,096, micro-batch 16: 1.10-1.29M tokens/s), 39 % for the 134M Llama of
+  `bench/gpu.py` (d_model 768, context 2048, vocabulary 32,000, batch 8, compiled).
+- Models with CEM attention or a CEM MLP ran at 77-78 % of the Llama's FLOP rate at
+  134M (`CEM_RATE`); their compilation was slower too (the 20M full CEM T=2 was still
+  compiling after 80 s), which the 60 s a run does not cover.
+`--mfu` replaces the MFU (and the CEM factor); `--gpu-tflops 312` for an A100.
+`gpu_peak_gib` estimates a run's GPU memory (`plan` warns when a micro-batch will not fit).
 CPU-hours assume `cpu_gflops` of training FLOPs per second per worker: the default,
 30, is the median of 68 finished `cpu`-scale runs (micro, byte-level, batch 16 x 128,
 evaluation and checkpoints included) with 2 workers on a 2-core EPYC VM; the wall
@@ -33,12 +38,15 @@ DEFAULT_MFU: float | None = None  # None: measured_mfu by the model's width
 # (d_model, MFU against 989 TFLOP/s), measured on an H200 (module doc): compiled, bf16 autocast, fused AdamW
 MEASURED_MFU = ((256, 0.065), (768, 0.39))
 DEFAULT_GPU_MEM_GIB = 80.0  # an H100's (`--gpu-mem-gib 141` for an H200)
+CEM_RATE = 0.775  # CEM attention / MLP models ran at 77-78 % of the Llama's FLOP rate at 134M (301, 299 vs 387)
 GPU_RUN_OVERHEAD_S = 60.0  # per run: torch.compile and start (36 s for 20M, 63 s for 134M measured), evaluations
-# GPU memory (GiB = 2^30 bytes), fitted to the peaks measured on an H200 at 134M, context 2048, micro-batch 8,
-# compiled (Llama 13.05, CEM attention T=1 shared diagonal 13.60, full CEM T=2 18.72 GiB): weights, gradients and
-# AdamW's two moments in float32, then per token the logits (bf16, their float32 copy and its gradient) and per
-# layer, model width and recursion step the activations; a shared KQ diagonal keeps a [L, L] matrix per step.
-# Within 1-11 % above those peaks, 19 % above the 20M run's (1.48 GiB); eager runs take about 20 % more.
+# GPU memory (GiB = 2^30 bytes): weights, gradients and AdamW's two moments in float32, then per token the logits
+# (bf16, their float32 copy and its gradient) and per layer, model width and recursion step the activations; a
+# shared KQ diagonal keeps an [L, L] matrix per step. The activation constant is set from the Llama's peak measured
+# on an H200 at 134M, context 2048, micro-batch 8, compiled (13.05 GiB); the estimate is then 0.0 % over the CEM
+# attention T=1 (shared diagonal) peak of 13.60, 8 % over full CEM T=2's 18.72 and 19 % over the 20M launch run's
+# 1.48 GiB (its environment.json). All measured at micro-batch 8-16: larger micro-batches are extrapolated
+# linearly, which is how activations grow, but not measured. Eager runs took about 20 % more (15.84 GiB).
 GPU_BYTES_PER_PARAM = 16
 GPU_LOGIT_BYTES = 10  # per token and vocabulary entry
 GPU_ACTIVATION_BYTES = 44  # per token, layer and d_model, at one step of attention and of the MLP
@@ -74,6 +82,13 @@ def measured_mfu(d_model: int) -> float:
     return m0 + t * (m1 - m0)
 
 
+def _measured_mfu_of(cfg: RunConfig) -> float:
+    """`measured_mfu` of the model's width, times CEM_RATE where CEM attention or a CEM MLP runs."""
+    m = cfg.model
+    cem = m.attention == "cem" or str(m.mlp).startswith("cem")
+    return measured_mfu(m.d_model) * (CEM_RATE if cem else 1.0)
+
+
 def _gpu_bytes(cfg: RunConfig, params_total: int) -> tuple[float, float]:
     """(bytes that do not depend on the micro-batch, bytes per sequence of the micro-batch): module doc."""
     m = cfg.model
@@ -86,36 +101,47 @@ def _gpu_bytes(cfg: RunConfig, params_total: int) -> tuple[float, float]:
 
 
 def gpu_peak_gib(cfg: RunConfig, params_total: int) -> float:
-    """Estimated peak GPU memory of a training run at its micro-batch (module doc: fitted to measured peaks)."""
+    """Estimated peak GPU memory of a training run at its micro-batch (the constants above: set from measured peaks)."""
     fixed, per_seq = _gpu_bytes(cfg, params_total)
     return (fixed + cfg.train.micro_batch_seqs * per_seq) / 2**30
 
 
-def micro_batch_notes(configs: "list[RunConfig]", gpu_mem_gib: float, *, most: int = 3) -> list[str]:
+def micro_batch_notes(configs: "list[RunConfig]", gpu_mem_gib: float) -> list[str]:
     """A line per planned model whose micro-batch will not fit a GPU of `gpu_mem_gib` (90 % of it, by
-    `gpu_peak_gib`), with the largest micro-batch that would; at most `most` named, then how many more."""
-    seen: dict[str, str] = {}
+    `gpu_peak_gib`), naming the largest micro-batch that fits and divides `train.batch_seqs`. Models are told
+    apart by everything the estimate reads (width, depth, vocabulary, context, KQ diagonal, steps)."""
+    seen: dict[tuple[Any, ...], str] = {}
     budget = 0.9 * gpu_mem_gib * 2**30
     for cfg in configs:
         if TASKS.spec(cfg.task).unit != "tokens":
             continue
+        m, t = cfg.model, cfg.train
+        key = (m.size, m.d_model, m.n_layers, m.d_mlp, m.vocab_size, m.context_len, m.attention, m.attn_steps,
+               m.kq_diagonal, m.mlp, m.mlp_steps, t.micro_batch_seqs, t.batch_seqs)
+        if key in seen:
+            continue
         params = run_counts(cfg)["params_total"]
         fixed, per_seq = _gpu_bytes(cfg, params)
-        need = fixed + cfg.train.micro_batch_seqs * per_seq
+        need = fixed + t.micro_batch_seqs * per_seq
         if need <= budget:
+            seen[key] = ""
             continue
-        most_seqs = int((budget - fixed) // per_seq)
-        batch = cfg.train.batch_seqs  # the largest micro-batch that fits and splits the batch evenly
-        fits = max((n for n in range(1, min(most_seqs, batch) + 1) if batch % n == 0), default=0)
-        m = cfg.model
+        most_seqs = int((budget - fixed) // per_seq) if budget > fixed else 0
+        fits = max((n for n in range(1, min(most_seqs, t.batch_seqs) + 1) if t.batch_seqs % n == 0), default=0)
         arm = f"attention={m.attention}" + (f" T={m.attn_steps}" if m.attention != "llama" else "")
+        arm += f", kq_diagonal={m.kq_diagonal}" if m.attention == "cem" else ""
         arm += f", mlp={m.mlp}" + (f" T={m.mlp_steps}" if m.mlp != "llama" else "")
-        what = f"{m.size or 'a model'} ({arm}) at micro-batch {cfg.train.micro_batch_seqs} x {m.context_len}"
-        seen.setdefault(what, f"warning: {what} needs about {need / 2**30:.0f} GiB of GPU memory, over 90% of "
-                        f"{gpu_mem_gib:g} GiB (--gpu-mem-gib); "
-                        + (f"train.micro_batch_seqs <= {fits} fits" if fits >= 1 else "not even one sequence fits"))
-    lines = list(seen.values())
-    return lines[:most] + ([f"warning: and {len(lines) - most} more models that will not fit"] if len(lines) > most else [])
+        what = (f"{m.size or 'a model'} (d_model {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size}; {arm}) "
+                f"at micro-batch {t.micro_batch_seqs} x {m.context_len}")
+        if budget <= fixed:
+            fix = f"its weights and optimizer state alone need about {fixed / 2**30:.1f} GiB"
+        elif fits:
+            fix = f"train.micro_batch_seqs = {fits} fits (the largest that divides train.batch_seqs = {t.batch_seqs})"
+        else:
+            fix = "not even one sequence of its context fits"
+        seen[key] = (f"warning: {what} needs about {need / 2**30:.0f} GiB of GPU memory, over 90% of "
+                     f"{gpu_mem_gib:g} GiB (--gpu-mem-gib); {fix}")
+    return [line for line in seen.values() if line]
 
 
 def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float | None = DEFAULT_MFU,
@@ -135,7 +161,7 @@ def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: flo
         steps=steps,
         tokens=tokens,
         train_flops=flops,
-        gpu_hours=(flops / (gpu_tflops * 1e12 * (mfu or measured_mfu(cfg.model.d_model))) + GPU_RUN_OVERHEAD_S) / 3600.0,
+        gpu_hours=(flops / (gpu_tflops * 1e12 * (mfu or _measured_mfu_of(cfg))) + GPU_RUN_OVERHEAD_S) / 3600.0,
         cpu_hours=flops / (cpu_gflops * 1e9) / 3600.0,
     )
 

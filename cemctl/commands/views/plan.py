@@ -154,7 +154,7 @@ class PlanView:
         workers = default_cpu_workers()
         text = (f"total: {t['runs']} runs, {F.count(t['tokens'])} tokens, {F.count(t['train_flops'])} FLOPs, "
                 f"{F.hours(t['gpu_hours'])} GPU-hours at {t['gpu_tflops']:g} TFLOP/s x "
-                + (f"{t['mfu']:g} MFU; " if t["mfu"] else "MFU measured by width; ")
+                + (f"{t['mfu']:g} MFU; " if t["mfu"] else "an MFU by model width from an H200; ")
                 + (f"not done yet: {F.hours(t['cpu_hours'])} CPU-hours at {t['cpu_gflops']:g} GFLOP/s per worker, "
                    + cpu_time_text(t["cpu_hours"], workers) if t["cpu_hours"] > 0 else "every run is done"))
         if plan.excluded:
