@@ -404,10 +404,11 @@ def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
     """A claim of our own whose primary contrast is each arm at its own optimum, trained on the CPU through
     `cemctl launch --until-decided` on a terminal of 80 columns: two arms that train identically (Llama attention
     ignores the step size) on a 3-rate profile (0.005-0.02) with 2 seeds, so nothing can be decided and the loop
-    runs to the cap of 3 seeds. Six steps want a high rate: both optima sit at the profile's top, so the one round
-    brings every rate to 3 seeds and adds 0.032 for both arms (12 runs); then the optimum (~0.023) lies between
-    the two highest rates, not bracketed, and the page asks for 0.045. A second session (120 columns) finds the
-    design at its cap, starts nothing, and counts the first session's run-hours as spent."""
+    runs to the cap of 3 seeds. Six steps want a high rate: both optima sit at the profile's top, so round 1
+    brings every rate to 3 seeds and adds 0.032 for both arms (12 runs); then the optimum lies between the two
+    highest rates, not bracketed, and round 2 adds 0.045 for both at the cap's 3 seeds (6 runs; before a fix the
+    loop stopped at the cap and left that rate to the user). A second session (120 columns) finds the design at
+    its cap, starts nothing, and counts the first session's run-hours as spent."""
     from tests.helpers import on_pty
 
     grid = tmp_path / "own.toml"
@@ -419,13 +420,14 @@ def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
     text = " ".join(screen.text.split())
     design = json.loads((tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())
     assert [(e["arm"], e["edge"], e["lr"], e["round"]) for e in design["extensions"]] == \
-        [(1, "high", 0.032, 1), (2, "high", 0.032, 1)]
-    assert "stopped after 1 round: seed cap: 1 part undecided at the cap of 3 seeds per arm" in text
+        [(1, "high", 0.032, 1), (2, "high", 0.032, 1), (1, "high", 0.045, 2), (2, "high", 0.045, 2)]
+    assert "stopped after 2 rounds: seed cap: 1 part undecided at the cap of 3 seeds per arm" in text
     assert "round 1: 1 part undecided; 12 runs: 8 arms to 3 seeds; the profile extended with train.lr = 0.032" in text
-    assert [(r["round"], len(r["runs"])) for r in design["rounds"]] == [(0, 12), (1, 12)]
-    assert [len(look["runs"]) for look in design["looks"]] == [12, 24]
+    assert "round 2: 1 part undecided; 6 runs: 2 arms to 3 seeds; the profile extended with train.lr = 0.045" in text
+    assert [(r["round"], len(r["runs"])) for r in design["rounds"]] == [(0, 12), (1, 12), (2, 6)]
+    assert [len(look["runs"]) for look in design["looks"]] == [12, 24, 30]
     seeds = [ln for ln in screen.lines if "seeds" in ln and ln.strip()[:1].isdigit()]
-    assert len(seeds) == 8 and all(int(line.split()[0]) == 3 for line in seeds)  # every rate of both profiles
+    assert len(seeds) == 10 and all(int(line.split()[0]) == 3 for line in seeds)  # every rate of both profiles
     res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
     assert res.returncode == 0, res.output
     row = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]
@@ -433,7 +435,7 @@ def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
     assert row["effect"] == pytest.approx(0.0, abs=1e-6) and row["verdict_holm"] == "inconclusive"
     assert row["sequential"] == "2 looks at 2, 3 of 3 seeds"
     assert row["declared"].startswith("confirmatory (declared ")
-    assert len(row["runs"].split(",")) == 24 and row["censored"] == "both" and "train.lr = 0.045" in row["advice"]
+    assert len(row["runs"].split(",")) == 30 and pd.isna(row["censored"]) and pd.isna(row["advice"])  # bracketed
     again = on_pty(["launch", "own", "--until-decided", "--max-seeds", "3"], tmp_path, cols=120, rows=40)
     again.assert_clean()
     assert all(len(line) <= 120 for line in again.lines)
@@ -442,3 +444,16 @@ def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
     spent = sum(r["hours"] for r in json.loads(
         (tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())["rounds"])
     assert spent > 0 and f"{spent:.2f} run-hours spent by its rounds in all" in text
+
+
+def test_an_unbracketed_optimum_is_extended_even_when_its_arms_are_at_the_seed_cap(tmp_path):
+    """Regression (the cpu-scale re-decision, 2026-11-27): every arm had its 3 seeds, the seed cap was 3, and a part
+    whose optimum sat between its profile's two lowest rates stopped at once ("seed cap", 0 rounds) instead of
+    adding the rate the page asked for. The round trains only the new rate, for that arm, at the cap's seeds."""
+    fake = FakeLauncher(loss=_own_loss({0.5: 0.0026, 1.0: 0.0012}))
+    report, lines = _run(tmp_path, fake, extra=OWN, max_seeds=3)
+    design = json.loads(report.design_path.read_text())
+    assert [(e["round"], e["arm"], e["edge"], e["lr"]) for e in design["extensions"]][:1] == [(1, 1, "high", 0.0028)]
+    assert len(report.rounds) >= 1 and [len(x) for x in fake.launches][:2] == [24, 3]  # 0.0028 x seeds 0, 1, 2
+    assert "3 runs: 1 arm to 3 seeds; the profile extended with train.lr = 0.0028" in lines[0]
+    assert report.stop == "seed cap" and set(report.seeds.values()) == {3}

@@ -457,4 +457,5 @@ def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, in
                              f"the next round ({new_runs} runs, about {cost:.2f} run-hours) would pass the budget "
                              f"of {budget_hours:g} run-hours ({spent_hours:.2f} spent){note}")
     return RoundDecision("", target, names, sorted(need),
-                         f"{new_runs} runs: {len(need)} arms to {target} seeds{note}")
+                         f"{new_runs} run{'s' if new_runs != 1 else ''}: {len(need)} arm{'s' if len(need) != 1 else ''} "
+                         f"to {target} seeds{note}")

@@ -16,7 +16,8 @@ The loop (the statistics: `cemctl.report.sequential`; docs/claims.md):
    bring the arms of the undecided parts (each learning rate of an own-optimum profile is an arm) to
    `round_seeds` more seeds and launch only those runs (the plan records only them), then go to 2. An
    own-optimum arm whose optimum is not bracketed (at the edge of its profile, or between its two outermost rates:
-   `cemctl.report.tuned.edge_side`) gets the next half-octave rate beyond that edge in the same round (`Profiles`: an `--axis train.lr=...` of the round's plan, recorded in the design).
+   `cemctl.report.tuned.edge_side`) gets the next half-octave rate beyond that edge in the same round (`Profiles`: an `--axis train.lr=...` of the round's plan, recorded in the design), also when its other
+   rates are at the seed cap: then the round trains only the new rate, at the cap's seeds.
 
 Only the local executor waits for its runs, so only it can run rounds. The budget is a total over every session
 of the design: each round's runs (round 0: the grid's own launch) are recorded in the design with their
@@ -199,11 +200,10 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
 
         decision = decide(part_arms)
         report.seeds = {labels.get(a, a): seeds.get(a, 0) for a in sorted({a for v in part_arms.values() for a in v})}
-        if decision.stop:
-            report.stop, report.message = decision.stop, decision.message
-            break
-        # an own-optimum arm whose optimum is not bracketed: the round adds the next rate beyond that edge
-        extra = [e for k in decision.undecided for e in profiles.extensions(k, specs[k], rows.get(k), arms)]
+        # an own-optimum arm whose optimum is not bracketed: the round adds the next rate beyond that edge, also when
+        # its arms are at the seed cap (the new rate starts with none); a budget stop stays a stop
+        extra = [] if decision.stop not in ("", "seed cap") else \
+            [e for k in decision.undecided for e in profiles.extensions(k, specs[k], rows.get(k), arms)]
         if extra:
             wider = profiles.arms(record, extra)
             wider_parts = {key: _part_arms(p, wider) for key, p in specs.items()}
@@ -218,6 +218,9 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
                                            f"(its optimum at or next to the {e['edge']} edge)")
             else:
                 extra = []
+        if decision.stop:
+            report.stop, report.message = decision.stop, decision.message
+            break
         number += 1
         ext = "" if not extra else "; the profile extended with " + ", ".join(
             f"train.lr = {e['lr']:g} (arm {e['arm']} of {e['part']})" for e in extra)
