@@ -123,7 +123,7 @@ def run(s: Settings) -> Section:
     section.targets = _targets(by_name, peak, size)
     from cem_core.model import flex
 
-    if flex._disabled:  # a row that asked for FlexAttention and fell back to SDPA on some call shape says so
+    if flex.failed_shapes():  # a row that asked for FlexAttention and fell back to SDPA on some call shape says so
         section.notes.append(flex.describe_kernel(torch.device("cuda")))
     section.notes.append(f"Device: {torch.cuda.get_device_name(0)}; bf16 matmul peak {peak / 1e12:.0f} TFLOP/s; "
                          f"{steps} timed steps after warm-up.")

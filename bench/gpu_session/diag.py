@@ -24,7 +24,7 @@ for size in ("20M", "134M"):
         m = model_config(size, attention="cem", kq_diagonal=diagonal, attn_steps=2, context_len=1024)
         layer = CEMAttention(m).cuda()
         h = torch.randn(4, 1024, m.d_model, device="cuda", requires_grad=True)
-        flex._disabled.clear()
+        before = flex.failed_shapes()
         t0 = time.perf_counter()
         try:
             for _ in range(2):
@@ -32,7 +32,8 @@ for size in ("20M", "134M"):
                     out = layer(h)
                 out.float().sum().backward()
             torch.cuda.synchronize()
-            state = "fell back: " + "; ".join(flex._disabled.values()) if flex._disabled else "flex ran"
+            new = {k: why for k, why in flex.failed_shapes().items() if k not in before}
+            state = "fell back: " + "; ".join(new.values()) if new else "flex ran"
         except Exception as e:  # noqa: BLE001 - a diagnosis prints every failure
             state = f"raised {type(e).__name__}: {e}"[:400]
             traceback.print_exc()

@@ -33,7 +33,7 @@ for part in "$@"; do
         > "$OUT/pytest.log" 2>&1
       echo "== tests: exit $? =="; grep -E "passed|failed|skipped|PASSED|FAILED|ERROR|Error|[0-9.]+s (call|setup)" "$OUT/pytest.log" | tail -40 | cut -c1-300 ;;
     scale)
-      W=/tmp/gpu-scale; rm -rf "$W"; mkdir -p "$W"
+      W=$(mktemp -d /tmp/gpu-scale.XXXXXX)  # a folder of its own: nothing there before is removed
       G=bench/gpu_session/gpu_scale.toml
       python3 -m cemctl.cli plan "$G" --db "$W/results.db" --runs-dir "$W/runs" --json > "$OUT/plan.json" 2> "$OUT/plan.err"
       t0=$(date +%s)

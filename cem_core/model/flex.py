@@ -91,6 +91,11 @@ def _describe_key(key: tuple[int, int, bool]) -> str:
     return f"query/key width {qk}, value width {v}" + (", with a score matrix" if extra else "")
 
 
+def failed_shapes() -> dict[tuple[int, int, bool], str]:
+    """The call shapes FlexAttention failed on in this process, with why (a copy; `describe_kernel` words them)."""
+    return dict(_disabled)
+
+
 def flex_failed(key: tuple[int, int, bool]) -> bool:
     """FlexAttention failed on this call shape earlier in this process (`disable_flex`)."""
     return key in _disabled

@@ -26,6 +26,7 @@ is assumed to see `train.batch_seqs` examples.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +72,6 @@ class RunCost:
 
 def measured_mfu(d_model: int) -> float:
     """MFU against DEFAULT_GPU_TFLOPS for a model of this width (MEASURED_MFU, log-interpolated, held beyond)."""
-    import math
-
     (d0, m0), (d1, m1) = MEASURED_MFU
     if d_model <= d0:
         return m0
