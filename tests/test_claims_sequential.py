@@ -137,15 +137,16 @@ class TunedPart(Part):
     between `optima` in ladder units, its minimum `truth` apart from the other arm's), a seed effect (shared by the
     arms when `seed_sd` is shared) and noise at every point. Its profile starts as the rates `window` (4 of the 8)
     and, as the until-decided loop does, gains the next rate beyond an edge after each look whose optimum is not
-    bracketed (at that edge or in the end interval next to it).
+    bracketed (at that edge or in the end interval next to it). `cap_revisions`: after the last look, so many more
+    extensions at the same seeds, each a revision of the last look (`self.revisions`: (e, s, d, c) per revision).
     Each look is the page's estimate: `tuned.jackknife_minima` and `tuned.tuned_arrays` (what `tuned_estimate`
     runs)."""
 
     def __init__(self, rng, sims, max_seeds, *, variance, truth, noise=(0.01, 0.01), optima=(1.5, 5.5), curvature=0.14,
                  steep=0.1, seed_sd=0.005, shared=False, coefs=(1.0, -1.0), expect="lower", margin=0.015,
-                 window=(2, 5), extend=True):
+                 window=(2, 5), extend=True, cap_revisions=0):
         self.method, self.coefs, self.expect, self.margin, self.truth = variance, np.asarray(coefs), expect, margin, truth
-        self.window, self.extend = window, extend
+        self.window, self.extend, self.cap_revisions = window, extend, cap_revisions
         seed = rng.normal(0, seed_sd, (sims, 1, max_seeds, 1))
         y = np.empty((sims, len(coefs), max_seeds, LADDER.size))
         for g, sd in enumerate(noise):
@@ -156,31 +157,56 @@ class TunedPart(Part):
             y[:, g] = curve + own + rng.normal(0, sd, (sims, max_seeds, LADDER.size))
         self.y, self.sims = y, sims
         self.extended = 0.0  # the share of simulations whose profile was extended at least once
+        self.revised = 0.0  # the share whose last look was revised with a longer profile
         self.windows: list[tuple[np.ndarray, np.ndarray]] = []  # each look's profile (first, last rate) per arm
+        self.revisions: list[tuple[np.ndarray, ...]] = []
 
-    def looks(self, looks):
+    def _estimate(self, n, lo, hi):
+        """The page's estimate at n seeds with the profiles lo..hi (ladder indices, (sims, arms)), and each arm's
+        edge (arms, sims)."""
         from cemctl.report import tuned
 
         sims, arms = self.y.shape[0], self.y.shape[1]
+        losses, loos = np.empty((arms, sims)), np.empty((arms, sims, n))
+        edges = np.empty((arms, sims), dtype=object)
+        for g in range(arms):
+            for a, b in {(int(a), int(b)) for a, b in zip(lo[:, g], hi[:, g])}:
+                at = (lo[:, g] == a) & (hi[:, g] == b)
+                lrs = LADDER_LRS[a:b + 1]
+                lr, loss, edge = tuned.jackknife_minima(lrs, self.y[at, g, :n, a:b + 1])
+                losses[g, at], loos[g, at] = loss[:, 0], loss[:, 1:]
+                edges[g, at] = tuned.edge_side(lrs, lr[:, 0], edge[:, 0])
+        return tuned.tuned_arrays(self.coefs, list(losses), list(loos), list(edges), self.method), edges
+
+    @staticmethod
+    def _extend(edges, lo, hi):
+        """An optimum not bracketed: the next rate beyond that edge."""
+        side = np.vectorize(lambda e: e.split()[-1] if e else "")(edges.T)
+        return (np.where((side == "low") & (lo > 0), lo - 1, lo),
+                np.where((side == "high") & (hi < LADDER.size - 1), hi + 1, hi))
+
+    def looks(self, looks):
+        sims, arms = self.y.shape[0], self.y.shape[1]
         lo = np.full((sims, arms), self.window[0])
         hi = np.full((sims, arms), self.window[1])
-        out, self.windows = [], []
+        out, self.windows, self.revisions = [], [], []
         for n in looks:
             self.windows.append((lo.copy(), hi.copy()))
-            losses, loos = np.empty((arms, sims)), np.empty((arms, sims, n))
-            edges = np.empty((arms, sims), dtype=object)
-            for g in range(arms):
-                for a, b in {(int(a), int(b)) for a, b in zip(lo[:, g], hi[:, g])}:
-                    at = (lo[:, g] == a) & (hi[:, g] == b)
-                    lrs = LADDER_LRS[a:b + 1]
-                    lr, loss, edge = tuned.jackknife_minima(lrs, self.y[at, g, :n, a:b + 1])
-                    losses[g, at], loos[g, at] = loss[:, 0], loss[:, 1:]
-                    edges[g, at] = tuned.edge_side(lrs, lr[:, 0], edge[:, 0])
-            out.append(tuned.tuned_arrays(self.coefs, list(losses), list(loos), list(edges), self.method))
-            if self.extend:  # an optimum not bracketed: the next rate beyond that edge, from the next look on
-                side = np.vectorize(lambda e: e.split()[-1] if e else "")(edges.T)
-                lo = np.where((side == "low") & (lo > 0), lo - 1, lo)
-                hi = np.where((side == "high") & (hi < LADDER.size - 1), hi + 1, hi)
+            est, edges = self._estimate(n, lo, hi)
+            out.append(est)
+            if self.extend:  # from the next look on
+                lo, hi = self._extend(edges, lo, hi)
+        last = (lo.copy(), hi.copy())
+        for _ in range(self.cap_revisions):  # the same seeds as the last look, one more rate where unbracketed
+            if not ((lo != last[0]) | (hi != last[1])).any() and self.revisions:
+                break
+            last = (lo.copy(), hi.copy())
+            est, edges = self._estimate(looks[-1], lo, hi)
+            self.revisions.append(tuple(np.asarray(v) for v in est))
+            lo, hi = self._extend(edges, lo, hi)
+        if self.revisions:
+            w = self.windows[-1]
+            self.revised = float(((last[0] != w[0]) | (last[1] != w[1])).any(axis=1).mean())
         self.extended = float(((lo < self.window[0]) | (hi > self.window[1])).any(axis=1).mean())
         e, s, d, c = (np.stack(v, axis=1) for v in zip(*out))
         return e, s, d, c.astype(object)
@@ -197,6 +223,12 @@ def run_design(parts, looks, max_seeds, alpha=ALPHA, *, spending=True):
         e, s, d, c = part.looks(looks)
         if spending:
             per = seq.label_levels(e, s, d, part.margin, info, c)
+            for rev in getattr(part, "revisions", []):  # the last look again, longer profiles: the union
+                arrays = [x.copy() for x in (e, s, d, c)]
+                for x, r in zip(arrays, rev):
+                    x[:, -1] = r
+                for lab, v in seq.label_levels(*arrays[:3], part.margin, info, arrays[3]).items():
+                    per[lab][:, -1] = np.minimum(per[lab][:, -1], v[:, -1])
         else:  # every look tested as if it were the only one (the error this design must not make)
             per = {lab: np.stack([seq.label_levels(e[:, i:i + 1], s[:, i:i + 1], d[:, i:i + 1], part.margin, (1.0,),
                                                    c[:, i:i + 1])[lab][:, 0] for i in range(k)], axis=1)
@@ -322,6 +354,36 @@ def test_family_wise_error_holds_with_own_optimum_parts_and_extended_profiles():
     print(f"\nglobal null, 4 own-optimum parts + 1 fixed, looks at {looks}: family-wise error {fwer:.4f}; profiles "
           f"extended in {', '.join(f'{x:.0%}' for x in extended)} of the simulations; mean seeds per own-optimum "
           f"part {tuned_seeds.mean():.1f} of 15 ({(tuned_seeds < 15).mean():.0%} stopped early)")
+
+
+@pytest.mark.parametrize("looks,max_seeds,window", [([3], 3, (2, 5)), ([3, 6, 9], 9, (5, 7))])
+def test_family_wise_error_holds_when_the_last_look_is_revised_with_longer_profiles(looks, max_seeds, window):
+    """At the seed cap the until-decided loop still extends an unbracketed profile (same seeds, one more rate) and
+    the page revises the last look with it (`SeqEstimate.revisions`: the look's boundary, no alpha of its own, a
+    label decided when the look or a revision crosses it). Under the global null, with up to three revisions at
+    the cap in every page (the union: more than the loop does, which revises only undecided parts), wrong decisive
+    verdicts stay at alpha. The cpu project's designs are the first case: one look at the cap of 3 seeds."""
+    sims = 2000
+    rng = np.random.default_rng(4040 + max_seeds)
+    kw = dict(optima=(0.0, 7.0), window=window, cap_revisions=3)  # optima anywhere: many outside the window
+    parts = [TunedPart(rng, sims, max_seeds, variance="welch", truth=0.0, **kw),
+             TunedPart(rng, sims, max_seeds, variance="welch", truth=0.0, noise=(0.02, 0.005), curvature=0.08,
+                       steep=0.8, **kw),
+             TunedPart(rng, sims, max_seeds, variance="paired", truth=0.0, shared=True, **kw),
+             TunedPart(rng, sims, max_seeds, variance="pooled", truth=0.0, expect="close", **kw)]
+    labels, _ = run_design(parts, looks, max_seeds=max_seeds)
+    fwer = float(_wrong(parts, labels).mean())
+    revised = [p.revised for p in parts]
+    assert min(revised) > 0.2, f"last looks revised in {revised} of the simulations (the test must exercise it)"
+    for p in parts:
+        p.cap_revisions = 0
+    plain, _ = run_design(parts, looks, max_seeds=max_seeds)
+    before = float(_wrong(parts, plain).mean())
+    assert fwer <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / sims), \
+        f"family-wise error {fwer:.4f} with revisions ({before:.4f} without)"
+    print(f"\nglobal null, 4 own-optimum parts, looks at {looks} of {max_seeds}: family-wise error {fwer:.4f} with up "
+          f"to 3 revisions of the last look ({before:.4f} without); last look revised in "
+          f"{', '.join(f'{x:.0%}' for x in revised)} of the simulations")
 
 
 def test_partial_null_error_power_and_seeds_against_the_fixed_design():

@@ -485,25 +485,36 @@ class Page:
 
 def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms: list[dict[str, list[Arm]]], *,
                 tuned: bool, rng: Any, scale: str) -> Estimate | None:
-    """The part over the design's looks (and the runs there are now, when they add seeds)."""
+    """The part over the design's looks (and the runs there are now, when they add seeds). An own-optimum part
+    estimated again at a look's seeds with a longer lr profile (the loop extends an unbracketed profile, at the
+    seed cap too) is a revision of that look (`SeqEstimate`: no alpha of its own)."""
     from cemctl.report.sequential import Look, SeqEstimate
 
     if not isinstance(current.est, TEstimate):
         return None
     looks: list[Look] = []
+    revisions: list[tuple[int, Look]] = []
+    estimates = []
     for arms_by in look_arms:
         try:
-            e = estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale).est
+            estimates.append(estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale).est)
         except PooledArms:
             continue
-        if isinstance(e, TEstimate) and math.isfinite(e.se) and e.se > 0 and (not looks or e.n > looks[-1].n):
-            looks.append(Look(e.effect, e.se, e.df, e.n, e.method, e.censored))
-    cur = current.est
-    if math.isfinite(cur.se) and cur.se > 0 and (not looks or cur.n > looks[-1].n):
-        looks.append(Look(cur.effect, cur.se, cur.df, cur.n, cur.method, cur.censored))
+    for e in [*estimates, current.est]:
+        if not (isinstance(e, TEstimate) and math.isfinite(e.se) and e.se > 0):
+            continue
+        lk = Look(e.effect, e.se, e.df, e.n, e.method, e.censored)
+        if not looks or e.n > looks[-1].n:
+            looks.append(lk)
+        elif tuned and e.n == looks[-1].n:
+            seen = [looks[-1]] + [r for j, r in revisions if j == len(looks) - 1]
+            if all((r.effect, r.se, r.censored) != (lk.effect, lk.se, lk.censored) for r in seen):
+                revisions.append((len(looks) - 1, lk))
     if not looks:
         return None
-    return SeqEstimate(looks, design.max_seeds, censored=cur.censored)
+    seq = SeqEstimate(looks, design.max_seeds, revisions=revisions)
+    seq.censored = seq.latest.censored
+    return seq
 
 
 def disagree(primary: str, other: str) -> bool:
@@ -567,6 +578,9 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                         prim.est = seq
                         sequential = f"{len(seq.looks)} look{'s' if len(seq.looks) != 1 else ''} at " + \
                             ", ".join(str(lk.n) for lk in seq.looks) + f" of {design.max_seeds} seeds"
+                        if seq.revisions:
+                            k = len(seq.revisions)
+                            sequential += f" ({k} revision{'s' if k != 1 else ''}: a longer lr profile, same seeds)"
                 other = Estimated(None, why="")
                 if part.statistic in ("difference", "interaction") and (tuned or part.fixed_lr is not None):
                     try:
