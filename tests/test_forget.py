@@ -102,6 +102,30 @@ def test_a_claim_selector_that_matches_no_arm_is_refused_at_plan(tmp_path):
     assert not (tmp_path / "results.db").exists()
 
 
+def test_a_selector_of_another_scale_is_found_there_when_an_override_does_not_apply_at_that_scale(tmp_path):
+    """Regression: the selectors pin the cpu scale's lr, and `--set train.micro_batch_seqs=4` is valid at the scale
+    planned (batch 4) but not at cpu (batch 2); the check loaded cpu with the override, failed, and refused the plan
+    with "matches no arm" (`cemctl plan fig2a --scale paper --set train.micro_batch_seqs=64` did this). Where the
+    overrides do not apply, the other scale is read as the grid defines it. An override that removes an arm
+    everywhere is still refused."""
+    claim = CLAIM.replace('{{ "model.attention" = "cem" }}, {{ "model.attention" = "llama" }}',
+                          '{{ "model.attention" = "cem", "train.lr" = 0.004 }}, '
+                          '{{ "model.attention" = "llama", "train.lr" = 0.004 }}')
+    grid = _grid(tmp_path, "xs", claim=claim + '''
+[scale.tiny.base]
+"train.lr" = 0.002
+[scale.cpu.base]
+"train.lr" = 0.004
+"train.batch_seqs" = 2
+"train.micro_batch_seqs" = 2
+''')
+    res = cli(tmp_path, "plan", str(grid), "--set", "train.micro_batch_seqs=4", "--dry-run")
+    assert res.returncode == 0, res.output
+    line = assert_clean_error(cli(tmp_path, "plan", str(grid), "--set", "train.micro_batch_seqs=4", "--set",
+                                  "model.attention=cem", "--dry-run"))
+    assert "selector { model.attention = \"llama\", train.lr = 0.004 } matches no arm of this grid" in line
+
+
 def test_each_claim_part_names_its_experiment(tmp_path):
     from cemctl.services.claims import claims_report
 

@@ -155,8 +155,10 @@ def known_states(db_url: str | None, run_ids: list[str]) -> dict[str, str]:
 
 def check_claims(plan: Plan, db_url: str | None, *, overrides: dict[str, Any], axes: dict[str, list[Any]]) -> None:
     """The grid's [[claim]] tables against its runs and the project (ConfigError, nothing written): every arm
-    selector matches an arm of the grid (at this scale, else at another scale the grid defines), and no claim
-    collides with another recorded experiment's (`cemctl.grid.claims.clashes`)."""
+    selector matches an arm of the grid (at this scale, else at another scale the grid defines: with this
+    command's overrides, or, where they do not apply there (a micro-batch that does not divide that scale's
+    batch), with those of the keys the selectors name), and no claim collides with another recorded experiment's
+    (`cemctl.grid.claims.clashes`)."""
     from cem_core.config import flatten
     from cemctl.grid.claims import clashes, describe_selector, unmatched_selectors
     from cemctl.grid.claims import recorded_claims
@@ -173,8 +175,13 @@ def check_claims(plan: Plan, db_url: str | None, *, overrides: dict[str, Any], a
                 continue
             try:
                 at = load_grid(plan.path, other, overrides, axes=axes)
-            except ConfigError:
-                continue
+            except ConfigError:  # an override that does not apply there: keep those of the keys selectors name
+                named = {k for claim in claims for part in claim.parts for arm in part.arms for k in arm}
+                try:
+                    at = load_grid(plan.path, other, {k: v for k, v in overrides.items() if k in named},
+                                   axes={k: v for k, v in (axes or {}).items() if k in named})
+                except ConfigError:
+                    continue
             found = unmatched_selectors(claims, [flatten(pr.config.to_dict()) for pr in at.runs])
             missing = [m for m in missing if m in found]
     if missing:
