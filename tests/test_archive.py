@@ -215,3 +215,45 @@ def test_an_imported_interrupted_run_shows_the_time_it_ran_not_the_time_since(pr
     runs = {r["run_id"]: r for r in json.loads(cli(fresh, "status", "arch", "--json").stdout)["experiments"][0]["runs"]}
     assert runs[rid]["state"] == "stale", runs[rid]
     assert runs[rid]["elapsed_s"] == pytest.approx(50.0, abs=1.0), runs[rid]
+
+
+def test_a_plan_recorded_in_parts_links_each_run_at_its_grid_position_and_archives_importably(tmp_path):
+    """Regression (the cpu-scale re-decision, 2026-11-27): rounds of `launch --until-decided` record the runs they
+    keep under one plan key, each round's runs at positions 0, 1, ... again, so the key held one position twice;
+    `archive` wrote that and `import` refused the archive ("a position of its own in the plan (it appears twice)").
+    Planning a part of a grid now links each run where the whole grid has it; and a database that already holds a
+    position twice (planned before this) still archives into one that imports, in the same order."""
+    from sqlalchemy import select, update
+
+    from cemctl.db import open_db
+    from cemctl.db.engine import read_session, write_session
+    from cemctl.db.models import ExperimentRun
+    from cemctl.services.plan import plan_experiment
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "arch.toml").write_text(GRID)
+    url = f"sqlite:///{src / 'results.db'}"
+    whole = plan_experiment(src / "arch.toml", scale="tiny", record=False).plan.runs
+    grid_pos = {pr.run_id: i for i, pr in enumerate(whole)}
+    for arm in ("cem", "llama"):  # two rounds, each keeping one arm, one plan key
+        plan_experiment(src / "arch.toml", scale="tiny", db_url=url, runs_root=src / "runs",
+                        only=lambda pr, arm=arm: pr.axes["model.attention"] == arm)
+    engine = open_db(url)
+    with read_session(engine) as s:
+        links = {r.run_id: r.position for r in s.scalars(select(ExperimentRun))}
+    assert links == grid_pos  # before: each round's runs at 0, 1, 2
+    for rid in grid_pos:
+        finish_run(src / "runs" / rid, test_loss=1.5)
+    with write_session(engine) as s:  # a database planned before the fix: every run at position 0
+        s.execute(update(ExperimentRun).values(position=0))
+    out = tmp_path / "arch.tar.gz"
+    assert cli(src, "archive", "arch", "-o", str(out)).returncode == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    res = cli(fresh, "import", str(out))
+    assert res.returncode == 0, res.output
+    assert "imported 6 runs (0 already here)" in res.stdout
+    with read_session(open_db(f"sqlite:///{fresh / 'results.db'}")) as s:
+        imported = [r.run_id for r in s.scalars(select(ExperimentRun).order_by(ExperimentRun.position))]
+    assert imported == sorted(grid_pos)  # one position each, ties broken by run id

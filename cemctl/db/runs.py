@@ -304,7 +304,9 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
                     overrides_json=key,
                     run_id=pr.run_id,
                     axes_json=json.dumps(pr.axes, default=str),  # in the grid file's axis order (plan's, status's)
-                    position=i,
+                    # the run's place in the grid's whole expansion: a plan that keeps only some runs (a round of
+                    # --until-decided) links them where the grid has them, not at 0, 1, ... again
+                    position=pos if (pos := getattr(pr, "position", -1)) >= 0 else i,
                     marks_json=json.dumps(list(getattr(pr, "marks", []) or [])),
                     planned_at=now,
                 )

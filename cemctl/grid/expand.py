@@ -33,6 +33,7 @@ class PlannedRun:
     config: RunConfig  # resolved
     axes: dict[str, Any]  # the keys that vary across the experiment, with this run's values
     marks: list[str] = field(default_factory=list)  # labels of the grid's [[mark]] rules it matches
+    position: int = -1  # its place in the grid's whole expansion (kept when a plan keeps only some runs)
 
 
 @dataclass
@@ -177,7 +178,7 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
             if rid in runs:
                 duplicates += 1
                 continue
-            runs[rid] = PlannedRun(rid, cfg, {})
+            runs[rid] = PlannedRun(rid, cfg, {}, position=len(runs))
             assigned[rid] = assignment
     # The keys that vary across the experiment, valued from each resolved config.
     values: dict[str, dict[str, Any]] = {rid: flatten(pr.config.to_dict()) for rid, pr in runs.items()}

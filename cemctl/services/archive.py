@@ -105,10 +105,12 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
             if scale is not None:
                 q = q.where(ExperimentRun.scale == scale)
             plans: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for link in s.scalars(q.order_by(ExperimentRun.scale, ExperimentRun.position)):
-                plans.setdefault((link.scale, link.overrides_json), []).append(
-                    {"run_id": link.run_id, "axes": json.loads(link.axes_json or "{}"), "position": link.position,
-                     "marks": json.loads(link.marks_json or "[]")})
+            for link in s.scalars(q.order_by(ExperimentRun.scale, ExperimentRun.position, ExperimentRun.run_id)):
+                links_ = plans.setdefault((link.scale, link.overrides_json), [])
+                # the position in the archive is the link's place in its plan's order: a plan recorded in parts
+                # (until-decided rounds before positions were the grid's) may hold one position twice
+                links_.append({"run_id": link.run_id, "axes": json.loads(link.axes_json or "{}"),
+                               "position": len(links_), "marks": json.loads(link.marks_json or "[]")})
             if not plans:
                 raise CemError(f"archive: experiment {name!r} has no runs" + (f" at scale {scale!r}" if scale else ""))
             manifest["experiments"].append({
