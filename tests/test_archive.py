@@ -257,3 +257,25 @@ def test_a_plan_recorded_in_parts_links_each_run_at_its_grid_position_and_archiv
     with read_session(open_db(f"sqlite:///{fresh / 'results.db'}")) as s:
         imported = [r.run_id for r in s.scalars(select(ExperimentRun).order_by(ExperimentRun.position))]
     assert imported == sorted(grid_pos)  # one position each, ties broken by run id
+
+
+def test_an_import_archived_again_names_its_grid_file_not_a_chain_of_archives(project, tmp_path):
+    """Regression: an imported experiment's grid path is `ARCHIVE:FILE`; archiving it again recorded that whole
+    string as the grid's file name, so a second import named the grid `second.tar.gz:first.tar.gz:arch.toml`."""
+    from sqlalchemy import select
+
+    from cemctl.db import open_db
+    from cemctl.db.engine import read_session
+    from cemctl.db.models import Experiment
+
+    first, second = tmp_path / "first.tar.gz", tmp_path / "second.tar.gz"
+    assert cli(project, "archive", "arch", "-o", str(first)).returncode == 0
+    middle, last = tmp_path / "middle", tmp_path / "last"
+    middle.mkdir()
+    last.mkdir()
+    assert cli(middle, "import", str(first)).returncode == 0
+    assert cli(middle, "archive", "arch", "-o", str(second)).returncode == 0
+    res = cli(last, "import", str(second))
+    assert res.returncode == 0, res.output
+    with read_session(open_db(f"sqlite:///{last / 'results.db'}")) as s:
+        assert s.scalars(select(Experiment.grid_path)).one() == "second.tar.gz:arch.toml"

@@ -80,6 +80,17 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def grid_file_name(grid_path: str | None, name: str) -> str:
+    """The grid's file name an archive records: the file's name, or for an experiment imported from an archive
+    (its grid path `ARCHIVE:FILE`, `_ArchivedPlan`) the member's, so archiving an import again does not nest
+    archive names ("a.tar.gz:b.tar.gz:fig2a.toml")."""
+    if not grid_path:
+        return f"{name}.toml"
+    base = Path(grid_path).name
+    head, sep, member = base.rpartition(":")
+    return member if sep and head.endswith(".tar.gz") and member else base
+
+
 def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[str], *, out: Path | str,
                         scale: str | None = None, force: bool = False) -> ArchiveResult:
     """Write the archive (gzip'd tar) of the experiments' runs at `scale` (every scale when None)."""
@@ -115,7 +126,7 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
                 raise CemError(f"archive: experiment {name!r} has no runs" + (f" at scale {scale!r}" if scale else ""))
             manifest["experiments"].append({
                 "name": exp.name, "description": exp.description, "figure": exp.figure,
-                "grid_file": Path(exp.grid_path).name if exp.grid_path else f"{exp.name}.toml",
+                "grid_file": grid_file_name(exp.grid_path, exp.name),
                 "grid_text": exp.grid_text, "grid_sha256": exp.grid_sha256,
                 "plans": [{"scale": sc, "overrides_json": ov, "links": links} for (sc, ov), links in plans.items()]})
             for links in plans.values():
