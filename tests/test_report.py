@@ -362,6 +362,28 @@ def test_numbers_in_figures_come_from_the_data():
     assert np.isclose(table.loc["Llama", "ppl - Llama"], 0.0)
 
 
+def test_a_reuse_setting_without_t1_at_a_size_has_no_gain_bar_not_a_zero_one():
+    """Regression (docs/findings' fig4, 2026-11-27): an lr profile plans reuse T=2 at rates where reuse T=1 is not
+    run, and the gain panel drew each of those settings a bar at 0 with an error bar: a gain nobody measured. A
+    setting that lacks T=1 or T=2 at a size has no bar; a note names it."""
+    from matplotlib.patches import Rectangle
+
+    runs, curves = synthetic_frames("reuse_vs_recursion", sizes=("nano", "micro"), seeds=(0, 1), failures=False)
+    t1_gone = (runs["model.size"] == "micro") & (
+        ((runs["model.attention"] == "reuse") & (runs["model.attn_steps"] == 1))
+        | ((runs["model.attention"] == "llama") & (runs["model.mlp"] == "llama")))
+    parts = get_figure_kind("reuse_vs_recursion")(runs[~t1_gone], curves)
+    fig = next(f.figure for f in parts.figures if f.name == "reuse_vs_recursion_attention")
+    table = next(t.frame for t in parts.tables if t.name == "reuse_vs_recursion_attention")
+    gain_ax = next(ax for ax in fig.axes if ax.get_title() == "gain (higher is better)")
+    bars = [b for b in gain_ax.patches if isinstance(b, Rectangle)]
+    measured = table["gain (ppl T=1 - T=2)"].notna()
+    assert (~measured).sum() == 1 and len(bars) == measured.sum() == len(table) - 1
+    assert sorted(round(b.get_height(), 9) for b in bars) == \
+        sorted(round(v, 9) for v in table.loc[measured, "gain (ppl T=1 - T=2)"])
+    assert any("lacks T=1" in n and "micro" in n for n in parts.notes)
+
+
 # -- the experiment files -----------------------------------------------------------------------------------
 
 GRID_FIGURES = {

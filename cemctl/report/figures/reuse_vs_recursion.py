@@ -124,10 +124,13 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str,
         sub = table[table["setting"].eq(setting)]
         pos = np.array([xs[s] for s in sub["size"]], dtype=float) + (j - (len(settings) - 1) / 2) * width
         gains = sub["gain (ppl T=1 - T=2)"].to_numpy(dtype=float)
-        errs = np.nan_to_num(sub["gain (s.d.)"].to_numpy(dtype=float), nan=0.0)
-        style.tag(gain_ax.bar(pos, np.nan_to_num(gains), width=width * 0.95, yerr=errs, capsize=2.5,
+        ok = np.isfinite(gains)  # a setting without T=1 or T=2 at a size has no gain: no bar (a note names it)
+        if not ok.any():
+            continue
+        errs = np.nan_to_num(sub["gain (s.d.)"].to_numpy(dtype=float)[ok], nan=0.0)
+        style.tag(gain_ax.bar(pos[ok], gains[ok], width=width * 0.95, yerr=errs, capsize=2.5,
                               color=colors[setting], edgecolor="0.35", linewidth=0.6, label=setting),
-                  style.runs_of(sub["_runs"]))
+                  style.runs_of(sub["_runs"][ok]))
     ns = list(table["n T=1"][table["n T=1"] > 0]) + list(table["n T=2"][table["n T=2"] > 0])
     extra = [Line2D([], [], color="0.35", marker=m, linestyle="none", label=f"{label}, {style.n_note(ns)}")
              for label, m in markers.items()]
@@ -147,7 +150,8 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str,
                            f"{'T=1' if r['n T=1'] == 0 else 'T=2'}")
     caption = (f"{title}: test perplexity at T=1 (circles) and T=2 (squares) for plain reuse of the Llama sublayer and "
                "for CEM recursion (shaded: the gain), each setting in its colour of the report; last panel: the gain "
-               "T=1 \u2192 T=2 per size, error bars sqrt(s1\u00b2 + s2\u00b2). Plain reuse at T=1 is the Llama model "
+               "T=1 \u2192 T=2 per size, error bars sqrt(s1\u00b2 + s2\u00b2); a setting that lacks T=1 or T=2 at a "
+               "size has no bar there. Plain reuse at T=1 is the Llama model "
                "(drawn in Llama's colour where no reuse run with T=1 exists). "
                f"{style.SPREAD_NOTE}.")
     parts.figures.append(FigurePart(name, fig, caption))
