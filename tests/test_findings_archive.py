@@ -1,10 +1,7 @@
-"""The committed cpu-scale findings can be re-derived: importing docs/findings/cpu-archive.tar.gz into an empty
-database and running `cemctl claims --scale cpu` gives docs/findings/claims/claims.csv.
-
-docs/findings was generated before the analysis of issue 36 (variance model by the rule, the step-down over label
-hypotheses, own-optimum contrasts), and regenerating it is the lead's (36.6): until then the page re-derives the
-same parts from the same runs with the same point estimates (the intervals and verdicts follow the new analysis),
-and the exact comparison is expected to fail; it passes again once docs/findings is regenerated."""
+"""The committed cpu-scale findings can be re-derived: importing docs/findings/cpu-archive.tar.gz (every cpu-scale
+run of the nine grids, with the until-decided designs and their looks) into an empty folder and running `cemctl
+claims --scale cpu` gives docs/findings/claims/claims.csv exactly: the parts, their runs, effects, intervals,
+labels, verdicts after the step-down, the sequential looks and revisions, the declarations and convergence flags."""
 
 from __future__ import annotations
 
@@ -42,7 +39,6 @@ def test_the_committed_archive_re_derives_the_parts_their_runs_and_effects(deriv
 
 @pytest.mark.slow
 @pytest.mark.skipif(not ARCHIVE.exists(), reason="no committed findings archive")
-@pytest.mark.xfail(strict=True, reason="docs/findings predates issue 36's analysis; regenerate it (36.6)")
 def test_the_committed_archive_re_derives_the_committed_claims(derived) -> None:
     committed, now = derived
     assert committed == [{k: r.get(k) for k in committed[0]} for r in now]
