@@ -279,3 +279,23 @@ def test_an_import_archived_again_names_its_grid_file_not_a_chain_of_archives(pr
     assert res.returncode == 0, res.output
     with read_session(open_db(f"sqlite:///{last / 'results.db'}")) as s:
         assert s.scalars(select(Experiment.grid_path)).one() == "second.tar.gz:arch.toml"
+
+
+def test_planning_a_changed_grid_over_an_imported_experiment_names_forget_as_the_way_on(project, tmp_path):
+    """The grid file has changed since the archive was written (the cpu project's fig2b gained lr profiles): its
+    plan is refused as another grid's, and the line now says how to go on with the imported experiment."""
+    out = tmp_path / "arch.tar.gz"
+    assert cli(project, "archive", "arch", "-o", str(out)).returncode == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert cli(fresh, "import", str(out)).returncode == 0
+    changed = fresh / "arch.toml"
+    changed.write_text(GRID.replace('seeds = [0, 1, 2]', 'seeds = [0, 1, 2, 3]'))
+    line = assert_clean_error(cli(fresh, "plan", str(changed)))
+    assert assert_clean_error(cli(fresh, "plan", str(changed), "--dry-run")) == line  # a dry run said it would record
+    assert "'arch' is already the experiment of arch.tar.gz:arch.toml" in line
+    assert line.endswith("or, to go on with the imported experiment from this file, `cemctl forget arch` first "
+                         "(runs that hold results are kept)")
+    assert cli(fresh, "forget", "arch").returncode == 0
+    res = cli(fresh, "plan", str(changed))
+    assert res.returncode == 0 and "8 runs, 2 new" in res.stdout, res.output

@@ -465,3 +465,32 @@ def test_an_unbracketed_optimum_is_extended_even_when_its_arms_are_at_the_seed_c
     assert row["edges"] == ("", "")
     assert row["sequential"] == "1 look at 3 of 3 seeds (2 revisions: a longer lr profile, same seeds)"
     assert row["ci95_low"] < row["effect"] < row["ci95_high"]
+
+
+def test_an_imported_experiment_is_refused_before_anything_launches_and_the_line_says_what_to_do(tmp_path):
+    """Regression (the cpu project, 2026-11-27): `launch fig2b --until-decided` on an experiment imported from an
+    archive launched its runs first and then stopped with "has no grid file to plan more seeds from". It is refused
+    before anything launches, and the line says how to go on."""
+    from sqlalchemy import update
+
+    from cemctl.db import open_db
+    from cemctl.db.engine import write_session
+    from cemctl.db.models import Experiment
+    from cemctl.services.launch.launcher import LaunchRequest
+    from cemctl.services.launch.until_decided import until_decided
+
+    fake = FakeLauncher()
+    _run(tmp_path, fake, max_seeds=3)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    with write_session(open_db(url)) as s:  # what an import records: the archive's copy of the grid
+        s.execute(update(Experiment).values(grid_path="old.tar.gz:ud.toml"))
+    fake.launches.clear()
+    from cem_core.errors import CemError
+
+    with pytest.raises(CemError) as e:
+        until_decided(LaunchRequest(target="ud", scale="tiny"), url, tmp_path / "runs", launch_fn=fake, max_seeds=3)
+    assert fake.launches == []  # before the fix: the grid's runs were launched first
+    assert str(e.value) == (
+        "launch --until-decided: 'ud' was planned from old.tar.gz:ud.toml, not a file here, so its rounds cannot plan "
+        "more seeds; launch its grid file instead (`cemctl launch PATH --until-decided`), and if that file has "
+        "changed since, `cemctl forget ud` first (runs that hold results are kept)")

@@ -218,9 +218,12 @@ def _same_grid(exp: Experiment, path: str, sha256: str) -> bool:
 def _clash(exp: Experiment | None, plan: PlanLike) -> None:
     """`ExperimentClash` when `exp` (the experiment of the plan's name here) is another grid file's."""
     if exp is not None and not _same_grid(exp, str(plan.path), plan.sha256):
+        imported = ".tar.gz:" in str(exp.grid_path)  # an import's copy of a grid (`ARCHIVE:FILE`)
         raise ExperimentClash(
             f"{plan.path}: experiment.name: {plan.name!r} is already the experiment of {exp.grid_path} "
-            "(another grid file); give this grid its own [experiment] name")
+            "(another grid file); give this grid its own [experiment] name"
+            + (f", or, to go on with the imported experiment from this file, `cemctl forget {plan.name}` first "
+               "(runs that hold results are kept)" if imported else ""))
 
 
 def check_plan(engine: Engine, plan: PlanLike) -> None:

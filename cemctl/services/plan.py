@@ -267,6 +267,17 @@ def plan_experiment(
         report.new_runs = sum(r["new"] for r in rows)
         report.recorded = True
     else:  # a dry run writes nothing, but a run the database already has is not new and a done run costs nothing
+        if db_url is not None:  # and what recording would refuse (another grid's experiment of this name) it refuses
+            from cemctl.db.engine import DatabaseError, open_existing_db
+            from cemctl.db.runs import check_plan
+
+            try:
+                engine = open_existing_db(db_url)
+            except DatabaseError as e:
+                if "no results database" not in str(e):
+                    raise
+            else:
+                check_plan(engine, plan)
         known = known_states(db_url, [r["run_id"] for r in rows])
         for row in rows:
             if row["run_id"] in known:

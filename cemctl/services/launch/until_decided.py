@@ -96,6 +96,15 @@ def _part_arms(part: Any, arms: dict[str, dict[str, Any]]) -> list[str]:
     return sorted(key for key, cfg in arms.items() if any(selector_matches(cfg, sel) for sel in selectors))
 
 
+
+def no_grid_file(experiment: str, grid: str | None) -> str:
+    """Why the rounds cannot plan more seeds for an experiment whose grid is no file here (an import's copy), and
+    what to do."""
+    return (f"launch --until-decided: {experiment!r} was planned from {grid or 'no grid file'}, not a file here, so "
+            "its rounds cannot plan more seeds; launch its grid file instead (`cemctl launch PATH --until-decided`), "
+            f"and if that file has changed since, `cemctl forget {experiment}` first (runs that hold results are kept)")
+
+
 def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_seeds: int = DEFAULT_MAX_SEEDS,
                   budget_hours: float | None = None, round_seeds: int = ROUND_SEEDS, alpha: float = 0.05,
                   launch_fn: Callable[..., Any] = launch, on_round: Callable[[str], None] | None = None,
@@ -124,6 +133,15 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
     say = on_round or (lambda line: None)
     kw = dict(launch_kw or {})
     session = time.time()
+    if not Path(str(req.target)).is_file():  # a name: refuse before launching anything if its grid is no file here
+        from cemctl.db.engine import DatabaseError, open_existing_db
+
+        try:
+            known = get_experiment(open_existing_db(url), str(req.target))
+        except DatabaseError:
+            known = None
+        if known is not None and not (known.grid_path and Path(known.grid_path).is_file()):
+            raise CemError(no_grid_file(str(req.target), known.grid_path))
     first = launch_fn(req, url, runs_root, **kw)
     if on_launch is not None:
         on_launch(first)
@@ -133,7 +151,7 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
     root = resolve_runs_root(engine, runs_root)
     exp = get_experiment(engine, experiment)
     if exp is None or not exp.grid_path or not Path(exp.grid_path).is_file():
-        raise CemError(f"launch --until-decided: {experiment!r} has no grid file to plan more seeds from")
+        raise CemError(no_grid_file(experiment, exp.grid_path if exp is not None else ""))
     scale = req.scale or exp.scale
     claims = [c for c in gather_claims(engine) if any(p.source == experiment for p in c.parts)]
     # an lr_optimum part (a bootstrap over seeds) has no sequential analysis: it is decided on the runs there are
