@@ -223,12 +223,12 @@ def run_design(parts, looks, max_seeds, alpha=ALPHA, *, spending=True):
         e, s, d, c = part.looks(looks)
         if spending:
             per = seq.label_levels(e, s, d, part.margin, info, c)
-            for rev in getattr(part, "revisions", []):  # the last look again, longer profiles: the union
+            revisions = getattr(part, "revisions", [])
+            if revisions:  # the last look estimated again with the longest profile replaces it (the page's rule)
                 arrays = [x.copy() for x in (e, s, d, c)]
-                for x, r in zip(arrays, rev):
+                for x, r in zip(arrays, revisions[-1]):
                     x[:, -1] = r
-                for lab, v in seq.label_levels(*arrays[:3], part.margin, info, arrays[3]).items():
-                    per[lab][:, -1] = np.minimum(per[lab][:, -1], v[:, -1])
+                per = seq.label_levels(*arrays[:3], part.margin, info, arrays[3])
         else:  # every look tested as if it were the only one (the error this design must not make)
             per = {lab: np.stack([seq.label_levels(e[:, i:i + 1], s[:, i:i + 1], d[:, i:i + 1], part.margin, (1.0,),
                                                    c[:, i:i + 1])[lab][:, 0] for i in range(k)], axis=1)
@@ -359,10 +359,10 @@ def test_family_wise_error_holds_with_own_optimum_parts_and_extended_profiles():
 @pytest.mark.parametrize("looks,max_seeds,window", [([3], 3, (2, 5)), ([3, 6, 9], 9, (5, 7))])
 def test_family_wise_error_holds_when_the_last_look_is_revised_with_longer_profiles(looks, max_seeds, window):
     """At the seed cap the until-decided loop still extends an unbracketed profile (same seeds, one more rate) and
-    the page revises the last look with it (`SeqEstimate.revisions`: the look's boundary, no alpha of its own, a
-    label decided when the look or a revision crosses it). Under the global null, with up to three revisions at
-    the cap in every page (the union: more than the loop does, which revises only undecided parts), wrong decisive
-    verdicts stay at alpha. The cpu project's designs are the first case: one look at the cap of 3 seeds."""
+    the page revises the last look with it (`_sequential`: the estimate with the longest profile replaces the
+    look's, at the look's boundary, no alpha of its own). Under the global null, with up to three revisions at the
+    cap in every page (more than the loop does, which revises only undecided parts), wrong decisive verdicts stay
+    at alpha. The cpu project's designs are the first case: one look at the cap of 3 seeds."""
     sims = 2000
     rng = np.random.default_rng(4040 + max_seeds)
     kw = dict(optima=(0.0, 7.0), window=window, cap_revisions=3)  # optima anywhere: many outside the window
@@ -382,7 +382,7 @@ def test_family_wise_error_holds_when_the_last_look_is_revised_with_longer_profi
     assert fwer <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / sims), \
         f"family-wise error {fwer:.4f} with revisions ({before:.4f} without)"
     print(f"\nglobal null, 4 own-optimum parts, looks at {looks} of {max_seeds}: family-wise error {fwer:.4f} with up "
-          f"to 3 revisions of the last look ({before:.4f} without); last look revised in "
+          f"to 3 revisions of the last look ({before:.4f} without them); last look revised in "
           f"{', '.join(f'{x:.0%}' for x in revised)} of the simulations")
 
 

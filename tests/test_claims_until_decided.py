@@ -433,7 +433,7 @@ def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
     row = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]
     assert row["at"] == "own optimum" and row["method"].endswith("jackknife t, sequential")
     assert row["effect"] == pytest.approx(0.0, abs=1e-6) and row["verdict_holm"] == "inconclusive"
-    assert row["sequential"] == "2 looks at 2, 3 of 3 seeds (1 revision: a longer lr profile, same seeds)"
+    assert row["sequential"] == "2 looks at 2, 3 of 3 seeds (revised once: the same seeds, more learning rates)"
     assert row["declared"].startswith("confirmatory (declared ")
     assert len(row["runs"].split(",")) == 30 and pd.isna(row["censored"]) and pd.isna(row["advice"])  # bracketed
     again = on_pty(["launch", "own", "--until-decided", "--max-seeds", "3"], tmp_path, cols=120, rows=40)
@@ -459,11 +459,11 @@ def test_an_unbracketed_optimum_is_extended_even_when_its_arms_are_at_the_seed_c
     assert report.stop == "seed cap" and set(report.seeds.values()) == {3}
     # Regression (same day): the page kept the look taken before the extension (same seeds, so not a new look),
     # whose optimum was unbracketed: the interval printed as `[-, -]` and the new rates decided nothing. The
-    # estimate at the same seeds with the longer profile is a revision of that look.
+    # estimate at the same seeds with the longer profile is a revision of that look (it replaces its estimate).
     row = report.parts.iloc[0]
     assert math.isfinite(row["ci95_low"]) and math.isfinite(row["ci95_high"]), (row["ci95_low"], row["ci95_high"])
     assert row["edges"] == ("", "")
-    assert row["sequential"] == "1 look at 3 of 3 seeds (2 revisions: a longer lr profile, same seeds)"
+    assert row["sequential"] == "1 look at 3 of 3 seeds (revised 2 times: the same seeds, more learning rates)"
     assert row["ci95_low"] < row["effect"] < row["ci95_high"]
 
 

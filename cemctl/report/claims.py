@@ -487,13 +487,13 @@ def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms:
                 tuned: bool, rng: Any, scale: str) -> Estimate | None:
     """The part over the design's looks (and the runs there are now, when they add seeds). An own-optimum part
     estimated again at a look's seeds with a longer lr profile (the loop extends an unbracketed profile, at the
-    seed cap too) is a revision of that look (`SeqEstimate`: no alpha of its own)."""
+    seed cap too) is a revision of that look: it replaces the look's estimate and spends no alpha of its own."""
     from cemctl.report.sequential import Look, SeqEstimate
 
     if not isinstance(current.est, TEstimate):
         return None
     looks: list[Look] = []
-    revisions: list[tuple[int, Look]] = []
+    revised = 0
     estimates = []
     for arms_by in look_arms:
         try:
@@ -506,15 +506,13 @@ def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms:
         lk = Look(e.effect, e.se, e.df, e.n, e.method, e.censored)
         if not looks or e.n > looks[-1].n:
             looks.append(lk)
-        elif tuned and e.n == looks[-1].n:
-            seen = [looks[-1]] + [r for j, r in revisions if j == len(looks) - 1]
-            if all((r.effect, r.se, r.censored) != (lk.effect, lk.se, lk.censored) for r in seen):
-                revisions.append((len(looks) - 1, lk))
+        elif tuned and e.n == looks[-1].n and (lk.effect, lk.se, lk.censored) != \
+                (looks[-1].effect, looks[-1].se, looks[-1].censored):
+            looks[-1] = lk  # the look at these seeds, estimated on every rate they have now
+            revised += 1
     if not looks:
         return None
-    seq = SeqEstimate(looks, design.max_seeds, revisions=revisions)
-    seq.censored = seq.latest.censored
-    return seq
+    return SeqEstimate(looks, design.max_seeds, censored=looks[-1].censored, revised=revised)
 
 
 def disagree(primary: str, other: str) -> bool:
@@ -578,9 +576,10 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                         prim.est = seq
                         sequential = f"{len(seq.looks)} look{'s' if len(seq.looks) != 1 else ''} at " + \
                             ", ".join(str(lk.n) for lk in seq.looks) + f" of {design.max_seeds} seeds"
-                        if seq.revisions:
-                            k = len(seq.revisions)
-                            sequential += f" ({k} revision{'s' if k != 1 else ''}: a longer lr profile, same seeds)"
+                        if seq.revised:
+                            k = seq.revised
+                            sequential += f" (revised {'once' if k == 1 else f'{k} times'}: the same seeds, more " \
+                                "learning rates)"
                 other = Estimated(None, why="")
                 if part.statistic in ("difference", "interaction") and (tuned or part.fixed_lr is not None):
                     try:
