@@ -203,6 +203,17 @@ class ExperimentClash(CemError):
     """A second grid file claims an experiment name that another grid file already recorded."""
 
 
+def archived_grid_path(archive: str, grid_file: str) -> str:
+    """The grid path an experiment imported from `archive` records: `ARCHIVE:FILE`, never a file here."""
+    return f"{archive}:{grid_file}" if archive else grid_file
+
+
+def archived_grid_member(grid_path: str | None) -> str:
+    """The grid file named by an imported experiment's `ARCHIVE:FILE` grid path; '' for any other path."""
+    head, sep, member = Path(str(grid_path or "")).name.rpartition(":")
+    return member if sep and head.endswith(".tar.gz") else ""
+
+
 def _same_grid(exp: Experiment, path: str, sha256: str) -> bool:
     """The same file (by path) or the same text (a copy, e.g. the packaged grid beside a checkout's)."""
     if not exp.grid_path or not path:
@@ -218,7 +229,7 @@ def _same_grid(exp: Experiment, path: str, sha256: str) -> bool:
 def _clash(exp: Experiment | None, plan: PlanLike) -> None:
     """`ExperimentClash` when `exp` (the experiment of the plan's name here) is another grid file's."""
     if exp is not None and not _same_grid(exp, str(plan.path), plan.sha256):
-        imported = ".tar.gz:" in str(exp.grid_path)  # an import's copy of a grid (`ARCHIVE:FILE`)
+        imported = bool(archived_grid_member(exp.grid_path))  # an import's copy of a grid
         raise ExperimentClash(
             f"{plan.path}: experiment.name: {plan.name!r} is already the experiment of {exp.grid_path} "
             "(another grid file); give this grid its own [experiment] name"

@@ -82,13 +82,12 @@ def _sha256(data: bytes) -> str:
 
 def grid_file_name(grid_path: str | None, name: str) -> str:
     """The grid's file name an archive records: the file's name, or for an experiment imported from an archive
-    (its grid path `ARCHIVE:FILE`, `_ArchivedPlan`) the member's, so archiving an import again does not nest
-    archive names ("a.tar.gz:b.tar.gz:fig2a.toml")."""
+    the member's (`archived_grid_member`), so archiving an import again does not nest archive names."""
+    from cemctl.db.runs import archived_grid_member
+
     if not grid_path:
         return f"{name}.toml"
-    base = Path(grid_path).name
-    head, sep, member = base.rpartition(":")
-    return member if sep and head.endswith(".tar.gz") and member else base
+    return archived_grid_member(grid_path) or Path(grid_path).name
 
 
 def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[str], *, out: Path | str,
@@ -648,10 +647,12 @@ class _ImportedPlan:
     """What `record_plan` needs, from an archive's experiment and one of its plans."""
 
     def __init__(self, exp: dict[str, Any], plan: dict[str, Any], configs: dict[str, Any], archive: str = "") -> None:
+        from cemctl.db.runs import archived_grid_path
+
         self.name, self.description, self.figure = exp["name"], exp.get("description", ""), exp.get("figure", "")
         grid = exp.get("grid_file", "") or f"{exp['name']}.toml"
         # the grid's path as the archive names it: never a file here that happens to share its name
-        self.path = f"{archive}:{grid}" if archive else grid
+        self.path = archived_grid_path(archive, grid)
         self.text = exp.get("grid_text", "")
         # an archive without the sha names its grid by the text's (checked equal when both are given: read_manifest)
         self.sha256 = exp.get("grid_sha256", "") or (_sha256(self.text.encode()) if self.text else "")

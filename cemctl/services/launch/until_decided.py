@@ -96,6 +96,10 @@ def _part_arms(part: Any, arms: dict[str, dict[str, Any]]) -> list[str]:
     return sorted(key for key, cfg in arms.items() if any(selector_matches(cfg, sel) for sel in selectors))
 
 
+def _has_grid_file(exp: Any) -> bool:
+    """The experiment's recorded grid is a file here (not an import's `ARCHIVE:FILE` copy)."""
+    return bool(exp.grid_path) and Path(exp.grid_path).is_file()
+
 
 def no_grid_file(experiment: str, grid: str | None) -> str:
     """Why the rounds cannot plan more seeds for an experiment whose grid is no file here (an import's copy), and
@@ -140,7 +144,7 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
             known = get_experiment(open_existing_db(url), str(req.target))
         except DatabaseError:
             known = None
-        if known is not None and not (known.grid_path and Path(known.grid_path).is_file()):
+        if known is not None and not _has_grid_file(known):
             raise CemError(no_grid_file(str(req.target), known.grid_path))
     first = launch_fn(req, url, runs_root, **kw)
     if on_launch is not None:
@@ -150,7 +154,7 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_se
     engine = open_db(url)
     root = resolve_runs_root(engine, runs_root)
     exp = get_experiment(engine, experiment)
-    if exp is None or not exp.grid_path or not Path(exp.grid_path).is_file():
+    if exp is None or not _has_grid_file(exp):
         raise CemError(no_grid_file(experiment, exp.grid_path if exp is not None else ""))
     scale = req.scale or exp.scale
     claims = [c for c in gather_claims(engine) if any(p.source == experiment for p in c.parts)]
