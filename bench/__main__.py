@@ -75,6 +75,9 @@ def parse_args(argv: list[str]) -> tuple[Settings, list[str]]:
     p.add_argument("--scale", type=float, default=None, help="orchestration DB size (1.0: 10,000 runs, 10M points)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--gpu-rows", default="", help="comma list of the gpu section's rows to time (1-based; default all)")
+    p.add_argument("--gpu-profile", default="", help="comma list of those rows to profile (torch.profiler's top "
+                   "kernels, after the timed steps)")
+    p.add_argument("--gpu-memory-sizes", default="", help="comma list of the gpu_memory section's sizes (default all)")
     a = p.parse_args(argv)
     out = a.out or env.REPO_ROOT / "bench" / "results"
     s = Settings.quick_mode(out) if a.quick else Settings(out_dir=out)
@@ -87,6 +90,8 @@ def parse_args(argv: list[str]) -> tuple[Settings, list[str]]:
     if a.no_memory:
         s.memory = False
     s.gpu_rows = a.gpu_rows
+    s.gpu_profile_rows = a.gpu_profile
+    s.gpu_memory_sizes = a.gpu_memory_sizes
     only = list(GPU_BENCHMARKS) if a.gpu else [x for x in a.only.split(",") if x]
     unknown = sorted(set(only) - set(BENCHMARKS))
     if unknown:

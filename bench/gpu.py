@@ -68,16 +68,80 @@ def _kernel(kernel: str) -> Iterator[None]:
             os.environ[flex.KERNEL_ENV] = before
 
 
-def _time_step(impl: str, m: Any, batch: int, compile_: bool, steps: int) -> tuple[float, float]:
-    """(seconds per training step, peak GiB) after warm-up (compilation happens in the first calls)."""
+def _time_step(impl: str, m: Any, batch: int, compile_: bool, steps: int,
+               profile_steps: int = 0) -> tuple[float, float, list[dict[str, Any]]]:
+    """(seconds per training step, peak GiB, top kernels) after warm-up (compilation happens in the first calls).
+
+    With `profile_steps`, that many more steps run under torch.profiler after the timed ones (not in the time);
+    the kernels are `kernel_table`'s rows, else []."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     step = make_step(impl, m, batch, device="cuda", autocast_dtype=torch.bfloat16, compile=compile_)
     try:
-        return _cuda_seconds(step, warmup=3 if compile_ else 2, calls=steps), torch.cuda.max_memory_allocated() / 2**30
+        t = _cuda_seconds(step, warmup=3 if compile_ else 2, calls=steps)
+        peak_gib = torch.cuda.max_memory_allocated() / 2**30
+        kernels = profile_kernels(step, profile_steps, device="cuda") if profile_steps else []
+        return t, peak_gib, kernels
     finally:
         del step
         gc.collect()
+
+
+# Kernel families by name, first match wins: where a step's GPU time goes (matrix products, attention, the
+# fused elementwise kernels inductor writes, the optimizer, the rest).
+KERNEL_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("flash", "fmha", "flex", "attention", "sdpa", "efficient_attention")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "matmul", "::mm", "mm_", "sm90_", "cublas", "addmm", "bmm")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("fused elementwise / reductions (triton)", ("triton",)),
+)
+
+
+def kernel_family(name: str) -> str:
+    low = name.lower()
+    for family, needles in KERNEL_FAMILIES:
+        if any(n in low for n in needles):
+            return family
+    return "other"
+
+
+def profile_kernels(fn: Any, steps: int, *, device: str, top: int = 12) -> list[dict[str, Any]]:
+    """Run `fn` `steps` times under torch.profiler; the `top` kernels by self time on `device` per call of `fn`
+    (name, family, ms per call, share of the profiled time, launches per call), then one row per family."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            fn()
+        if on_gpu:
+            torch.cuda.synchronize()
+    return kernel_table(prof.key_averages(), steps, on_gpu=on_gpu, top=top)
+
+
+def kernel_table(events: Any, steps: int, *, on_gpu: bool, top: int = 12) -> list[dict[str, Any]]:
+    """`profile_kernels`' rows from a profiler's key averages: device kernels on a GPU (self device time), the
+    leaf operators on the CPU (self CPU time of `aten::` events)."""
+    def self_us(e: Any) -> float:
+        return float(getattr(e, "self_device_time_total", 0.0) if on_gpu else e.self_cpu_time_total)
+
+    kernels = [e for e in events if self_us(e) > 0 and (on_gpu or e.key.startswith("aten::"))]
+    if on_gpu:  # operators carry their kernels' device time too: keep the kernels (no aten:: name)
+        kernels = [e for e in kernels if not e.key.startswith(("aten::", "cudaLaunch", "Torch-Compiled",
+                                                                 "CompiledFunction", "## "))]
+    total = sum(self_us(e) for e in kernels) or 1.0
+    kernels.sort(key=self_us, reverse=True)
+    rows = [{"kernel": e.key[:90], "family": kernel_family(e.key), "ms per step": self_us(e) / 1e3 / steps,
+             "share": f"{100 * self_us(e) / total:.1f}%", "calls per step": e.count / steps}
+            for e in kernels[:top]]
+    families: dict[str, float] = {}
+    for e in kernels:
+        families[kernel_family(e.key)] = families.get(kernel_family(e.key), 0.0) + self_us(e)
+    rows += [{"kernel": f"all {family}", "family": family, "ms per step": us / 1e3 / steps,
+              "share": f"{100 * us / total:.1f}%", "calls per step": "-"}
+             for family, us in sorted(families.items(), key=lambda kv: -kv[1])]
+    return rows
 
 
 def run(s: Settings) -> Section:
@@ -94,6 +158,7 @@ def run(s: Settings) -> Section:
     base_t = None
     by_name: dict[tuple[str, str, bool], float] = {}
     chosen = {int(x) for x in s.gpu_rows.split(",") if x.strip()} or set(range(1, len(GPU_ROWS) + 1))
+    profiled = {int(x) for x in s.gpu_profile_rows.split(",") if x.strip()}
     for number, (name, impl, overrides, compile_, kernel) in enumerate(GPU_ROWS, 1):
         if number not in chosen:
             continue
@@ -102,8 +167,9 @@ def run(s: Settings) -> Section:
         try:
             with _kernel(kernel):
                 t_row = time.perf_counter()
-                t, peak_gib = _time_step(impl, m, GPU_BATCH_SEQS, compile_, steps)
-                setup_s = time.perf_counter() - t_row - t * steps  # building, compiling, warming up
+                t, peak_gib, kernels = _time_step(impl, m, GPU_BATCH_SEQS, compile_, steps,
+                                                  profile_steps=3 if number in profiled else 0)
+                setup_s = time.perf_counter() - t_row - t * steps  # building, compiling, warming up (and profiling)
         except Exception as e:  # a failed configuration is recorded, the others still run
             section.rows.append({"model": name, "compile": compile_, "attention kernel": kernel,
                                  "ms/step": f"failed: {type(e).__name__}: {e}"[:200]})
@@ -120,6 +186,10 @@ def run(s: Settings) -> Section:
             "peak GiB": peak_gib, "achieved TFLOP/s": achieved / 1e12, "MFU": f"{100 * achieved / peak:.1f}%",
             "vs Llama ours (compiled)": f"{t / base_t:.2f}x" if base_t else "-", "build + compile s": setup_s})
         print(f"[gpu] {section.rows[-1]}", flush=True)  # an interrupted run keeps what it measured in its log
+        for k in kernels:  # the profile of this row, as notes (the section's table keeps one shape of row)
+            section.notes.append(f"profile of row {number} ({name}, {kernel}): {k['kernel']} [{k['family']}] "
+                                 f"{k['ms per step']:.2f} ms/step, {k['share']}, {k['calls per step']} calls/step")
+            print(f"[gpu_profile] row {number} {k}", flush=True)
     section.targets = _targets(by_name, peak, size)
     from cem_core.model import flex
 
@@ -226,28 +296,73 @@ def _fits(m: Any, batch: int) -> bool:
         torch.cuda.empty_cache()
 
 
+def _peak_gib(m: Any, batch: int) -> float:
+    try:
+        return _time_step("ours", m, batch, False, 1)[1]
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def largest_fitting(fits: Any, guess: int, known_fit: int, cap: int = 1024) -> int:
+    """The largest n in [known_fit, cap] with fits(n), for a `fits` true up to some n and false beyond it; starts
+    at `guess` (a prediction) and brackets outwards from it, then bisects, so a good guess costs few calls."""
+    lo, hi = known_fit, None
+    n = max(min(guess, cap), known_fit + 1)
+    if n > cap:
+        return lo
+    if fits(n):
+        lo, step = n, max(1, n // 8)
+        while hi is None:  # up in growing steps until one fails or the cap
+            n = min(lo + step, cap)
+            if n == lo:
+                return lo
+            if fits(n):
+                lo, step = n, step * 2
+            else:
+                hi = n
+    else:
+        hi = n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
 def run_memory(s: Settings) -> Section:
-    """The largest micro-batch (sequences of 2048) that trains on this GPU, per size: Llama and full CEM T=2."""
+    """The largest micro-batch (sequences of 2048) that trains on this GPU, per size: Llama and full CEM T=2.
+
+    Peak memory is measured at micro-batches 1 and 4 and fitted as fixed + per-sequence GiB (how activations
+    grow); the largest micro-batch is then searched from that line's prediction, so each row costs a few steps."""
     section = Section("gpu_memory", "Largest micro-batch at context 2048 that trains on this GPU (bf16, eager)",
-                      columns=["size", "model", "largest micro-batch", "peak GiB at it"])
+                      columns=["size", "model", "peak GiB at 1", "peak GiB at 4", "fixed GiB", "GiB per sequence",
+                               "predicted largest", "largest micro-batch", "peak GiB at it", "predicted for 80 GiB"])
     if not torch.cuda.is_available():
         return _no_cuda(section)
-    sizes = ("nano",) if s.quick else MEMORY_SIZES
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    sizes = ("nano",) if s.quick else tuple(x for x in s.gpu_memory_sizes.split(",") if x) or MEMORY_SIZES
     for size in sizes:
         for name, overrides in (("Llama", {}), ("full CEM T=2", FULL_CEM)):
             m = model_config(size, **overrides, context_len=256 if s.quick else CONTEXT,
                              **({} if s.quick else {"vocab_size": 32000}))
-            lo, hi = 0, 1
-            while _fits(m, hi) and hi < 1024:  # doubling, then bisection
-                lo, hi = hi, hi * 2
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if _fits(m, mid) else (lo, mid)
-            peak = None
-            if lo:
-                _, peak = _time_step("ours", m, lo, False, 1)
-            section.rows.append({"size": size, "model": name, "largest micro-batch": lo, "peak GiB at it": peak})
+            try:
+                p1, p4 = _peak_gib(m, 1), _peak_gib(m, 4)
+            except torch.OutOfMemoryError:
+                section.rows.append({"size": size, "model": name, "largest micro-batch": 0})
+                continue
+            per_seq = (p4 - p1) / 3
+            fixed = p1 - per_seq
+            predicted = int((total - fixed) / per_seq) if per_seq > 0 else 1024
+            lo = largest_fitting(lambda n: _fits(m, n), predicted, 4)
+            _, peak, _ = _time_step("ours", m, lo, False, 1)
+            section.rows.append({
+                "size": size, "model": name, "peak GiB at 1": p1, "peak GiB at 4": p4, "fixed GiB": fixed,
+                "GiB per sequence": per_seq, "predicted largest": predicted, "largest micro-batch": lo,
+                "peak GiB at it": peak,
+                "predicted for 80 GiB": int((80 - fixed) / per_seq) if per_seq > 0 else "-"})
             print(f"[gpu_memory] {section.rows[-1]}", flush=True)
-    total = torch.cuda.get_device_properties(0).total_memory / 2**30
-    section.notes.append(f"Device: {torch.cuda.get_device_name(0)}, {total:.0f} GiB; eager (compiled models use less).")
+            gc.collect()
+            torch.cuda.empty_cache()
+    section.notes.append(f"Device: {torch.cuda.get_device_name(0)}, {total:.0f} GiB; eager (compiled models use "
+                         "less); 'predicted for 80 GiB' is the fitted line's, for an H100.")
     return section

@@ -23,6 +23,8 @@ class Settings:
     ingest_workers: int = 4
     cache_dir: Path = Path("/tmp/cemctl-bench")
     gpu_rows: str = ""  # comma list of row numbers (1-based) of bench/gpu.py's GPU_ROWS to time; "" = all
+    gpu_profile_rows: str = ""  # comma list of those rows to profile after timing them (top kernels)
+    gpu_memory_sizes: str = ""  # comma list of Table 1 sizes for the gpu_memory section; "" = all
 
     @classmethod
     def quick_mode(cls, out_dir: Path) -> "Settings":

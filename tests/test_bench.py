@@ -114,3 +114,39 @@ def test_a_subset_run_replaces_only_its_sections(tmp_path: Path) -> None:
     assert a["rows"] == [{"x": 1}] and a["targets"][0]["verdict"] == "met" and "commit aaa" in a["measured"]
     assert b["rows"] == [{"x": 3}] and b["measured"] == "now"
     assert "measured 2026-01-01 00:00:00 UTC, commit aaa" in (tmp_path / "latest.md").read_text()
+
+
+def test_largest_fitting_finds_the_boundary_from_any_guess_in_few_calls():
+    from bench.gpu import largest_fitting
+
+    for true in (4, 5, 37, 70, 200, 1024, 3000):
+        for guess in (5, 30, 70, 80, 150, 900):
+            asked: list[int] = []
+
+            def fits(n: int) -> bool:
+                asked.append(n)
+                return n <= true
+
+            assert largest_fitting(fits, guess, 4) == min(true, 1024)
+            if abs(guess - true) <= true // 8:  # a close prediction costs a handful of steps
+                assert len(asked) <= 6, (true, guess, asked)
+
+
+def test_profile_kernels_on_the_cpu_names_where_a_step_spends_its_time():
+    import torch
+
+    from bench.gpu import kernel_family, profile_kernels
+
+    a = torch.randn(256, 256)
+
+    def step() -> None:
+        (a @ a).relu_().sum()
+
+    rows = profile_kernels(step, 3, device="cpu", top=5)
+    kernels = [r for r in rows if not r["kernel"].startswith("all ")]
+    assert 1 <= len(kernels) <= 5 and kernels[0]["kernel"].startswith("aten::")
+    assert any(r["family"] == "matmul" for r in kernels)  # aten::mm / addmm
+    assert abs(sum(float(r["share"].rstrip("%")) for r in rows if r["kernel"].startswith("all ")) - 100) < 0.5
+    assert kernel_family("triton_tem_fused_flex_attention_0") == "attention"
+    assert kernel_family("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT") == "matmul"
+    assert kernel_family("triton_poi_fused_add_mul_3") == "fused elementwise / reductions (triton)"

@@ -399,3 +399,61 @@ def test_attention_may_start_at_the_normed_input(steps):
     assert not torch.allclose(from_n(h), from_h(h))
     with pytest.raises(ConfigError, match="model.attn_start"):
         resolve(RunConfig.from_dict({"model.attention": "llama", "model.attn_start": "norm"}))
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"attention": "cem", "attn_steps": 2, "kq_diagonal": "shared"},
+    {"attention": "cem", "attn_steps": 2, "kq_diagonal": "shared", "attn_precond": "diag",
+     "mlp": "cem", "mlp_steps": 2, "mlp_precond": "diag"},
+], ids=["llama", "cem attention T=2", "full cem T=2"])
+def test_a_compiled_model_compiles_once_for_a_training_loop(overrides):
+    """A table a layer fills at its first call (RoPE's) changed what dynamo had guarded on, so every compiled model
+    compiled twice: at the first step and again at the second (36 s more for the 20M Llama on an H200)."""
+    import torch._dynamo
+
+    from cem_core.model.attention import LlamaAttention
+
+    cfg = model_cfg(**overrides)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(model, backend="eager")  # dynamo's guards without inductor's code generation
+    x = torch.randint(0, cfg.vocab_size, (2, cfg.context_len))
+    for _ in range(3):
+        _, loss = compiled(x, x)
+        loss.backward()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    if not overrides:  # the table is the configured context's, and a longer input still gets one of its own
+        attn = next(m for m in model.modules() if isinstance(m, LlamaAttention))
+        assert attn.rope_cos.shape[0] == cfg.context_len and "rope_cos" not in model.state_dict().__repr__()
+        cos, _ = attn._rope_for(cfg.context_len + 5)
+        assert cos.shape[0] == cfg.context_len + 5
+
+
+def test_a_compiled_model_on_flexattention_compiles_once(monkeypatch):
+    """The causal BlockMask cache, filled while dynamo traced the first call, made the second call recompile the
+    whole model (on CUDA, every model with CEM attention). FlexAttention's backward needs a GPU, so the CPU checks
+    the forward."""
+    import torch._dynamo
+
+    from cem_core.model import flex
+
+    monkeypatch.setenv(flex.KERNEL_ENV, "flex")
+    monkeypatch.setattr(flex, "_block_masks", {})
+    monkeypatch.setattr(flex, "_disabled", {})
+    cfg = model_cfg(attention="cem", attn_steps=2, kq_diagonal="shared")
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(model, backend="eager")
+    x = torch.randint(0, cfg.vocab_size, (2, cfg.context_len))
+    with torch.no_grad():
+        outs = [compiled(x, x)[1] for _ in range(3)]
+        assert not flex.failed_shapes()  # FlexAttention ran
+        monkeypatch.setenv(flex.KERNEL_ENV, "sdpa")
+        eager = model(x, x)[1]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert all(torch.allclose(o, eager, atol=1e-5) for o in outs)

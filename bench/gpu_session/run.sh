@@ -3,12 +3,17 @@
 # writes under $OUT, so a part that runs long or fails leaves the others' results.
 #
 #   bash bench/gpu_session/run.sh tests:170 scale:100 gpu:1,2,3:120 attention:90 memory:90
+#   bash bench/gpu_session/run.sh tests:200:4+gpuwarm:2,4:200 gpu:2,4:120:2   # '+' joins parts run at once
 #
 # parts: tests:S (python -m pytest -m gpu tests/gpu), scale:S (the gpu-scale grid beside this file through
-# `cemctl launch --gpus 0`, with `plan`'s estimate), gpu:ROWS:S (bench/gpu.py's rows, 1-based; "all"),
+# `cemctl launch --gpus 0`, with `plan`'s estimate), gpu:ROWS:S[:PROFILED] (bench/gpu.py's rows, 1-based; "all";
+# PROFILED: rows whose top kernels torch.profiler records after timing them),
 # gpuwarm:ROWS:S (those rows compiled in parallel processes first, numbers discarded), tests:S:N (N workers),
 # diag:S (FlexAttention per call shape, bench/gpu_session/diag.py),
-# attention:S (the CEM attention sublayer, FlexAttention vs SDPA), memory:S (largest micro-batch per size).
+# attention:S (the CEM attention sublayer, FlexAttention vs SDPA), memory:S[:SIZES] (largest micro-batch per
+# size), compile:S:VARIANTS (bench/gpu_session/compile_diag.py per variant, in parallel, each with a cold cache).
+# Parts joined by '+' run at the same time (compiling beside each other: their timings are not the GPU's alone).
+# Everything written lands in $OUT/session.tar.gz at the end (the device tool returns at most 8 files).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
 mkdir -p "$OUT"
@@ -24,8 +29,9 @@ bench_part() {  # section, extra args, seconds
   echo "== bench $1: exit $? =="; grep -E "^\[(gpu|gpu_attention|gpu_memory)\]" "$OUT/bench_$1.log" | cut -c1-300
   grep -E "Error|error" "$OUT/bench_$1.log" | tail -5 | cut -c1-300
 }
-for part in "$@"; do
-  IFS=: read -r what a b <<< "$part"
+one_part() {
+  local part=$1 what a b c
+  IFS=: read -r what a b c <<< "$part"
   echo "== $part at $(date -u +%T) =="
   case "$what" in
     tests)
@@ -41,15 +47,26 @@ for part in "$@"; do
       echo "== launch: exit $? after $(( $(date +%s) - t0 )) s ==" ; tail -5 "$OUT/launch.log" | cut -c1-300
       python3 -m cemctl.cli status --db "$W/results.db" --runs-dir "$W/runs" 2>&1 | tail -8 | cut -c1-200
       (cd "$W" && tar czf "$OUT/gpu_scale_runs.tar.gz" --exclude='*.pt' --exclude='ckpt*' runs results.db) ;;
-    gpu) bench_part gpu "--gpu-rows=${a/all/}" "$b" ;;
+    gpu) bench_part gpu "--gpu-rows=${a/all/} --gpu-profile=${c:-}" "$b"
+      grep -h '^\[gpu_profile\]' "$OUT/bench_gpu.log" | grep "'kernel': 'all " | cut -c1-200 ;;
     gpuwarm)  # compile rows in parallel processes (numbers discarded) so that a timed `gpu:` part reads inductor's cache
       for r in ${a//,/ }; do timeout "$b" python3 -m bench --only gpu --gpu-rows="$r" --out "/tmp/warm$r" > "/tmp/warm$r.log" 2>&1 & done
       wait; echo "== warm: $(grep -h '^\[gpu\]' /tmp/warm*.log | cut -c1-200)" ;;
     diag) timeout "$a" python3 bench/gpu_session/diag.py > "$OUT/diag.log" 2>&1; echo "== diag: exit $? =="; grep '^\[diag\]' "$OUT/diag.log" | cut -c1-400 ;;
     attention) bench_part gpu_attention "" "$a" ;;
-    memory) bench_part gpu_memory "" "$a" ;;
+    memory) bench_part gpu_memory "--gpu-memory-sizes=${b:-}" "$a" ;;
+    compile)
+      for v in ${b//,/ }; do TORCH_LOGS=recompiles,graph_breaks timeout "$a" python3 bench/gpu_session/compile_diag.py "$v" > "$OUT/compile_$v.log" 2>&1 & done
+      wait; grep -h '^\[compile\]' "$OUT"/compile_*.log | cut -c1-700 ;;
     *) echo "unknown part $what" ;;
   esac
+}
+for group in "$@"; do
+  IFS=+ read -r -a parts <<< "$group"
+  for part in "${parts[@]}"; do one_part "$part" & done
+  wait
 done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 echo "== done at $(date -u +%T) =="
+(cd "$OUT" && tar czf /tmp/session.tar.gz --exclude=session.tar.gz . && mv /tmp/session.tar.gz . \
+  && find . -mindepth 1 ! -name session.tar.gz ! -name env.txt -delete)

@@ -93,13 +93,17 @@ class LlamaAttention(ResidualSublayer):
         self.wk = nn.Linear(d, d, bias=False)
         self.wv = nn.Linear(d, d, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
-        self._rope: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
+        # The rotation table for the configured context, made once: buffers follow the model to its device, and
+        # a compiled model sees the same tensors at every call (a table filled at the first call changed what
+        # the compiled graph had guarded on, so the whole model compiled twice). Not in the state dict.
+        cos, sin = rope_cache(cfg.context_len, self.head_dim, self.rope_theta)  # [context, Dh/2] each
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
 
-    def _rope_for(self, L: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._rope is None or self._rope[0] < L or self._rope[1] != device:
-            cos, sin = rope_cache(L, self.head_dim, self.rope_theta, device=device)
-            self._rope = (L, device, cos, sin)
-        return self._rope[2][:L], self._rope[3][:L]
+    def _rope_for(self, L: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if L > self.rope_cos.shape[0]:  # longer than the configured context: made for this call
+            return rope_cache(L, self.head_dim, self.rope_theta, device=self.rope_cos.device)
+        return self.rope_cos[:L], self.rope_sin[:L]
 
     def delta(self, n: torch.Tensor) -> torch.Tensor:
         """The attention output for normed input n [B, L, d] (no residual)."""
@@ -108,7 +112,7 @@ class LlamaAttention(ResidualSublayer):
         q = self.wq(n).view(B, L, H, Dh).transpose(1, 2)  # [B, H, L, Dh]
         k = self.wk(n).view(B, L, H, Dh).transpose(1, 2)
         v = self.wv(n).view(B, L, H, Dh).transpose(1, 2)
-        cos, sin = self._rope_for(L, n.device)
+        cos, sin = self._rope_for(L)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, L, Dh]
         return self.wo(o.transpose(1, 2).reshape(B, L, d))

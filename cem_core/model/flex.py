@@ -108,15 +108,34 @@ def disable_flex(key: tuple[int, int, bool], reason: str) -> None:
         _disabled[key] = reason
 
 
+def _lse_request() -> dict[str, Any]:
+    """How to ask flex_attention for the log-sum-exp: `return_aux` where PyTorch has it (`return_lse` is deprecated
+    there, and its warn-once table, filled while dynamo traced the first call, made the second recompile)."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return {"return_lse": True}
+    return {"return_aux": AuxRequest(lse=True)}
+
+
+_LSE: dict[str, Any] = _lse_request() if flex_importable() else {}
+
+
+def _causal(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+    return q_idx >= kv_idx
+
+
 def causal_block_mask(L: int, device: torch.device) -> Any:
+    """The causal BlockMask for length L: cached per (L, device) for eager callers; inside a compiled model made in
+    the graph, never cached (filling the cache during tracing changed what the graph had guarded on, so every
+    model with CEM attention compiled twice: at its first call and again at its second)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
+    if torch.compiler.is_compiling():
+        return create_block_mask(_causal, B=None, H=None, Q_LEN=L, KV_LEN=L, device=device)
     key = (L, str(device))
     if key not in _block_masks:
-        def causal(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
-            return q_idx >= kv_idx
-
-        _block_masks[key] = create_block_mask(causal, B=None, H=None, Q_LEN=L, KV_LEN=L, device=device)
+        _block_masks[key] = create_block_mask(_causal, B=None, H=None, Q_LEN=L, KV_LEN=L, device=device)
     return _block_masks[key]
 
 
@@ -173,7 +192,8 @@ def cem_flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sca
 
     fn = _flex() if compiled else flex_attention
     out, lse = fn(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(L, q.device), scale=scale,
-                  return_lse=True)
+                  **_LSE)
+    lse = getattr(lse, "lse", lse)  # return_aux gives an AuxOutput, return_lse the tensor [B, K, L]
     if delta is not None and delta.requires_grad and torch.is_grad_enabled():
         with torch.no_grad():
             s_diag = scale * (q.float() * k.float()).sum(-1) + delta_c[None, :, None]  # [B, K, L]

@@ -61,6 +61,31 @@ def test_every_variant_trains_at_134m_dims_in_bf16(name):
     assert losses[-1] < losses[0] - 0.1, losses  # the same batch: the loss must fall
 
 
+@pytest.mark.parametrize("name", ["llama", "cem attention T=2 shared"])
+def test_a_compiled_model_compiles_once_on_the_gpu(name, monkeypatch):
+    """The first step's compilation is the only one: a cache filled while dynamo traced the first call (RoPE's
+    table, FlexAttention's causal BlockMask, a deprecation warn-once) recompiled the whole model at the second."""
+    import torch._dynamo
+
+    from bench.models import model_config
+    from cem_core.model import build_model, flex
+
+    monkeypatch.setattr(flex, "_block_masks", {})
+    m = model_config("nano", context_len=256, **{k: v for k, v in VARIANTS[name].items()})
+    torch.manual_seed(0)
+    model = build_model(m).cuda()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(model)
+    x = torch.randint(0, m.vocab_size, (2, m.context_len), device="cuda")
+    for _ in range(3):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = compiled(x, x)
+        loss.backward()
+    assert not flex.failed_shapes(), flex.describe_kernel(x.device)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
 @pytest.mark.parametrize("diagonal", ["none", "shared", "per_head"])
 @pytest.mark.parametrize("steps", [1, 2])
 def test_cem_attention_on_flex_matches_the_sdpa_path(diagonal, steps, monkeypatch):
