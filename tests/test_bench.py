@@ -150,3 +150,28 @@ def test_profile_kernels_on_the_cpu_names_where_a_step_spends_its_time():
     assert kernel_family("triton_tem_fused_flex_attention_0") == "attention"
     assert kernel_family("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT") == "matmul"
     assert kernel_family("triton_poi_fused_add_mul_3") == "fused elementwise / reductions (triton)"
+
+
+def test_kernel_table_counts_a_gpu_kernel_once_not_its_cpu_side_record_too():
+    """On an H200 each Triton kernel came twice, as the kernel and as the CPU-side record of its launch under the
+    same name with the kernel's device time: the families summed to 78 ms for a 52 ms step."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from bench.gpu import kernel_table
+
+    def ev(key, device, us, count=12):  # noqa: ANN001, ANN202
+        return SimpleNamespace(key=key, device_type=device, self_device_time_total=us, self_cpu_time_total=5.0,
+                               count=count)
+
+    events = [ev("triton_tem_fused_flex_attention_backward_11", DeviceType.CUDA, 3000.0),
+              ev("triton_tem_fused_flex_attention_backward_11", DeviceType.CPU, 3000.0),
+              ev("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", DeviceType.CUDA, 1000.0, 85),
+              ev("aten::mm", DeviceType.CPU, 1000.0, 85)]
+    rows = kernel_table(events, 1, on_gpu=True)
+    kernels = [r for r in rows if not r["kernel"].startswith("all ")]
+    assert [r["kernel"] for r in kernels] == ["triton_tem_fused_flex_attention_backward_11",
+                                              "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"]
+    assert sum(r["ms per step"] for r in rows if r["kernel"].startswith("all ")) == 4.0
+    assert [r["share"] for r in kernels] == ["75.0%", "25.0%"]

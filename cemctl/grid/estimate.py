@@ -2,9 +2,10 @@
 
 Parameters and FLOPs are the exact analytic counts of `cem_core.counts`.
 Training FLOPs = 3 x forward matmul FLOPs per token x tokens. GPU-hours assume a
-sustained throughput of `gpu_tflops` x `mfu` plus `GPU_RUN_OVERHEAD_S` a run
-(compilation, start, evaluation). The defaults come from one session on an H200 on
-2026-11-26 (bench/results/gpu-h200-2026-11-26/README.md), and are few points:
+sustained throughput of `gpu_tflops` x `mfu` plus an overhead a run (compilation, start,
+evaluation: `GPU_RUN_OVERHEAD_S`, `GPU_RUN_OVERHEAD_CEM_S`). The defaults come from two
+sessions on an H200 (bench/results/gpu-h200-2026-11-26/ and gpu-h200-2026-11-27/,
+their README.md), and are few points:
 - 989 TFLOP/s is the H100's and the H200's datasheet dense bf16 (memory: an H100's 80 GiB).
 - The MFU against it is two measurements from different set-ups, interpolated in
   log(d_model) between them and held beyond (`measured_mfu`; an assumption, not a
@@ -12,8 +13,12 @@ sustained throughput of `gpu_tflops` x `mfu` plus `GPU_RUN_OVERHEAD_S` a run
   vocabulary 4,096, micro-batch 16: 1.10-1.29M tokens/s), 39 % for the 134M Llama of
   `bench/gpu.py` (d_model 768, context 2048, vocabulary 32,000, batch 8, compiled).
 - Models with CEM attention or a CEM MLP ran at 77-78 % of the Llama's FLOP rate at
-  134M (`CEM_RATE`); their compilation was slower too (the 20M full CEM T=2 was still
-  compiling after 80 s), which the 60 s a run does not cover.
+  134M and at 1.58x it at 20M (full CEM T=2: 1.03M tokens/s of 107 MFLOP against the
+  Llama's 1.29M of 54; a small model's step is bound by launches, and CEM does more work
+  per launch): `MEASURED_CEM_RATE`, interpolated like the MFU.
+- A run's overhead: 26 s for the 20M Llama (its whole run took 38.5 s) and 71 s for the
+  20M full CEM T=2 (86.6 s), once a compiled model compiled once (before 2026-11-27 each
+  compiled twice: 57.7 s for the same Llama run).
 `--mfu` replaces the MFU (and the CEM factor); `--gpu-tflops 312` for an A100.
 `gpu_peak_gib` estimates a run's GPU memory (`plan` warns when a micro-batch will not fit).
 CPU-hours assume `cpu_gflops` of training FLOPs per second per worker: the default,
@@ -39,15 +44,20 @@ DEFAULT_MFU: float | None = None  # None: measured_mfu by the model's width
 # (d_model, MFU against 989 TFLOP/s), measured on an H200 (module doc): compiled, bf16 autocast, fused AdamW
 MEASURED_MFU = ((256, 0.065), (768, 0.39))
 DEFAULT_GPU_MEM_GIB = 80.0  # an H100's (`--gpu-mem-gib 141` for an H200)
-CEM_RATE = 0.775  # CEM attention / MLP models ran at 77-78 % of the Llama's FLOP rate at 134M (301, 299 vs 387)
-GPU_RUN_OVERHEAD_S = 60.0  # per run: torch.compile and start (36 s for 20M, 63 s for 134M measured), evaluations
+# (d_model, FLOP rate of a model with CEM attention or a CEM MLP over the Llama's): 1.58 at 20M (full CEM T=2 in
+# `cemctl launch`), 0.775 at 134M (301 and 299 TFLOP/s against 387 in bench/gpu.py)
+MEASURED_CEM_RATE = ((256, 1.58), (768, 0.775))
+GPU_RUN_OVERHEAD_S = 25.0  # per run without CEM layers: torch.compile, start, evaluations (26 s for the 20M Llama)
+GPU_RUN_OVERHEAD_CEM_S = 70.0  # with CEM attention or a CEM MLP (71 s for the 20M full CEM T=2)
 # GPU memory (GiB = 2^30 bytes): weights, gradients and AdamW's two moments in float32, then per token the logits
 # (bf16, their float32 copy and its gradient) and per layer, model width and recursion step the activations; a
 # shared KQ diagonal keeps an [L, L] matrix per step. The activation constant is set from the Llama's peak measured
 # on an H200 at 134M, context 2048, micro-batch 8, compiled (13.05 GiB); the estimate is then 0.0 % over the CEM
 # attention T=1 (shared diagonal) peak of 13.60, 8 % over full CEM T=2's 18.72 and 19 % over the 20M launch run's
 # 1.48 GiB (its environment.json). All measured at micro-batch 8-16: larger micro-batches are extrapolated
-# linearly, which is how activations grow, but not measured. Eager runs took about 20 % more (15.84 GiB).
+# linearly, which is how activations grow. Eager steps (measured 2026-11-27 at micro-batches 1 and 4, 86M-162M)
+# take 1.35-1.91 GiB a sequence for the Llama and 2.02-3.15 for full CEM T=2 (at 134M 23-26 % over this estimate); the
+# largest eager micro-batch on the H200's 139.8 GiB was 73 (134M Llama) and 44 (134M full CEM T=2).
 GPU_BYTES_PER_PARAM = 16
 GPU_LOGIT_BYTES = 10  # per token and vocabulary entry
 GPU_ACTIVATION_BYTES = 44  # per token, layer and d_model, at one step of attention and of the MLP
@@ -72,7 +82,16 @@ class RunCost:
 
 def measured_mfu(d_model: int) -> float:
     """MFU against DEFAULT_GPU_TFLOPS for a model of this width (MEASURED_MFU, log-interpolated, held beyond)."""
-    (d0, m0), (d1, m1) = MEASURED_MFU
+    return _by_width(MEASURED_MFU, d_model)
+
+
+def cem_rate(d_model: int) -> float:
+    """A CEM model's FLOP rate over the Llama's at this width (MEASURED_CEM_RATE, log-interpolated, held beyond)."""
+    return _by_width(MEASURED_CEM_RATE, d_model)
+
+
+def _by_width(points: tuple[tuple[int, float], tuple[int, float]], d_model: int) -> float:
+    (d0, m0), (d1, m1) = points
     if d_model <= d0:
         return m0
     if d_model >= d1:
@@ -82,10 +101,12 @@ def measured_mfu(d_model: int) -> float:
 
 
 def _measured_mfu_of(cfg: RunConfig) -> float:
-    """`measured_mfu` of the model's width, times CEM_RATE where CEM attention or a CEM MLP runs."""
-    m = cfg.model
-    cem = m.attention == "cem" or str(m.mlp).startswith("cem")
-    return measured_mfu(m.d_model) * (CEM_RATE if cem else 1.0)
+    """`measured_mfu` of the model's width, times `cem_rate` where CEM attention or a CEM MLP runs."""
+    return measured_mfu(cfg.model.d_model) * (cem_rate(cfg.model.d_model) if _has_cem(cfg) else 1.0)
+
+
+def _has_cem(cfg: RunConfig) -> bool:
+    return cfg.model.attention == "cem" or str(cfg.model.mlp).startswith("cem")
 
 
 def _gpu_bytes(cfg: RunConfig, params_total: int) -> tuple[float, float]:
@@ -160,7 +181,8 @@ def run_cost(cfg: RunConfig, *, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: flo
         steps=steps,
         tokens=tokens,
         train_flops=flops,
-        gpu_hours=(flops / (gpu_tflops * 1e12 * (mfu or _measured_mfu_of(cfg))) + GPU_RUN_OVERHEAD_S) / 3600.0,
+        gpu_hours=(flops / (gpu_tflops * 1e12 * (mfu or _measured_mfu_of(cfg)))
+                   + (GPU_RUN_OVERHEAD_CEM_S if _has_cem(cfg) else GPU_RUN_OVERHEAD_S)) / 3600.0,
         cpu_hours=flops / (cpu_gflops * 1e9) / 3600.0,
     )
 
