@@ -106,3 +106,20 @@ def test_a_profile_needs_three_rates_with_two_seeds_each_and_drops_a_rate_missin
     table[0.004] = {0: 1.55, 1: 1.56}  # two seeds there: the rate stays, the seeds all rates share are used
     prof = Profile.of(table)
     assert prof.lrs == [0.0014, 0.002, 0.0028, 0.004] and prof.seeds == [0, 1]
+
+
+@pytest.mark.parametrize("lr, extended, side", [
+    (0.0014, (False, False), ""),  # one rate beyond it on each side of a planned profile: bracketed
+    (0.0014, (True, False), "provisional low"),  # the one rate below it came from an extension
+    (0.002, (True, False), ""),  # two rates below it: the bracket holds
+    (0.004, (False, True), "provisional high"),
+    (0.0028, (False, True), ""),
+    (0.0012, (True, False), "near low"),  # in the end interval: as before
+    (0.001, (True, True), "low"),
+])
+def test_a_bracket_an_extension_made_is_provisional_until_a_second_rate_beyond_it(lr, extended, side):
+    from cemctl.report.tuned import edge_side
+
+    lrs = [0.001, 0.0014, 0.002, 0.0028, 0.004, 0.0057]
+    got = edge_side(lrs, np.array([lr]), np.array([lr in (lrs[0], lrs[-1])]), extended=extended)
+    assert str(got[0]) == side

@@ -208,31 +208,33 @@ def test_a_part_whose_profile_lacks_rates_is_not_counted_as_decided(tmp_path):
 
 def test_an_optimum_at_the_edge_of_its_profile_extends_the_profile_in_the_next_round(tmp_path):
     """Step 0.5's optimum (0.0026) lies beyond its profile's edge (0.002): round 1 adds 0.0028 for that arm only;
-    the optimum then lies between the two highest rates (not bracketed), so round 2 adds 0.004, and then it is
-    bracketed. Step 1's optimum (0.0012) is bracketed from the start. The new rates get the round's seeds, the
-    other arm none of them; the rates are recorded in the design and in the experiment's plan key, so `launch ud`
-    afterwards has nothing to start."""
+    the optimum then lies between the two highest rates (not bracketed), so round 2 adds 0.004. That brackets it, but
+    with one rate beyond it, which an extension added: provisional (`tuned.edge_side`), so round 3 adds 0.0057 at the
+    cap's seeds, and then it is bracketed. Step 1's optimum (0.0012) is bracketed from the start. The new rates get
+    the round's seeds, the other arm none of them; the rates are recorded in the design and in the experiment's
+    plan key, so `launch ud` afterwards has nothing to start."""
     from cemctl.db import get_experiment, open_db
 
     fake = FakeLauncher(loss=_own_loss({0.5: 0.0026, 1.0: 0.0012}))
     report, lines = _run(tmp_path, fake, extra=OWN, max_seeds=7)
-    assert report.stop == "seed cap" and len(report.rounds) == 2
+    assert report.stop == "seed cap" and len(report.rounds) == 3
     design = json.loads(report.design_path.read_text())
     assert [(e["round"], e["arm"], e["edge"], e["lr"]) for e in design["extensions"]] == \
-        [(1, 1, "high", 0.0028), (2, 1, "high", 0.004)]
+        [(1, 1, "high", 0.0028), (2, 1, "high", 0.004), (3, 1, "high", 0.0057)]
     assert "the profile extended with train.lr = 0.0028 (arm 1 of O. step 0.5 - step 1 at their own optima)" \
         in lines[0]
-    assert [len(x) for x in fake.launches] == [24, 8 * 2 + 5, 8 * 2 + 2 + 7]
-    assert fake.requests[2].axes == {"train.lr": [0.0007, 0.001, 0.0014, 0.002, 0.0028, 0.004]}
-    assert list(report.seeds.values()) == [7] * 10  # every rate of both profiles at the cap, the two new ones too
+    assert [len(x) for x in fake.launches] == [24, 8 * 2 + 5, 8 * 2 + 2 + 7, 7]
+    rates = [0.0007, 0.001, 0.0014, 0.002, 0.0028, 0.004, 0.0057]
+    assert fake.requests[3].axes == {"train.lr": rates}
+    assert list(report.seeds.values()) == [7] * 11  # every rate of both profiles at the cap, the three new ones too
     assert cli(tmp_path, "export", "ud", "--out", str(tmp_path / "runs.csv")).returncode == 0
     runs = pd.read_csv(tmp_path / "runs.csv")
-    new = runs[runs["train.lr"].isin([0.0028, 0.004])]
-    assert set(new["model.attn_step_size"]) == {0.5} and len(new) == 5 + 2 + 7
+    new = runs[runs["train.lr"].isin([0.0028, 0.004, 0.0057])]
+    assert set(new["model.attn_step_size"]) == {0.5} and len(new) == 5 + 2 + 7 + 7
     row = report.parts.iloc[0]
     assert row["edges"] == ("", "") and 0.0023 < float(row["optima"].split(" / ")[0]) < 0.0029  # inside: 0.0026
     exp = get_experiment(open_db(f"sqlite:///{tmp_path / 'results.db'}"), "ud")
-    assert json.loads(exp.overrides_json)["--axis"] == {"train.lr": [0.0007, 0.001, 0.0014, 0.002, 0.0028, 0.004]}
+    assert json.loads(exp.overrides_json)["--axis"] == {"train.lr": rates}
     res = cli(tmp_path, "launch", "ud", "--dry-run")
     assert res.returncode == 0 and "would launch 0 of" in res.stdout, res.output
 
@@ -463,7 +465,8 @@ def test_an_unbracketed_optimum_is_extended_even_when_its_arms_are_at_the_seed_c
     row = report.parts.iloc[0]
     assert math.isfinite(row["ci95_low"]) and math.isfinite(row["ci95_high"]), (row["ci95_low"], row["ci95_high"])
     assert row["edges"] == ("", "")
-    assert row["sequential"] == "1 look at 3 of 3 seeds (revised 2 times: the same seeds, more learning rates)"
+    # 0.0028, 0.004, then 0.0057: the bracket 0.004 made came from an extension, provisional until one more rate ran
+    assert row["sequential"] == "1 look at 3 of 3 seeds (revised 3 times: the same seeds, more learning rates)"
     assert row["ci95_low"] < row["effect"] < row["ci95_high"]
 
 

@@ -209,8 +209,11 @@ def _fixed(part: PartSpec, chosen: list[list[Arm]], model: str) -> tuple[Estimat
     return welch_estimate(groups), ref, info
 
 
-def _tuned(part: PartSpec, chosen: list[list[Arm]], model: str
+def _tuned(part: PartSpec, chosen: list[list[Arm]], model: str, extensions: Sequence[Mapping[str, Any]] = ()
            ) -> tuple[Estimate | None, float, dict[str, Any], str, list[list[str]]]:
+    """`extensions`: the until-decided loop's added rates (`Design.extensions`); an arm whose profile ends at one
+    of its own (its selector matches the arm) has that side marked extended (`tuned.edge_side`)."""
+    from cemctl.grid.claims import selector_matches
     from cemctl.report.tuned import Profile, tuned_estimate
 
     profiles = []
@@ -219,6 +222,9 @@ def _tuned(part: PartSpec, chosen: list[list[Arm]], model: str
         prof = Profile.of(table, [r for a in group for r in a.run_ids])
         if isinstance(prof, str):
             return None, math.nan, {}, f"arm {k + 1}: {prof}", []
+        added = [float(e["lr"]) for e in extensions if selector_matches(group[0].config, e["selector"])]
+        prof.extended = tuple(any(math.isclose(end, x, rel_tol=1e-9) for x in added)  # type: ignore[assignment]
+                              for end in (prof.lrs[0], prof.lrs[-1]))
         profiles.append(prof)
     est, tinfo = tuned_estimate(profiles, part.coefs, model)
     by_lr = [{float(a.config.get(LR) or 0): a for a in group} for group in chosen]
@@ -304,8 +310,10 @@ def _combine(estimates: list[Estimate]) -> Estimate:
 
 
 def estimate_part(part: PartSpec, arms_by: Mapping[str, list[Arm]], *, tuned: bool, rng: Any, scale: str = "",
-                  selectors: Sequence[dict[str, Any]] | None = None) -> Estimated:
-    """The part's contrast at every setting with runs (`tuned`: each arm at its own optimum)."""
+                  selectors: Sequence[dict[str, Any]] | None = None,
+                  extensions: Sequence[Mapping[str, Any]] = ()) -> Estimated:
+    """The part's contrast at every setting with runs (`tuned`: each arm at its own optimum; `extensions`: the
+    rates an until-decided design added to profiles, `_tuned`)."""
     sweep = tuned or part.statistic == "lr_optimum"
     model, _ = variance_model(part, tuned)
     out = Estimated(None)
@@ -321,7 +329,7 @@ def estimate_part(part: PartSpec, arms_by: Mapping[str, list[Arm]], *, tuned: bo
             est, ref = _sweep_estimate(part, chosen, rng, info)
             near = [[r for a in group for r in a.run_ids] for group in chosen]
         elif tuned:
-            est, ref, info, why, near = _tuned(part, chosen, model)
+            est, ref, info, why, near = _tuned(part, chosen, model, extensions)
             out.why = out.why or why
         else:
             est, ref, info = _fixed(part, chosen, model)
@@ -497,7 +505,8 @@ def _sequential(part: PartSpec, current: Estimated, design: "Design", look_arms:
     estimates = []
     for arms_by in look_arms:
         try:
-            estimates.append(estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale).est)
+            estimates.append(estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale,
+                                           extensions=design.extensions).est)
         except PooledArms:
             continue
     for e in [*estimates, current.est]:
@@ -567,8 +576,9 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                 rng = np.random.default_rng([seed, len(rows)])
                 source = part.source or claim.source
                 tuned = part.tuned and part.statistic != "lr_optimum"
-                prim = estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale)
                 design = next((d for d in scale_designs if (source, claim.id, part.name) in d.family), None)
+                prim = estimate_part(part, arms_by, tuned=tuned, rng=rng, scale=scale,
+                                     extensions=design.extensions if design is not None else ())
                 sequential = ""
                 if design is not None and prim.est is not None:
                     seq = _sequential(part, prim, design, look_arms[id(design)], tuned=tuned, rng=rng, scale=scale)
@@ -599,10 +609,14 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
                 advice = []
                 for k, edge in enumerate(edges):
                     if edge and tuned:
-                        side = edge.split()[-1]  # 'low' | 'high' | 'near low' | 'near high' (tuned.edge_side)
+                        side = edge.split()[-1]  # 'low' | 'high' | 'near ...' | 'provisional ...' (tuned.edge_side)
+                        provisional = edge.startswith("provisional")
                         add = profile_advice(info["profiles"][k], low_edge=side == "low", high_edge=side == "high")
-                        where = f"at the {side} edge" if edge == side else f"between the two {side}est rates"
-                        advice.append(f"arm {k + 1}'s optimum is {where} of its profile: extend the "
+                        where = f"at the {side} edge of its profile" if edge == side else \
+                            f"next to the {side}est rate of its profile, which an extension added (a bracket that " \
+                            f"stays provisional until one more rate beyond it has run)" if provisional else \
+                            f"between the two {side}est rates of its profile"
+                        advice.append(f"arm {k + 1}'s optimum is {where}: extend the "
                                       f"profile with train.lr = {', '.join(f'{v:g}' for v in add)}")
                 fall, conv = convergence(prim.arm_runs, slopes, margin if part.unit == "nats" else math.nan)
                 vrows = robustness(part, arms_by, tuned=tuned, rng=rng, scale=scale, margin=margin)

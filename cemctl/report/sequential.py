@@ -417,6 +417,8 @@ class Design:
     family: frozenset[tuple[str, str, str]]
     looks: list[frozenset[str]] = field(default_factory=list)
     alpha: float = 0.05
+    # the rates the loop added beyond a profile's edge: {"lr", "edge", "selector" (the arm), "part", "arm", ...}
+    extensions: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass

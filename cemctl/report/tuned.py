@@ -46,6 +46,8 @@ class Profile:
     values: np.ndarray  # (seeds, lrs) losses
     run_ids: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # why rates or seeds were left out
+    # (low, high): the profile's first / last rate was added by the until-decided loop's extension (`edge_side`)
+    extended: tuple[bool, bool] = (False, False)
     _cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -82,7 +84,7 @@ class Profile:
     def optimum(self) -> tuple[float, float, str]:
         """(lr, loss, edge) of the seed-mean profile's Akima minimum; edge '' | 'low' | 'high'."""
         lr, loss, at_edge = (v[0] for v in self._minima())
-        return float(lr), float(loss), str(edge_side(self.lrs, lr, at_edge))
+        return float(lr), float(loss), str(edge_side(self.lrs, lr, at_edge, extended=self.extended))
 
     def leave_one_out(self) -> np.ndarray:
         """The tuned loss with each seed left out (n,)."""
@@ -116,18 +118,29 @@ def jackknife_minima(lrs: Sequence[float], values: np.ndarray, *, per_seed: bool
     return np.asarray(lr, dtype=float), np.asarray(loss, dtype=float), np.asarray(edge, dtype=bool)
 
 
-def edge_side(lrs: Sequence[float], lr: np.ndarray, at_edge: np.ndarray) -> np.ndarray:
+def edge_side(lrs: Sequence[float], lr: np.ndarray, at_edge: np.ndarray, *,
+              extended: tuple[bool, bool] = (False, False)) -> np.ndarray:
     """Where minima at `lr` sit in the profile `lrs`: '' (bracketed: from the second to the second-last rate, where
     the interpolant's slopes come from data on both sides), 'low' | 'high' (at the first or last rate: the true
     optimum may lie beyond it, so the loss there bounds the tuned loss from above) or 'near low' | 'near high' (in
     an end interval: the interpolant there extrapolates its end slope, and on a curve much steeper on one side of
     the optimum it dips below the data by more than the seeds' noise, tests/test_claims_tuned.py; its value is no
-    bound either way)."""
+    bound either way).
+
+    `extended` (low, high): that end rate was added by an extension, which stops at the first rate that makes the
+    optimum look bracketed; on a flat, noisy profile that is often noise short of the true optimum. There a minimum
+    with only one rate beyond it on that side is 'provisional low' | 'provisional high': treated as at that edge
+    (its loss bounds the tuned loss from above, the loop extends once more) until a second rate beyond it ran."""
     lr, at_edge = np.asarray(lr, dtype=float), np.asarray(at_edge, dtype=bool)
     low_point = at_edge & np.isclose(lr, lrs[0])
     out = np.where(low_point, "low", np.where(at_edge, "high", ""))
     out = np.where((out == "") & (lr < lrs[1] * (1 - 1e-9)), "near low", out)
-    return np.where((out == "") & (lr > lrs[-2] * (1 + 1e-9)), "near high", out)
+    out = np.where((out == "") & (lr > lrs[-2] * (1 + 1e-9)), "near high", out)
+    if extended[0] and len(lrs) >= 3:
+        out = np.where((out == "") & (lr < lrs[2] * (1 - 1e-9)), "provisional low", out)
+    if extended[1] and len(lrs) >= 3:
+        out = np.where((out == "") & (lr > lrs[-3] * (1 + 1e-9)), "provisional high", out)
+    return out
 
 
 def jackknife_var(loo: np.ndarray) -> np.ndarray:

@@ -199,7 +199,9 @@ def load_designs(runs_root: Path | str | None, scale: str | None = None) -> list
             d = data["design"]
             design = Design(str(d["experiment"]), str(d["scale"]), int(d["max_seeds"]),
                             frozenset(tuple(x) for x in d["family"]),
-                            [frozenset(look["runs"]) for look in data.get("looks", [])], float(d.get("alpha", 0.05)))
+                            [frozenset(look["runs"]) for look in data.get("looks", [])], float(d.get("alpha", 0.05)),
+                            tuple(e for e in data.get("extensions", []) if isinstance(e, dict)
+                                  and isinstance(e.get("selector"), dict) and isinstance(e.get("lr"), (int, float))))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if scale is None or design.scale == scale:

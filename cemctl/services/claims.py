@@ -322,8 +322,10 @@ def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[
            if getattr(r, "why_not_run", "") and not math.isfinite(r.effect)]
     if why:
         out += ["", "Not run:", ""] + [f"- {printable(w)}" for w in why]
-    censored = [f"{r.claim}. {r.part}: an optimum lies at the edge of its sweep or profile (the interval is open on "
-                "that side)" for r in parts.itertuples() if r.censored]
+    censored = [f"{r.claim}. {r.part}: an optimum is not bracketed (at the edge of its sweep or profile, in an end "
+                "interval, or next to a rate an extension added): the interval is open "
+                + ("on both sides" if r.censored == "both" else f"on the {r.censored} side")
+                for r in parts.itertuples() if r.censored]
     if censored:
         out += ["", "Censored optima:", ""] + [f"- {printable(n)}" for n in censored]
     if notes:

@@ -16,7 +16,8 @@ The loop (the statistics: `cemctl.report.sequential`; docs/claims.md):
    bring the arms of the undecided parts (each learning rate of an own-optimum profile is an arm) to
    `round_seeds` more seeds and launch only those runs (the plan records only them), then go to 2. An
    own-optimum arm whose optimum is not bracketed (at the edge of its profile, or between its two outermost rates:
-   `cemctl.report.tuned.edge_side`) gets the next half-octave rate beyond that edge in the same round (`Profiles`: an `--axis train.lr=...` of the round's plan, recorded in the design), also when its other
+   `cemctl.report.tuned.edge_side`; or with only one rate beyond it on a side an extension reached: provisional)
+   gets the next half-octave rate beyond that edge in the same round (`Profiles`: an `--axis train.lr=...` of the round's plan, recorded in the design), also when its other
    rates are at the seed cap: then the round trains only the new rate, at the cap's seeds.
 
 Only the local executor waits for its runs, so only it can run rounds. The budget is a total over every session
