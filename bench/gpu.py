@@ -296,23 +296,21 @@ def _cuda_seconds(fn: Any, *, warmup: int, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-def _fits(m: Any, batch: int) -> bool:
-    try:
-        _time_step("ours", m, batch, False, 1)
-        return True
-    except torch.OutOfMemoryError:
-        return False
-    finally:
-        gc.collect()
-        torch.cuda.empty_cache()
-
-
 def _peak_gib(m: Any, batch: int) -> float:
+    """Peak GiB of one eager training step at this micro-batch (torch.OutOfMemoryError when it does not fit)."""
     try:
         return _time_step("ours", m, batch, False, 1)[1]
     finally:
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def _fits(m: Any, batch: int) -> bool:
+    try:
+        _peak_gib(m, batch)
+        return True
+    except torch.OutOfMemoryError:
+        return False
 
 
 def largest_fitting(fits: Any, guess: int, known_fit: int, cap: int = 1024) -> int:
@@ -365,7 +363,7 @@ def run_memory(s: Settings) -> Section:
             fixed = p1 - per_seq
             predicted = int((total - fixed) / per_seq) if per_seq > 0 else 1024
             lo = largest_fitting(lambda n: _fits(m, n), predicted, 4)
-            _, peak, _ = _time_step("ours", m, lo, False, 1)
+            peak = _peak_gib(m, lo)
             section.rows.append({
                 "size": size, "model": name, "peak GiB at 1": p1, "peak GiB at 4": p4, "fixed GiB": fixed,
                 "GiB per sequence": per_seq, "predicted largest": predicted, "largest micro-batch": lo,

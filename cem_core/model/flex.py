@@ -118,7 +118,7 @@ def _lse_request() -> dict[str, Any]:
     return {"return_aux": AuxRequest(lse=True)}
 
 
-_LSE: dict[str, Any] = _lse_request() if flex_importable() else {}
+_LSE: dict[str, Any] = _lse_request()
 
 
 def _causal(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202

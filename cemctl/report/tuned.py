@@ -82,7 +82,7 @@ class Profile:
         return self._cache
 
     def optimum(self) -> tuple[float, float, str]:
-        """(lr, loss, edge) of the seed-mean profile's Akima minimum; edge '' | 'low' | 'high'."""
+        """(lr, loss, edge) of the seed-mean profile's Akima minimum; edge as `edge_side` names it."""
         lr, loss, at_edge = (v[0] for v in self._minima())
         return float(lr), float(loss), str(edge_side(self.lrs, lr, at_edge, extended=self.extended))
 
