@@ -459,6 +459,24 @@ def test_the_claims_figure_draws_a_legend_only_for_what_is_there():
     fig.clear()
 
 
+def test_the_claims_figure_draws_an_interval_open_on_both_sides_across_the_axis():
+    """Regression (the cpu page, 2026-11-27): a part whose optima are censored on both sides has the interval
+    (-inf, +inf); the figure drew only its dot, as if it had no interval at all."""
+    from cemctl.services.claims import claims_figure
+
+    parts = pd.DataFrame([{"claim": "5", "part": "open", "scale": "cpu", "unit": "nats", "margin": 0.015,
+                           "effect": 0.03, "ci95_low": -math.inf, "ci95_high": math.inf, "holm_low": -math.inf,
+                           "holm_high": math.inf, "verdict_holm": "inconclusive"}])
+    fig = claims_figure(parts)
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    segments = [line.get_xdata() for line in ax.get_lines() if len(line.get_xdata()) == 2]
+    assert any(min(x) == lo and max(x) == hi for x in segments)  # the 95% interval spans the axis
+    assert any(p.get_width() == pytest.approx(hi - lo) for p in ax.patches if p.get_fill() is False)  # the box too
+    assert len([t for t in ax.texts if t.arrow_patch is not None]) >= 4  # arrows both ways, for both
+    fig.clear()
+
+
 def test_robustness_rows_hold_the_same_contrast_under_other_settings():
     frame = _frame(("fig2c", "fig4"))
     claims = _claims(("fig4",))

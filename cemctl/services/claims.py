@@ -130,7 +130,8 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
                     drawn.add("clipped")
 
         holm_lo, holm_hi = getattr(r, "holm_low", math.nan), getattr(r, "holm_high", math.nan)
-        if math.isfinite(holm_lo) or math.isfinite(holm_hi):  # a hollow box: distinct from the margin and 'not run'
+        # an interval open on a side is +-inf there (censored optima: both sides too); only NaN means none
+        if not (math.isnan(holm_lo) and math.isnan(holm_hi)):  # a hollow box: distinct from the margin and 'not run'
             a = max(lim[0], holm_lo / k) if math.isfinite(holm_lo) else lim[0]
             b = min(lim[1], holm_hi / k) if math.isfinite(holm_hi) else lim[1]
             ax.add_patch(Rectangle((a, y - 0.17), b - a, 0.34, fill=False, edgecolor="black", linewidth=0.9,
@@ -142,7 +143,7 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
                                 arrowprops=dict(arrowstyle="->", color="black", lw=1.0))
                     drawn.add("clipped")
             drawn.add("holm")
-        if math.isfinite(r.ci95_low) or math.isfinite(r.ci95_high):
+        if not (math.isnan(r.ci95_low) and math.isnan(r.ci95_high)):
             segment(r.ci95_low, r.ci95_high, color=color, linewidth=1.4, zorder=2)
         ax.plot([max(lim[0], min(lim[1], r.effect / k))], [y], style.SIZE_MARKERS[scales.index(r.scale) %
                 len(style.SIZE_MARKERS)], color=color, markersize=6, zorder=3)
