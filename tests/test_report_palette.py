@@ -139,6 +139,10 @@ def _hue_groups(runs, info) -> dict[str, str]:
     keys = {k for c in text.values() for k in c}
     varying = {k for k in keys if len({c.get(k) for c in text.values()}) > 1} - {"train.seed"}
     plotted = {runs.attrs[PALETTE_ATTR].x, *PLOTTED[info.figure]}
+    from cemctl.report.build import figure_runs
+
+    if figure_runs(info, runs)[1] is not None:  # each arm drawn at a chosen learning rate: the rate never colours
+        plotted.add("train.lr")
     if "model.size" in plotted:
         plotted |= {k for k in SIZE_DIMS if all(len({c[k] for c in text.values() if c["model.size"] == s}) == 1
                                                 for s in {c["model.size"] for c in text.values()})}

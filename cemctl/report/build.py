@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from cemctl.report.generic import Palette
+    from cemctl.report.lr_choice import RateChoice
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
 DPI = 150
@@ -202,8 +203,9 @@ def _counts(runs: "pd.DataFrame", problems: "pd.DataFrame") -> dict[str, int]:
 
 
 def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", *,
-                  include_curves: bool = True) -> ReportParts:
-    """What every report starts with: the arms table, the metric against x, the training curves per arm."""
+                  include_curves: bool = True, shown: "pd.DataFrame | None" = None) -> ReportParts:
+    """What every report starts with: the arms table (every run), the metric against x and the training curves per
+    arm (of `shown`: the runs the figures show, default every run; `figure_runs`)."""
     from cemctl.report.arms import arms_display, arms_table
     from cemctl.report.generic import arm_curves, metric_figure
 
@@ -217,31 +219,47 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
         "tokens/s and wall time (means over the seeds); arms.csv has every number at full precision.",
         csv=table, lead=True))
     palette = report_palette(info, runs)
+    shown = runs if shown is None else shown
     x = palette.x if palette is not None else None
-    fig = metric_figure(runs, x=x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
+    fig = metric_figure(shown, x=x, hue=opts.hue or None, metric=_metric(info), order=info.axes,
                         nuisance=opts.nuisance, palette=palette)
     if fig is not None:
         parts.figures.append(fig)
     if include_curves:
-        curve_fig = arm_curves(runs, curves, palette=palette)
+        curve_fig = arm_curves(shown, curves, palette=palette)
         if curve_fig is not None:
             parts.figures.append(curve_fig)
     return parts
 
 
+def figure_runs(info: ExperimentInfo, runs: "pd.DataFrame") -> "tuple[pd.DataFrame, RateChoice | None]":
+    """The runs a report's figures show, and the learning rates chosen for them: every run, or, where arms ran at
+    several learning rates and the figure does not show the rate, each arm at its chosen rate
+    (`cemctl.report.lr_choice`)."""
+    from cemctl.report.figures import kind_shown
+    from cemctl.report.lr_choice import rate_choice
+
+    opts = info.options
+    drawn = [*kind_shown(info.figure), *([opts.x] if opts.x else []), *opts.hue]
+    choice = rate_choice(runs, metric=_metric(info), drawn=drawn, nuisance=opts.nuisance, order=info.axes)
+    return (runs if choice is None else choice.runs), choice
+
+
 def report_palette(info: ExperimentInfo, runs: "pd.DataFrame") -> "Palette | None":
     """The one palette of a report (`cemctl.report.generic.Palette`), left on `runs` for every figure: the generic
-    figures, the figure kind's and the extra ones (test-time recursion, energy) colour a value alike."""
+    figures, the figure kind's and the extra ones (test-time recursion, energy) colour a value alike. Made from the
+    runs the figures show (`figure_runs`): a learning rate chosen per arm never colours."""
     from cemctl.report.figures import kind_shown
     from cemctl.report.generic import PALETTE_ATTR, Palette, default_x, varying
 
     if runs.attrs.get(PALETTE_ATTR) is None and not runs.empty:
         opts = info.options
-        keys = varying(runs, opts.nuisance)
-        shown = kind_shown(info.figure)  # the kind's own x first: the metric figure draws what the kind draws
-        x = opts.x or next((k for k in shown if k in keys), None) or default_x(runs, keys, info.axes)
-        runs.attrs[PALETTE_ATTR] = Palette(runs, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance,
-                                           shown=kind_shown(info.figure))
+        shown, _ = figure_runs(info, runs)
+        keys = varying(shown, opts.nuisance)
+        kind = kind_shown(info.figure)  # the kind's own x first: the metric figure draws what the kind draws
+        x = opts.x or next((k for k in kind if k in keys), None) or default_x(shown, keys, info.axes)
+        runs.attrs[PALETTE_ATTR] = Palette(shown, x=x, hue=opts.hue, order=info.axes, nuisance=opts.nuisance,
+                                           shown=kind)
     return runs.attrs.get(PALETTE_ATTR)
 
 
@@ -251,14 +269,28 @@ def _metric(info: ExperimentInfo) -> str:
 
 def render_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", *,
                  include_curves: bool = True) -> ReportParts:
-    """The parts any grid gets (`generic_parts`), then the figure kind's own."""
+    """The parts any grid gets (`generic_parts`), then the figure kind's own; where the figures show each arm at a
+    chosen learning rate (`figure_runs`), the profiles it was chosen from and a caption saying so."""
     from cemctl.report.arms import has_arms, with_arms
+    from cemctl.report.generic import PALETTE_ATTR
 
     if not has_arms(runs):
         runs = with_arms(runs, nuisance=info.options.nuisance, order=info.axes)
-    parts = generic_parts(info, runs, curves, include_curves=include_curves)
+    shown, choice = figure_runs(info, runs)
+    if choice is not None:
+        shown.attrs[PALETTE_ATTR] = report_palette(info, runs)  # one palette: made from the shown runs
+    parts = generic_parts(info, runs, curves, include_curves=include_curves, shown=shown)
     render = get_figure_kind(info.figure)
-    return parts.extend(render(runs, curves))
+    parts.extend(render(shown, curves))
+    if choice is not None:
+        from cemctl.report.figures import lr_profiles
+        from cemctl.report.lr_choice import CAPTION_NOTE
+
+        for fp in parts.figures:
+            fp.caption = f"{fp.caption} {CAPTION_NOTE}"
+        metric = _metric(info)
+        parts.extend(lr_profiles.render(runs, choice, value="test_ppl" if metric == "test_loss" else metric))
+    return parts
 
 
 def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFrame | None", out_dir: Path | str, *,
