@@ -107,6 +107,9 @@ def test_nothing_is_chosen_when_the_figure_shows_the_rate_or_no_arm_has_a_profil
     assert rate_choice(runs, metric="test_loss", drawn=["train.lr"]) is None
     one = runs[runs["train.lr"].eq(0.002)]
     assert chosen(one) is None  # one rate each: nothing to choose
+    # one arm at one rate beside arms tuned over several: every rate is drawn as it ran (no tuned-vs-untuned figure)
+    mixed = runs[~(runs["model.attn_steps"].eq(1) & ~runs["train.lr"].eq(0.002))]
+    assert chosen(mixed) is None
     # a rate that has not finished is not a profile yet
     unfinished = runs.copy()
     unfinished.loc[~unfinished["train.lr"].eq(0.002), "state"] = "running"

@@ -14,7 +14,11 @@ The rule, fixed before the numbers: an arm (every config value but the seed and 
 sampled rate with the lowest mean **validation** loss over its finished seeds, among the rates that have the arm's
 largest number of finished seeds (a rate still training cannot win on one lucky seed). Selected on validation,
 reported on test, so the shown test perplexity is not the minimum of noisy test numbers. An arm whose runs have no
-validation loss is chosen by the report's metric, and the table says so. An arm run at one rate is shown at it.
+validation loss is chosen by the report's metric, and the table says so.
+
+Only when every arm with a finished run has a profile (two rates or more): a figure never sets an arm at its best of
+several rates beside one run at a single rate (an ablation whose learning rate is one of its factors, a grid whose
+profiles are half trained); then every rate is drawn as it ran, as before.
 
 Not applied when the figure shows the learning rate itself: the `lr_sweep` kind, or a grid whose `x` or `hue` names
 `train.lr`.
@@ -68,8 +72,8 @@ def choose(rates: dict[float, list[tuple[float | None, float | None]]]) -> tuple
 
 def rate_choice(runs: "pd.DataFrame", *, metric: str, drawn: Sequence[str] = (),
                 nuisance: Sequence[str] = ("train.seed",), order: Sequence[str] = ()) -> RateChoice | None:
-    """Each arm at its chosen rate (module docstring), or None when no arm has finished runs at two rates or the
-    report draws the rate itself (`drawn`: the keys its figures draw, `cemctl.report.figures.kind_shown` and the
+    """Each arm at its chosen rate (module docstring), or None when some arm has finished runs at one rate only or
+    the report draws the rate itself (`drawn`: the keys its figures draw, `cemctl.report.figures.kind_shown` and the
     grid's x and hue)."""
     import pandas as pd
 
@@ -82,7 +86,7 @@ def rate_choice(runs: "pd.DataFrame", *, metric: str, drawn: Sequence[str] = (),
     done = runs["state"].eq("done") if "state" in runs.columns else pd.Series(True, index=runs.index)
     keep: list[Any] = []
     rows = []
-    profiled = False
+    profiled = True
     for aid, group in base.groupby(ARM, sort=False):
         rates: dict[float, list[tuple[float | None, float | None]]] = {}
         for i in group.index:
@@ -94,7 +98,7 @@ def rate_choice(runs: "pd.DataFrame", *, metric: str, drawn: Sequence[str] = (),
             rates.setdefault(lr, []).append((val, value))
         if not rates:
             continue  # nothing finished: nothing to draw (the problem runs list it)
-        profiled = profiled or len(rates) > 1
+        profiled = profiled and len(rates) > 1
         lr, by, n, mean = choose(rates)
         at = group.index[[_finite(runs.at[i, LR]) == lr for i in group.index]]
         keep.extend(at)
@@ -105,6 +109,6 @@ def rate_choice(runs: "pd.DataFrame", *, metric: str, drawn: Sequence[str] = (),
                      "high" if len(lrs) > 1 and lr == lrs[-1] else "",
                      "chosen by": by, "seeds at chosen": n,
                      "mean (chosen by)": mean})
-    if not profiled:
+    if not profiled or not rows:
         return None
     return RateChoice(base[base.index.isin(keep)], pd.DataFrame(rows))
