@@ -184,6 +184,48 @@ def test_the_claims_registrations_and_until_decided_looks_travel_with_the_archiv
     assert "claims/sequential/arch@tiny.json" in line and mine.read_text() == edited
 
 
+def test_a_later_snapshot_of_an_until_decided_design_takes_the_place_of_an_earlier_one(project, tmp_path):
+    """Regression: importing a later archive of a project (the until-decided loop looked again, added a round and a
+    rate) over an import of an earlier one was refused ("differs from the design here"), so every round had to be
+    imported into an empty folder. A design whose settings are the same and whose looks, rounds and added rates begin
+    with the ones here carries them on: it takes their place; an earlier snapshot is skipped; a design that diverges
+    is still refused and left as it was."""
+    from cemctl.services.claim_plans import design_path, write_design
+
+    runs = sorted(r["run_id"] for r in json.loads(cli(project, "status", "arch", "--json").stdout)["experiments"][0]["runs"])
+    design = {"experiment": "arch", "scale": "tiny", "alpha": 0.05, "spending": "obrien-fleming", "max_seeds": 6,
+              "round_seeds": 1, "family": [["arch", "A", "CEM attention - Llama"]], "started_at": 1_700_000_001.0}
+    first = {"design": design, "looks": [{"time": 1_700_000_002.0, "runs": runs[:3]}], "rounds": [],
+             "extensions": [], "stopped": {"reason": "seed cap", "time": 1_700_000_003.0}}
+    later = {**first, "looks": [*first["looks"], {"time": 1_700_000_009.0, "runs": runs}],
+             "rounds": [{"time": 1_700_000_004.0, "runs": runs[3:]}],
+             "extensions": [{"lr": 0.001, "selector": {"model.attention": "cem"}}],
+             "stopped": {"reason": "seed cap", "time": 1_700_000_010.0}}
+    archives = {}
+    for name, doc in (("early", first), ("late", later)):
+        write_design(project / "runs", "arch", "tiny", doc)
+        archives[name] = tmp_path / f"{name}.tar.gz"
+        assert cli(project, "archive", "arch", "-o", str(archives[name])).returncode == 0
+    late_bytes = design_path(project / "runs", "arch", "tiny").read_bytes()
+    for order in (("early", "late"), ("late", "early")):
+        fresh = tmp_path / "-".join(order)
+        fresh.mkdir()
+        for name in order:
+            res = cli(fresh, "import", str(archives[name]))
+            assert res.returncode == 0, (order, res.output)
+        assert design_path(fresh / "runs", "arch", "tiny").read_bytes() == late_bytes, order  # the later one, always
+    fresh = tmp_path / "diverged"
+    fresh.mkdir()
+    assert cli(fresh, "import", str(archives["early"])).returncode == 0
+    mine = design_path(fresh / "runs", "arch", "tiny")
+    other = json.loads(mine.read_text())
+    other["looks"][0]["runs"] = runs[:2]  # another first look: neither carries the other on
+    mine.write_text(json.dumps(other))
+    before = mine.read_bytes()
+    line = assert_clean_error(cli(fresh, "import", str(archives["late"])), contains="differs from the design here")
+    assert "neither continues the other" in line and mine.read_bytes() == before
+
+
 def test_archive_refuses_a_run_whose_result_is_not_a_result(project, tmp_path):
     """What import would refuse is said at archive time, naming the run and the file (a damaged result.json)."""
     rid = json.loads(cli(project, "status", "arch", "--json").stdout)["experiments"][0]["runs"][0]["run_id"]

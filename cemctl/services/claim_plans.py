@@ -20,7 +20,9 @@ Both live under `<runs root>/.claims/` beside the runs they describe (ground tru
 
 `cemctl archive` carries both for the experiments it archives (`claims_state`: members `claims/...`) and
 `cemctl import` merges them (`check_claims_merge` before anything moves, `apply_claims_merge` after): a line or a
-design already here is skipped, a different one under the same key is refused; nothing here is replaced.
+design already here is skipped, a different one under the same key is refused. The one exception is a later snapshot
+of the same design (`continues`: the same settings, and the looks, rounds and added rates here are the first ones of
+the archive's): it takes the place of the one here, which loses nothing; an earlier snapshot is skipped.
 """
 
 from __future__ import annotations
@@ -247,6 +249,8 @@ class ClaimsMerge:
 
     lines: list[dict[str, Any]] = field(default_factory=list)
     designs: dict[str, bytes] = field(default_factory=dict)  # file name in sequential/ -> bytes
+    # file name in sequential/ -> the bytes checked here, for a design the archive's continues (`continues`)
+    replaces: dict[str, bytes] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.lines or self.designs)
@@ -302,14 +306,42 @@ def check_claims_merge(runs_root: Path | str, members: Mapping[str, bytes], expe
         if mine is None:
             merge.designs[local.name] = data
         elif mine != data:
-            raise CemError(f"{where}: differs from the design here ({local}: other looks or settings); nothing was "
-                           "imported (import into another project, or move that file aside)")
+            try:
+                ours = json.loads(mine)
+            except (ValueError, RecursionError):
+                ours = None
+            if continues(ours, doc):  # a later snapshot of the design here: it takes its place
+                merge.designs[local.name] = data
+                merge.replaces[local.name] = mine
+            elif not continues(doc, ours):  # an earlier snapshot is skipped; anything else is refused
+                raise CemError(f"{where}: differs from the design here ({local}: other looks or settings, and "
+                               "neither continues the other); nothing was imported (import into another project, "
+                               "or move that file aside)")
     return merge
+
+
+SNAPSHOT_LISTS = ("looks", "rounds", "extensions")  # what an until-decided design appends to as it goes
+
+
+def continues(earlier: Any, later: Any) -> bool:
+    """Whether design document `later` is `earlier` carried on: the same settings, and each of its looks, rounds and
+    added rates begins with `earlier`'s (why it stopped may differ: a loop stopped at its cap and reopened by a
+    profile extension). Then `later` holds everything `earlier` does."""
+    if not (isinstance(earlier, dict) and isinstance(later, dict)) or earlier.get("design") != later.get("design"):
+        return False
+    if set(earlier) - {"design", "stopped", *SNAPSHOT_LISTS}:
+        return False  # a key this reader does not know: never judged a prefix
+    for key in SNAPSHOT_LISTS:
+        mine, theirs = earlier.get(key, []), later.get(key, [])
+        if not (isinstance(mine, list) and isinstance(theirs, list)) or theirs[:len(mine)] != mine:
+            return False
+    return True
 
 
 def apply_claims_merge(runs_root: Path | str, merge: ClaimsMerge) -> None:
     """Append the new registry lines (one write each, as register_claims) and put the new design files in place
-    without replacing one that appeared meanwhile (a link of a finished file: it fails if the name is taken)."""
+    without replacing one that appeared meanwhile (a link of a finished file: it fails if the name is taken); a
+    design the archive's continues is replaced only while it still holds what was checked."""
     folder = Path(runs_root) / FOLDER
     if merge.lines:
         folder.mkdir(parents=True, exist_ok=True)
@@ -324,13 +356,24 @@ def apply_claims_merge(runs_root: Path | str, merge: ClaimsMerge) -> None:
         tmp = target.parent / f".{name}.import-{os.getpid()}"
         atomic_write_bytes(tmp, data)
         try:
+            if name in merge.replaces:  # the later snapshot of the design checked here, unless it changed since
+                try:
+                    now = target.read_bytes()
+                except OSError:
+                    now = None
+                if now != merge.replaces[name]:
+                    raise CemError(f"{target}: written meanwhile by another command; the archive's later snapshot "
+                                   "of it was not placed (import again to compare)")
+                os.replace(tmp, target)
+                continue
             os.link(tmp, target)
         except FileExistsError:
             if target.read_bytes() != data:
                 raise CemError(f"{target}: written meanwhile by another command; the archive's design was not "
                                "placed (import again to compare)") from None
         finally:
-            os.unlink(tmp)
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
 
 
 def _entry_key(line: Mapping[str, Any]) -> tuple[str, str, float]:
