@@ -59,6 +59,7 @@ def test_each_arm_is_drawn_at_its_rate_of_lowest_validation_loss_not_test_loss(t
     _set(runs, 1, 0.001, val_loss=0.60, test_loss=0.60)
     _set(runs, 1, 0.004, val_loss=0.60, test_loss=0.60)
     runs["test_ppl"] = runs["test_loss"].map(math.exp)
+    runs["in_grid"] = ~runs["run_id"].isin(t1)  # T=1's best rate was planned by an earlier version of the grid
     info = ExperimentInfo("own", "recursion", axes=["model.attn_steps", "train.lr"])
     parts = render_parts(info, runs, curves)
     by_name = {f.name: f for f in parts.figures}
@@ -71,7 +72,10 @@ def test_each_arm_is_drawn_at_its_rate_of_lowest_validation_loss_not_test_loss(t
     tables = {t.name: t.frame for t in parts.tables}
     chosen = dict(zip(tables["learning_rates"]["arm"].str.contains("attn_steps=2"), tables["learning_rates"]["chosen lr"]))
     assert chosen == {True: 0.001, False: 0.002}
-    assert tables["learning_rates"].set_index("chosen lr").loc[0.001, "at an end"] == "low"
+    table = tables["learning_rates"].set_index("chosen lr")
+    assert table.loc[0.001, "at an end"] == "low" and table.loc[0.001, "next best lr"] == 0.004
+    assert table.loc[0.002, "in the grid"].startswith("no") and table.loc[0.001, "in the grid"] == "yes"
+    assert table.loc[0.001, "mean at chosen"] == pytest.approx(0.50) and table.loc[0.001, "next best mean"] == pytest.approx(0.70)
     assert len(tables["arms"]) == 6  # every (arm, rate) in the arms table
 
 
@@ -85,9 +89,10 @@ def test_the_report_writes_the_profiles_and_the_choice(tmp_path):
 
 
 def test_a_rate_with_fewer_finished_seeds_cannot_win():
-    lr, by, n, mean = choose({0.001: [(1.0, 1.0), (1.1, 1.1), (1.2, 1.2)], 0.002: [(0.1, 0.1)],
-                              0.004: [(0.9, 0.9), (1.0, 1.0), (1.0, 1.0)]})
-    assert (lr, by, n) == (0.004, "validation loss", 3) and mean == pytest.approx(2.9 / 3)
+    lr, by, n, means = choose({0.001: [(1.0, 1.0), (1.1, 1.1), (1.2, 1.2)], 0.002: [(0.1, 0.1)],
+                               0.004: [(0.9, 0.9), (1.0, 1.0), (1.0, 1.0)]})
+    assert (lr, by, n) == (0.004, "validation loss", 3) and means[0.004] == pytest.approx(2.9 / 3)
+    assert set(means) == {0.001, 0.004}  # the one-seed rate is no candidate
     # no validation loss: chosen by the metric, and said so
     lr, by, _, _ = choose({0.001: [(None, 2.0)], 0.002: [(None, 1.0)]})
     assert (lr, by) == (0.002, "metric (no validation loss)")

@@ -53,8 +53,9 @@ def _finite(value: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def choose(rates: dict[float, list[tuple[float | None, float | None]]]) -> tuple[float, str, int, float | None]:
-    """The chosen rate of one arm from {lr: [(validation loss, metric) per finished seed]}: (lr, by what, n, mean).
+def choose(rates: dict[float, list[tuple[float | None, float | None]]]) -> tuple[float, str, int, dict[float, float]]:
+    """The chosen rate of one arm from {lr: [(validation loss, metric) per finished seed]}: (lr, by what, n, the mean
+    of every candidate rate).
 
     Among the rates with the arm's largest seed count, the lowest mean validation loss; by the metric where no
     candidate rate has a validation loss for every seed."""
@@ -67,7 +68,7 @@ def choose(rates: dict[float, list[tuple[float | None, float | None]]]) -> tuple
     means = {lr: sum(p[pick] for p in v if p[pick] is not None) / max(1, sum(p[pick] is not None for p in v))
              for lr, v in candidates.items()}
     lr = min(sorted(means), key=lambda r: means[r])
-    return lr, by, top, means[lr]
+    return lr, by, top, means
 
 
 def rate_choice(runs: "pd.DataFrame", *, metric: str, drawn: Sequence[str] = (),
@@ -99,16 +100,19 @@ def rate_choice(runs: "pd.DataFrame", *, metric: str, drawn: Sequence[str] = (),
         if not rates:
             continue  # nothing finished: nothing to draw (the problem runs list it)
         profiled = profiled and len(rates) > 1
-        lr, by, n, mean = choose(rates)
+        lr, by, n, means = choose(rates)
         at = group.index[[_finite(runs.at[i, LR]) == lr for i in group.index]]
         keep.extend(at)
         lrs = sorted(rates)
+        runner = min((r for r in means if r != lr), key=lambda r: means[r], default=None)
+        in_grid = runs.loc[at, "in_grid"].astype(bool).all() if "in_grid" in runs.columns else True
         rows.append({"arm": group[ARM_LABEL].iloc[0], "rates": ", ".join(format_value(r) for r in lrs),
                      "seeds per rate": ", ".join(str(len(rates[r])) for r in lrs), "chosen lr": lr,
                      "at an end": "low" if len(lrs) > 1 and lr == lrs[0] else
                      "high" if len(lrs) > 1 and lr == lrs[-1] else "",
-                     "chosen by": by, "seeds at chosen": n,
-                     "mean (chosen by)": mean})
+                     "in the grid": "yes" if in_grid else "no (planned by an earlier version of the grid)",
+                     "chosen by": by, "seeds at chosen": n, "mean at chosen": means[lr],
+                     "next best lr": runner, "next best mean": means[runner] if runner is not None else None})
     if not profiled or not rows:
         return None
     return RateChoice(base[base.index.isin(keep)], pd.DataFrame(rows))

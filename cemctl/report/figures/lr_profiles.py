@@ -99,7 +99,10 @@ def render(runs: "pd.DataFrame", choice: "RateChoice", *, value: str = "test_ppl
     parts.tables.append(TablePart("learning_rates", choice.table, "The learning rate each figure shows per arm: "
                                   "the rates it ran (finished seeds at each), the chosen one (the lowest mean "
                                   "validation loss among the rates with the arm's full seed count), whether it is an "
-                                  "end of the profile (the optimum may lie beyond it), and the mean it was chosen by."))
+                                  "end of the profile (the optimum may lie beyond it) or a run an earlier version of "
+                                  "the grid planned, what it was chosen by and the mean of that (validation loss, "
+                                  "nats per token of the tokenizer) at it and at the runner-up rate: a small gap is a "
+                                  "near tie."))
     parts.tables.append(TablePart("lr_profiles", pd.DataFrame(rows), "Every arm at every learning rate it ran: "
                                   "the seed mean and s.d. (ddof=1) and whether the report's figures show that rate."))
     return parts
