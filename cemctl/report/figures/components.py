@@ -50,7 +50,7 @@ def comparison_table(agg: "pd.DataFrame", base_idx: "pd.Series") -> "pd.DataFram
         rows.append({
             "size": r.get("model.size"),
             "variant": r["variant"],
-            "lr": r.get("train.lr"),
+            **({"lr": r.get("train.lr")} if "train.lr" in agg.columns else {}),  # none: each arm at its chosen rate
             "params (M)": style.params_m(r["params_total"]),
             "non-emb. params (M)": style.params_m(r["params_non_embedding"]),
             "params / Llama": (float(r["params_total"]) / float(base["params_total"])) if base is not None else None,
