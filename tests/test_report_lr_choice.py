@@ -68,6 +68,7 @@ def test_each_arm_is_drawn_at_its_rate_of_lowest_validation_loss_not_test_loss(t
     assert not any("lr=" in t for t in legend)  # one series, not one per rate
     assert _drawn(by_name["training_curves"]) <= t1 | t2 and _drawn(by_name["metric"]) == t1 | t2
     assert "validation loss" in by_name["recursion_attention"].caption
+    assert "figure lr_profiles" in by_name["metric"].caption  # the figure the report has, by its name
     assert _drawn(by_name["lr_profiles"]) == set(runs["run_id"])  # the profiles: every run
     tables = {t.name: t.frame for t in parts.tables}
     chosen = dict(zip(tables["learning_rates"]["arm"].str.contains("attn_steps=2"), tables["learning_rates"]["chosen lr"]))

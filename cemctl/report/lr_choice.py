@@ -1,13 +1,13 @@
 """Each arm at its best learning rate: what a report's figures show when the grid holds learning-rate profiles.
 
-    choice = rate_choice(runs, info)          # None: no arm has a profile, or the figure shows the rate itself
-    choice.runs                               # the runs at each arm's chosen rate (no `train.lr` column, arms anew)
-    choice.table                              # one row per arm: its rates, the chosen one, why
+    choice = rate_choice(runs, metric="test_loss", drawn=keys)  # None: some arm ran at one rate, or a figure draws it
+    choice.runs    # the runs at each arm's chosen rate (no `train.lr` column; arms without the rate)
+    choice.table   # one row per arm: its rates, the chosen one, why, the runner-up
 
 A grid that compares arms each at its own optimal learning rate (issue 36: `at = "own_optimum"` claim parts) runs
 every arm at several rates. Drawn as they are, a figure would make every (arm, rate) its own series: fig4's fifteen
 panels, twenty-four training curves. The figures of such a report show one rate per arm, and a figure of the
-profiles themselves (the `lr_sweep` kind's, on every run) shows what was chosen from. The arms table, the problem
+profiles themselves (`cemctl.report.figures.lr_profiles`, on every run) shows what was chosen from. The arms table, the problem
 runs and the claims keep every run.
 
 The rule, fixed before the numbers: an arm (every config value but the seed and the learning rate) is shown at the
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 LR = "train.lr"
 SELECT_BY = "val_loss"
 CAPTION_NOTE = ("Each arm at its best sampled learning rate by mean validation loss (table learning_rates; the "
-                "profiles in figure lr_sweep).")
+                "profiles in figure lr_profiles); the claims use each arm's interpolated optimum instead.")
 
 
 @dataclass

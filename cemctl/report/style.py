@@ -267,6 +267,28 @@ def figure_legend(fig: "Figure", axes: Sequence["Axes"], ns: Iterable[Any], *, m
         fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8.5, frameon=False)
 
 
+def suptitle(fig: "Figure", text: str, *, fontsize: float = 11) -> None:
+    """A figure's title, wrapped to the figure's width (a one-panel figure cut a long one at both edges)."""
+    import textwrap
+
+    chars = max(20, int(fig.get_size_inches()[0] * 72 / (fontsize * 0.55)))
+    fig.suptitle(textwrap.fill(text, chars), fontsize=fontsize)
+
+
+def lr_axis(ax: "Axes", lrs: Iterable[float], *, fontsize: float = 8.5, rotate_over: int | None = None) -> None:
+    """A log learning-rate x axis ticked at exactly the rates run (`rotate_over`: tilt the labels past that many)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    lrs = sorted({float(lr) for lr in lrs})
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(lrs))
+    tilt = 45 if rotate_over is not None and len(lrs) > rotate_over else 0
+    ax.set_xticklabels([f"{lr:g}" for lr in lrs], fontsize=fontsize, rotation=tilt)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("learning rate (peak, log scale)")
+
+
 def human_count(value: Any) -> str:
     """1024 -> '1.02k', 6553600 -> '6.55M' (3 significant digits)."""
     v = float(value)

@@ -24,6 +24,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 def render(runs: "pd.DataFrame", choice: "RateChoice", *, value: str = "test_ppl") -> ReportParts:
     """`runs`: every run of the report (with `train.lr`); `choice`: the rates the figures show."""
+    import pandas as pd
     from matplotlib.lines import Line2D
 
     from cemctl.report.aggregate import aggregate_seeds, series_labels
@@ -69,15 +70,7 @@ def render(runs: "pd.DataFrame", choice: "RateChoice", *, value: str = "test_ppl
                               style.runs_of(r["run_ids"]))
                 rows.append({"size": size, "arm": arm, "lr": float(r[LR]), f"{value} (mean)": r["mean"],
                              f"{value} (s.d.)": r["std"], "n seeds": int(r["n"]), "shown in the figures": chosen})
-        ax.set_xscale("log")
-        from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
-
-        lrs = sorted(panel[LR].astype(float).unique())
-        ax.xaxis.set_major_locator(FixedLocator(lrs))
-        ax.set_xticklabels([f"{lr:g}" for lr in lrs], fontsize=8, rotation=45 if len(lrs) > 6 else 0)
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("learning rate (peak, log scale)")
+        style.lr_axis(ax, panel[LR], fontsize=8, rotate_over=6)
         ax.set_ylabel("test perplexity" if value == "test_ppl" else value)
         if size is not None and len(sizes) > 1:
             ax.set_title(f"size {size}", fontsize=10)
@@ -88,14 +81,12 @@ def render(runs: "pd.DataFrame", choice: "RateChoice", *, value: str = "test_ppl
     extra.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", markeredgecolor="0.3",
                         linestyle="none", label="the rate the figures show"))
     style.figure_legend(fig, [], agg["n"], extra=extra, max_cols=2)
-    fig.suptitle("learning-rate profiles: each arm at every rate it ran", fontsize=11)
+    style.suptitle(fig, "learning-rate profiles: each arm at every rate it ran")
     caption = ("Test perplexity against the peak learning rate (log scale), one line per arm (every config value but "
                "the seed and the rate), in the report's colours; ringed: the rate the report's other figures show "
                "(the lowest mean validation loss among the rates with the arm's full seed count). "
                f"{style.SPREAD_NOTE}.")
     parts.figures.append(FigurePart("lr_profiles", fig, caption))
-    import pandas as pd
-
     parts.tables.append(TablePart("learning_rates", choice.table, "The learning rate each figure shows per arm: "
                                   "the rates it ran (finished seeds at each), the chosen one (the lowest mean "
                                   "validation loss among the rates with the arm's full seed count), whether it is an "

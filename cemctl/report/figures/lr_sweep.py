@@ -77,15 +77,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         elif row["optimum at edge"]:
             parts.notes.append(f"lr_sweep: the optimum of {variant} ({size}) lies at the edge of the sweep "
                                f"(lr={row['optimal lr']:.3g}); widen the sweep")
-    ax_lr.set_xscale("log")
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
-
-    lrs = sorted(agg[LR_COLUMN].astype(float).unique())
-    ax_lr.xaxis.set_major_locator(FixedLocator(lrs))
-    ax_lr.set_xticklabels([f"{lr:g}" for lr in lrs], fontsize=8.5)
-    ax_lr.xaxis.set_minor_locator(NullLocator())
-    ax_lr.xaxis.set_minor_formatter(NullFormatter())
-    ax_lr.set_xlabel("learning rate (peak, log scale)")
+    style.lr_axis(ax_lr, agg[LR_COLUMN])
     ax_lr.set_ylabel("test perplexity")
     ax_lr.set_title("(a) learning-rate sweep, \u2605 = Akima optimum", fontsize=10)
     for variant in variants:

@@ -74,7 +74,7 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str,
     parts.notes += unpaired_notes(agg, base_idx, series_labels(sub, []), f"recursion ({title})")
     for ax in axes[len(sizes):]:
         ax.set_visible(False)
-    fig.suptitle(f"{title}: recursion steps and preconditioners (dashed: Llama baseline)", fontsize=11)
+    style.suptitle(fig, f"{title}: recursion steps and preconditioners (dashed: Llama baseline)")
     style.figure_legend(fig, axes[:len(sizes)], sub["n"])
     caption = (f"{title} with T recursion steps per layer and each preconditioner (colour), one panel per size; "
                f"all models dimension-matched to the Llama baseline (dashed, band = \u00b11 s.d.). "

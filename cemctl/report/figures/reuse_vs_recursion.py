@@ -142,7 +142,7 @@ def render_component(agg: "pd.DataFrame", base_idx: "pd.Series", component: str,
     gain_ax.set_title("gain (higher is better)", fontsize=10)
     for ax in axes[len(settings) + 1:]:
         ax.set_visible(False)
-    fig.suptitle(f"{title}: within-layer recursion vs plain reuse", fontsize=11)
+    style.suptitle(fig, f"{title}: within-layer recursion vs plain reuse")
     style.figure_legend(fig, axes[:len(settings) + 1], ns, max_cols=4, extra=extra)
     missing = table[(table["n T=1"] == 0) | (table["n T=2"] == 0)]
     for r in missing.to_dict("records"):
