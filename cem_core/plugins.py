@@ -31,7 +31,8 @@ root's `.plugins/` folder (`sync_plugin_copy`), with a manifest that lists each 
 size and sha256 and the folder its source is in. Every command that finds the runs root
 (`cemctl.db.runs.resolve_runs_root`) reads the sources first (`add_search_path` of a
 copy folder puts the recorded sources before it), so an edit beside the grid is seen by
-`status` and `launch` without a re-plan, and refreshes the copy from them; `launch`
+`status` and `launch` without a re-plan; the commands that write (plan, launch, sync, import:
+`refresh_plugin_copy`) refresh the copy from them, a reading command never; `launch`
 then snapshots that copy for the jobs. A copy is only replaced while it is still what
 cemctl wrote: a file edited inside `.plugins/` is refused with one line saying how to
 keep the edit. A source that is gone (a runs folder on another machine) leaves the copy

@@ -57,8 +57,8 @@ def test_the_example_plugin_plans_launches_and_reports_from_a_folder_of_its_own(
     layers.write_text(layers.read_text().replace("math.log(math.e - 1.0)", "0.0"))
     doc = json.loads(_run(where, "status", "--json").stdout)
     assert sorted(doc["experiments"][0]["outdated"]) == scalar
-    assert (where / "runs" / ".plugins" / "scalar_precond" / "layers.py").read_text() == layers.read_text()
-    res = _run(where, "launch", "scalar_precond", "--workers", "2", "--rerun-outdated")
+    assert (where / "runs" / ".plugins" / "scalar_precond" / "layers.py").read_text() != layers.read_text()  # read only
+    res = _run(where, "launch", "scalar_precond", "--workers", "2", "--rerun-outdated")  # refreshes the jobs' copy
     assert res.returncode == 0, res.stderr
     snapshots = sorted((where / "runs" / ".snapshots").iterdir(), key=lambda p: p.stat().st_mtime)
     assert (snapshots[-1] / "scalar_precond" / "layers.py").read_text() == layers.read_text()  # the jobs ran the edit
@@ -215,7 +215,10 @@ def test_an_edit_beside_the_grid_is_seen_without_a_re_plan_and_outdates_only_its
     assert _outdated(tmp_path) == []
     (tmp_path / "myplug.py").write_text(SCALAR.replace("SCALE = 1", "SCALE = 2"))
     assert _outdated(tmp_path) == [arms["myscalar"]]
-    assert (tmp_path / "runs" / ".plugins" / "myplug.py").read_text() == (tmp_path / "myplug.py").read_text()
+    copy = tmp_path / "runs" / ".plugins" / "myplug.py"
+    assert "SCALE = 1" in copy.read_text()  # status reads the source and writes nothing (the copy is the jobs')
+    assert _run(tmp_path, "sync").returncode == 0  # a command that writes refreshes the copy the jobs import
+    assert copy.read_text() == (tmp_path / "myplug.py").read_text()
     manifest = json.loads((tmp_path / "runs" / ".plugins" / ".cemctl-manifest.json").read_text())
     assert manifest["what"] == "plugins" and set(manifest["files"]) == {"myplug.py"}
     assert manifest["sources"]["myplug"]["path"] == str(tmp_path.resolve())
@@ -233,13 +236,15 @@ def test_an_edit_made_in_the_copy_is_refused_and_kept(tmp_path):
     _finished_plugin_project(tmp_path)
     copy = tmp_path / "runs" / ".plugins" / "myplug.py"
     copy.write_text(SCALAR.replace("SCALE = 1", "SCALE = 5"))  # the user's edit, in the wrong place
-    for command in (("plan", "g.toml"), ("status",)):
+    for command in (("plan", "g.toml"), ("sync",)):
         line = assert_clean_error(_run(tmp_path, *command), contains=f"{copy}: refused: it was edited after cemctl "
                                   "copied it")
         assert f"copy it into {tmp_path.resolve() / 'myplug.py'}" in line and f"then delete {copy}" in line
         assert "SCALE = 5" in copy.read_text()
+    assert _run(tmp_path, "status").returncode == 0  # a read reads the source: the copy is neither used nor touched
+    assert "SCALE = 5" in copy.read_text()
     copy.unlink()  # the recovery the line names
-    assert _run(tmp_path, "status").returncode == 0
+    assert _run(tmp_path, "sync").returncode == 0
     assert copy.read_text() == (tmp_path / "myplug.py").read_text()
 
 

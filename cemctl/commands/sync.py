@@ -32,13 +32,14 @@ def sync_command(
 ) -> None:
     """Ingest all run directories (metrics, events, heartbeats, results) into the database."""
     from cemctl.db import open_db, sync_runs
-    from cemctl.db.runs import resolve_runs_root
+    from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
     with cli_errors():
         from cem_core.errors import CemError
 
         engine = open_db(db_url(db))
         root = resolve_runs_root(engine, runs_dir(runs))
+        refresh_plugin_copy(root)
         if not root.is_dir():
             raise CemError(f"--runs-dir: {root}: no runs folder there (nothing to sync)")
         stats = sync_runs(engine, root, heartbeat_timeout_s=heartbeat_timeout(heartbeat_timeout_s))  # tags too

@@ -116,21 +116,24 @@ def recorded_runs_root(engine: Engine) -> Path | None:
 
 def resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
     """The runs root a command uses: the one named (`--runs-dir`, `$CEMCTL_RUNS`); else (a `DefaultRunsRoot`,
-    or None) the one the database recorded, with a one-line notice when that is not `./runs`; else `./runs`."""
+    or None) the one the database recorded, with a one-line notice when that is not `./runs`; else `./runs`.
+    Writes nothing: the plugins of its runs are read from their sources (recorded in the `.plugins/` copy's
+    manifest; the copy only where a source is gone). A command that writes (plan, launch, sync, import) then
+    calls `refresh_plugin_copy`."""
     root = _resolve_runs_root(engine, runs_root)
-    use_plugins_of(root)
+    copy = root / PLUGINS_DIR
+    if os.path.lexists(copy):
+        add_search_path(copy)
     return root
 
 
-def use_plugins_of(root: Path) -> None:
-    """The plugins of the runs under `root` are read from their sources (recorded in the copy's manifest), and the
-    copy the jobs import is refreshed from them (`cem_core.plugins`): an edit beside the grid is seen by every command
-    without a re-plan. An edit made inside the copy is refused (one line); a copy that cannot be written now (a
-    read-only or full disk) is left as it is, with a notice, and read only where a source is gone."""
+def refresh_plugin_copy(root: Path) -> None:
+    """Refresh the runs root's `.plugins/` copy the jobs import from the plugin sources (`cem_core.plugins`), so a
+    job runs the code a command just read. Only commands that write call it. An edit made inside the copy is refused
+    (one line); a copy that cannot be written now (a read-only or full disk) is left as it is, with a notice."""
     copy = root / PLUGINS_DIR
     if not os.path.lexists(copy):
         return
-    add_search_path(copy)
     try:
         sync_plugin_copy(root)
     except PluginCopyError:

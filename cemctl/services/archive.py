@@ -405,13 +405,14 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
     from cem_core.config import RunConfig, run_id
     from cemctl.db import open_db, record_plan, sync_runs
     from cemctl.db.engine import is_readonly
-    from cemctl.db.runs import resolve_runs_root
+    from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
     path = Path(path)
     engine = open_db(url)  # a database that refuses writes is one line now, before anything is read or written
     if is_readonly(engine):
         raise ArchiveError(f"import: {url} is read-only here: nothing was imported")
     root = resolve_runs_root(engine, runs_root)  # the runs folder the project recorded, not a bare ./runs
+    refresh_plugin_copy(root)
     made_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale_stagings(root)

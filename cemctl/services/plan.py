@@ -256,9 +256,10 @@ def plan_experiment(
         engine = open_db(db_url)
         if is_readonly(engine):  # refuse before writing any config.json
             raise DatabaseError(f"--db: {db_url} is read-only here; planning records runs (use --dry-run to look only)")
-        from cemctl.db.runs import resolve_runs_root
+        from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
         runs_root = resolve_runs_root(engine, runs_root)
+        refresh_plugin_copy(runs_root)
         write_run_configs(plan, runs_root)
         recorded = record_plan(engine, plan, runs_root)
         for row in rows:

@@ -260,11 +260,13 @@ def launch(
     from cemctl.services.launch.repair import damaged_runs, repair_damaged, set_aside_outdated
     from cemctl.services.launch.snapshot import take_snapshot
 
-    from cemctl.db.runs import resolve_runs_root
+    from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
     get_executor(req.executor)  # bad executor name: fail before planning anything
     engine = _dry_run_db(url) if req.dry_run else open_db(url)  # a dry run creates nothing
     runs_root = resolve_runs_root(engine, runs_root).resolve()
+    if not req.dry_run:  # the jobs import the plugin copy: it is what the sources are now
+        refresh_plugin_copy(runs_root)
     target = resolve_target(engine, url, runs_root, req)
     if not req.dry_run:  # the claims' declarations, registered before their runs (cemctl.services.claim_plans)
         from cemctl.services.claim_plans import register_claims
