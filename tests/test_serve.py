@@ -209,6 +209,8 @@ def test_where_and_sort_select_like_the_command_line(project, base):
     ("/experiments/demo?x=" + "y" * 9000, 414, "at most 8192"),
     ("/compare?item=zzzz&item=yyyy", 400, "no run or arm"),
     ("/compare?experiment=..%2Fx&item=a&item=b", 404, "not a valid name"),
+    ("/experiments/%ff", 404, "not percent-encoded UTF-8"),  # main: a 500 and a traceback in the terminal
+    ("/runs/%C3%28/curves.json", 404, "not percent-encoded UTF-8"),
 ])
 def test_bad_urls_are_a_4xx_page_never_a_traceback(base, path, code, says):
     status, headers, body = get(base, path)

@@ -25,14 +25,14 @@ def loss(x: float | None) -> str:
     """Losses (nats per token, or per byte with the byte tokenizer), always 4 decimals."""
     if _missing(x):
         return ""
-    return f"{x:.4f}" if math.isfinite(x) else str(x)
+    return (f"{x:.4f}" if abs(x) < 1e6 else f"{x:.4g}") if math.isfinite(x) else str(x)  # 1e308: '1e+308'
 
 
 def ppl(x: float | None) -> str:
     """Perplexities, 2 decimals."""
     if _missing(x):
         return ""
-    return f"{x:.2f}" if math.isfinite(x) else str(x)
+    return (f"{x:.2f}" if abs(x) < 1e8 else f"{x:.4g}") if math.isfinite(x) else str(x)
 
 
 def count(n: float | None) -> str:
@@ -54,6 +54,8 @@ def rate(x: float | None) -> str:
 def duration(seconds: float | None) -> str:
     if _missing(seconds):
         return ""
+    if not math.isfinite(seconds) or abs(seconds) >= 1e9:  # a clock or heartbeat from nowhere: not 'days' of digits
+        return "over 30 years" if seconds > 0 else ""
     s = int(round(seconds))
     if s < 60:
         return f"{s}s"
@@ -92,7 +94,10 @@ def timestamp(t: float | None) -> str:
         return ""
     import time
 
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+    except (OverflowError, OSError, ValueError):  # 1e308 in a heartbeat: no date, never an error
+        return ""
 
 
 def fraction(x: float | None) -> str:
@@ -105,7 +110,17 @@ def fraction(x: float | None) -> str:
 def by_kind(kind: str):  # noqa: ANN201 - a formatter: value -> str
     """The formatter of a catalogue field's kind (`cemctl.records.fields.Field.kind`)."""
     return {"loss": loss, "ppl": ppl, "count": count, "rate": rate, "duration": duration, "time": timestamp,
-            "progress": fraction}.get(kind, value)
+            "progress": fraction, "int": integer}.get(kind, value)
+
+
+def integer(n: Any) -> str:
+    """A whole number as digits (steps, attempts), in `count`'s form past a billion: a heartbeat claiming 1e308 steps
+    prints '1e+290E', never 309 digits."""
+    if _missing(n):
+        return ""
+    if isinstance(n, (int, float)) and not isinstance(n, bool) and abs(n) >= 1e9:
+        return count(n)
+    return value(n)
 
 
 def progress(step: int | None, total: int | None, done: bool = False) -> str:
@@ -114,6 +129,10 @@ def progress(step: int | None, total: int | None, done: bool = False) -> str:
         return ""
     shown = step if step is not None else total
     if not total:
-        return f"{shown}/?"
+        return f"{_steps(shown)}/?"
     pct = min(1.0, (shown or 0) / total) if not done else 1.0
-    return f"{shown}/{total} {pct * 100:.0f}%"
+    return f"{_steps(shown)}/{_steps(total)} {pct * 100:.0f}%"
+
+
+def _steps(n: Any) -> str:
+    return integer(n) or str(n)

@@ -50,6 +50,10 @@ STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; char
                 ".svg": "image/svg+xml", ".txt": "text/plain; charset=utf-8"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+# A file of the static report (its index.html, an SVG figure) is a document cemctl wrote, with the inline styles
+# matplotlib and the report write: those may apply; nothing in it may run, load from elsewhere or frame it.
+REPORT_CSP = ("default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; base-uri 'none'; "
+              "form-action 'none'; frame-ancestors 'none'")
 SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
                     "Referrer-Policy": "no-referrer", "Cross-Origin-Resource-Policy": "same-origin"}
 PARAMS = {"where", "sort", "limit", "scale", "metric", "x", "hue", "panel", "logx", "logy", "asort", "cmetric", "cx",
@@ -149,7 +153,10 @@ def segments(path: str) -> list[str]:
         raw = raw[:-1]
     out = []
     for seg in raw:
-        text = unquote(seg, errors="strict") if "%" in seg else seg
+        try:
+            text = unquote(seg, errors="strict") if "%" in seg else seg
+        except UnicodeDecodeError:
+            raise HttpError(404, "no such page (a path that is not percent-encoded UTF-8)") from None
         if not text or text in (".", "..") or "/" in text or "\\" in text or "\x00" in text:
             raise HttpError(404, "no such page (a path with an empty, '.' or '..' part)")
         out.append(text)
@@ -275,14 +282,15 @@ class Dashboard:
     # ------------------------------------------------------------------ routes
     def route(self, req: Request) -> Response:
         seg = segments(req.path)
+        if seg[:1] == ["static"] and len(seg) == 2 and seg[1] in self.static:
+            body, ctype = self.static[seg[1]]
+            return Response(200, body, ctype, {"Cache-Control": "max-age=3600"})
+        self.src.check()  # a deleted database: 503; a replaced one: read anew
         if not seg:
             return self.index(req)
         if seg == ["claims"]:
             return self.all_claims(req)
         head, rest = seg[0], seg[1:]
-        if head == "static" and len(rest) == 1 and rest[0] in self.static:
-            body, ctype = self.static[rest[0]]
-            return Response(200, body, ctype, {"Cache-Control": "max-age=3600"})
         if head == "experiments" and rest:
             name = name_of(rest[0])
             sub = rest[1:]
@@ -437,7 +445,7 @@ class Dashboard:
         if any(not FILE_PART_RE.match(p) for p in parts):
             raise HttpError(404, "no such report file")
         body, ctype = report_file(self.src, name, "/".join(parts))
-        return Response(200, body, ctype, {"Content-Disposition": "inline"})
+        return Response(200, body, ctype, {"Content-Disposition": "inline", "Content-Security-Policy": REPORT_CSP})
 
     def run(self, req: Request, rid: str) -> Response:
         from cemctl.services.dashboard.charts import CURVE_X

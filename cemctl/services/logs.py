@@ -103,8 +103,26 @@ def _shown(line: str) -> str:
     return printable(line, keep="\t")
 
 
-def _read_tail(folder: Path, path: Path, n: int) -> list[str]:
-    data = runfiles.read_run_file(folder, path.name, max_bytes=runfiles.MAX_LOG_BYTES)
+TAIL_LINE_BYTES = 4096  # a log's last n lines are read from at most n times this many bytes at its end,
+MAX_TAIL_BYTES = 8 << 20  # and never more than this: the time and memory of a tail do not grow with the log (a 600 MB
+# train.log costs what a small one does)
+
+
+def _read_tail(folder: Path, path: Path, n: int, *, budget: int | None = None) -> list[str]:
+    """The last `n` lines of a log (n <= 0: every line, unless `budget` bounds the bytes), read from its end; a first
+    line cut by the window is left out."""
+    if n <= 0 and budget is None:
+        data = runfiles.read_run_file(folder, path.name, max_bytes=runfiles.MAX_LOG_BYTES)
+        start = 0
+    else:
+        budget = budget or min(MAX_TAIL_BYTES, n * TAIL_LINE_BYTES)
+        with runfiles.open_run_file(folder, path.name) as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - budget)
+            f.seek(start)
+            data = f.read(size - start)
+    if start and b"\n" in data:
+        data = data[data.index(b"\n") + 1:]
     lines = data.decode(errors="replace").splitlines()
     return [_shown(ln) for ln in (lines if n <= 0 else lines[-n:])]
 
@@ -144,7 +162,7 @@ def follow_logs(run_dir: Path, write: Callable[[str], None] = print, poll_s: flo
         except OSError:
             offsets[path] = 0
         try:  # the records already on the screen (tail_logs printed them) are not printed again
-            for line in _read_tail(folder, path, 0):
+            for line in _read_tail(folder, path, 0, budget=MAX_TAIL_BYTES):
                 once.new(line)
         except (RunFileError, OSError):
             pass

@@ -8,6 +8,7 @@
   function fmt(v) {
     if (v === null || v === undefined || !isFinite(v)) return "–";
     var a = Math.abs(v);
+    if (a >= 1e18) return v.toExponential(2);
     if (a !== 0 && a >= 1e5) {
       var units = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
       for (var i = 0; i < units.length; i++) if (a >= units[i][0]) return +(v / units[i][0]).toPrecision(4) + units[i][1];

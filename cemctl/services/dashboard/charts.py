@@ -101,7 +101,7 @@ def chart_options(src: "Source", name: str, sel: "Selection") -> dict[str, Any]:
     meta = recs.experiments.get(name)
     chosen = select(recs.records, sel)
     keys = [k for k in experiment_axes(src, name, sel.scale) if k != "train.seed"]
-    return {"keys": keys, "metrics": metric_choices(recs.records), "x": meta.x if meta and meta.x in keys else None,
+    return {"keys": keys, "metrics": metric_choices(recs.records, meta), "x": meta.x if meta and meta.x in keys else None,
             "hue": [h for h in (meta.hue if meta else ()) if h in keys], "metric": meta.metric if meta else "test_loss",
             "n": len(chosen)}
 
@@ -122,7 +122,7 @@ def metric_chart(src: "Source", name: str, sel: "Selection", *, metric: str | No
     order = meta.axes if meta else []
     chosen = select(recs.records, sel)
     keys = [k for k in experiment_axes(src, name, sel.scale) if k not in nuisance]
-    metrics = metric_choices(recs.records)
+    metrics = metric_choices(recs.records, meta)
     metric = _check("metric", metric or (meta.metric if meta else None) or "test_loss", metrics, "metric") or metrics[0]
     x = resolve(x, keys, what="x") if x else None
     panel = resolve(panel, keys, what="panel") if panel else None
@@ -168,8 +168,20 @@ def metric_chart(src: "Source", name: str, sel: "Selection", *, metric: str | No
         charts.append({"title": (f"{header(panel)}={ptitle}" if panel else ""), "x_label": header(x) if x else "",
                        "y_label": _metric_label(metric, chosen), "log_x": bool(log_x and not categorical),
                        "log_y": bool(log_y), "categories": cats, "x": xvals, "series": list(series.values())})
+    note = "mean over finished seeds; whiskers: 95% t interval (none for a single seed)"
+    if not any(r.get("state") == "done" and _finite(r.get(metric)) for r in chosen):
+        charts, note = [], no_result_note(chosen, metric)
     return {"charts": charts, "metric": metric, "x": x, "hue": hue, "panel": panel, "keys": keys, "metrics": metrics,
-            "note": "mean over finished seeds; whiskers: 95% t interval (none for a single seed)"}
+            "note": note}
+
+
+def no_result_note(records: Sequence[dict[str, Any]], metric: str) -> str:
+    """What a chart says instead of drawing nothing: no finished run has the metric yet, and the runs' states."""
+    from collections import Counter
+
+    states = Counter(str(r.get("state")) for r in records)
+    said = ", ".join(f"{n} {s}" for s, n in states.most_common())
+    return f"No finished run with a {metric} yet" + (f" ({said})." if said else " (no run meets the selection).")
 
 
 def default_chart_x(meta: Any, records: Sequence[dict[str, Any]], keys: Sequence[str]) -> str | None:
@@ -429,7 +441,7 @@ def parallel(src: "Source", name: str, sel: "Selection", *, metric: str | None =
     meta = recs.experiments.get(name)
     chosen = select(recs.records, sel)
     keys = [k for k in experiment_axes(src, name, sel.scale) if k != "train.seed"]
-    metrics = metric_choices(recs.records)
+    metrics = metric_choices(recs.records, meta)
     metric = _check("metric", metric or (meta.metric if meta else None), metrics, "metric") or metrics[0]
     rows = [r for r in chosen if _finite(r.get(metric))]
     axes = []

@@ -66,6 +66,48 @@ class Source:
     timeout_s: float | None = None  # heartbeat timeout for the live table (None: $CEMCTL_HEARTBEAT_TIMEOUT_S / 120)
     _cache: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _file_id: tuple[int, int] | None = None  # SQLite: (device, inode) of the file the engine's connections read
+
+    def __post_init__(self) -> None:
+        self._file_id = self._identity()
+
+    def _identity(self) -> tuple[int, int] | None:
+        if not self.db_files:
+            return None
+        try:
+            st = os.stat(self.db_files[0])
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def check(self) -> None:
+        """Before a page reads: the SQLite file is still the one the open connections read. A deleted (or moved)
+        file is `DatabaseError` (a 503 page naming it), never its last contents served on; a replaced one (another
+        file at the path: a copy put back, `cemctl import` into a fresh database) drops the open connections and the
+        cached answers, so the page reads the new file (checked to be a results database this cemctl reads)."""
+        if not self.db_files:
+            return
+        from cemctl.db.engine import DatabaseError
+
+        now = self._identity()
+        if now is None:
+            raise DatabaseError(f"the results database {self.db_files[0]} is gone (deleted or moved); the "
+                                "dashboard shows it again once it is back (or restart cemctl serve with --db)")
+        if now == self._file_id:
+            return
+        from sqlalchemy.exc import DBAPIError
+
+        from cemctl.db.migrations import check_current
+
+        with self._lock:
+            self.engine.dispose()  # connections still open read the file that was there: reopen from the path
+            self._cache.clear()
+        try:
+            check_current(self.engine)
+        except DBAPIError as e:
+            raise DatabaseError(f"the results database {self.db_files[0]} was replaced by a file that is not one "
+                                f"({' '.join(str(e.orig).split())})") from None
+        self._file_id = now
 
     def token(self) -> Any:
         """Changes whenever the database may have changed: the sizes and mtimes of a SQLite file and its WAL (a

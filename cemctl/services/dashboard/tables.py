@@ -335,9 +335,12 @@ def _sorted(rows: list[dict[str, Any]], key: str, desc: bool) -> list[dict[str, 
     return nums + texts + rest
 
 
-def metric_choices(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The metrics the arms table and the metric figure can show: those of ARM_METRICS some run has."""
-    return [m for m in ARM_METRICS if any(isinstance(r.get(m), (int, float)) for r in records)] or ["test_loss"]
+def metric_choices(records: Sequence[dict[str, Any]], meta: "ExperimentMeta | None" = None) -> list[str]:
+    """The metrics the arms table and the metric figure can show: the grid's metric (even before any run has it: an
+    experiment whose runs all failed shows its page, saying so) and those of ARM_METRICS some run has."""
+    grid = [meta.metric] if meta is not None and meta.metric else ["test_loss"]
+    return list(dict.fromkeys(grid + [m for m in ARM_METRICS if any(isinstance(r.get(m), (int, float))
+                                                                    for r in records)]))
 
 
 # ----------------------------------------------------------------------------------------------- claims
@@ -511,7 +514,14 @@ def run_log(src: "Source", rec: dict[str, Any], lines: int) -> list[str]:
         found = tail_logs(Path(run_dir), lines, write=out.append, runs_root=src.runs_root)
     except OSError as e:
         return [f"(logs not readable: {e.strerror or e})"]
-    return out if found or out else ["(no logs yet)"]
+    if found or out:
+        return out
+    from cemctl.records.live import LIVE_STATES
+
+    if rec.get("state") in LIVE_STATES:
+        return ["(no logs yet)"]
+    return ["(no log in the run's folder: neither train.log nor executor.log; an archive carries no logs, so an "
+            "imported run has none)"]
 
 
 # ----------------------------------------------------------------------------------------------- compare
@@ -601,8 +611,9 @@ def _mean_text(vals: list[float], fmt: Any, arm: bool) -> str:
 
 # ----------------------------------------------------------------------------------------------- static report
 
-REPORT_TYPES = {".png": "image/png", ".svg": "image/svg+xml", ".pdf": "application/pdf", ".csv": "text/csv",
-                ".md": "text/plain", ".tex": "text/plain", ".txt": "text/plain", ".json": "application/json"}
+REPORT_TYPES = {".html": "text/html; charset=utf-8", ".png": "image/png", ".svg": "image/svg+xml",
+                ".pdf": "application/pdf", ".csv": "text/csv; charset=utf-8", ".md": "text/plain; charset=utf-8",
+                ".tex": "text/plain; charset=utf-8", ".txt": "text/plain; charset=utf-8", ".json": "application/json"}
 MAX_REPORT_FILE_BYTES = 64 * 2**20
 
 
@@ -630,7 +641,7 @@ def report_files(src: "Source", name: str) -> list[tuple[str, int]]:
             continue
         if stat.S_ISREG(st.st_mode) and st.st_size == entry.size:
             out.append((rel, st.st_size))
-    return out
+    return sorted(out, key=lambda f: (f[0] != "index.html", f[0]))  # the report's page first
 
 
 def report_file(src: "Source", name: str, rel: str) -> tuple[bytes, str]:
