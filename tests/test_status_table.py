@@ -281,3 +281,57 @@ def test_the_grid_line_counts_every_run_not_the_rows_shown(tmp_path):
     assert res.returncode == 0, res.output
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("grid:"))
     assert line == "grid: 0 running, 4 queued; about 8m00s left", res.stdout
+
+
+def test_a_header_never_shortens_to_another_keys_name_and_a_repeating_axis_goes_first():
+    """main's ended lines shortened attn_step_size to `size` (model.size's name); fig4's kq_diagonal (which only
+    repeats attention, its [[zip]] partner) was kept over lr."""
+    from cemctl.commands.views.table import REPEAT_PRIORITY, axis_headers, axis_priorities
+
+    names = {"model.attn_step_size": "attn_step_size", "model.attention": "attention"}
+    for room in range(8, 30):
+        headers = axis_headers(names, {"model.attn_step_size": 3, "model.attention": 5}, room)
+        assert headers["model.attn_step_size"] != "size", room
+    rows = [{"model.attention": a, "model.kq_diagonal": k, "train.lr": lr, "train.seed": s}
+            for a, k in (("reuse", "none"), ("cem", "shared")) for lr in (0.001, 0.002) for s in (0, 1)]
+    prio = axis_priorities(["model.attention", "model.kq_diagonal", "train.lr", "train.seed"], rows,
+                           ["model.attention", "model.kq_diagonal", "train.lr"])
+    assert prio["model.kq_diagonal"] == REPEAT_PRIORITY
+    assert prio["model.attention"] == prio["train.lr"] < prio["train.seed"] < REPEAT_PRIORITY
+
+
+def test_the_launch_table_keeps_the_axes_that_tell_runs_apart_once_losses_arrive(tmp_path):
+    """main's live launch table dropped `mlp` (priority below tok/s and ETA) at 80 columns once losses arrived:
+    the demo's two CEM rows read alike."""
+    import json
+    import os
+    import time
+
+    from rich.console import Console
+
+    from cemctl.commands.views.launch import LiveLaunchView
+    from cemctl.executors.base import Job
+    from cemctl.executors.local import JobStatus
+
+    axes = {f"r{i:011d}": a for i, a in enumerate([
+        {"model.attention": "llama", "model.mlp": "llama", "model.kq_diagonal": "none", "model.attn_steps": 1},
+        {"model.attention": "cem", "model.mlp": "llama", "model.kq_diagonal": "shared", "model.attn_steps": 2},
+        {"model.attention": "cem", "model.mlp": "cem", "model.kq_diagonal": "shared", "model.attn_steps": 2}])}
+    statuses = []
+    for rid in axes:
+        run = tmp_path / rid
+        run.mkdir()
+        (run / "heartbeat.json").write_text(json.dumps({"time": time.time(), "step": 7, "total_steps": 120,
+                                                        "tokens": 7 * 2048}))
+        (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 7, "train_loss": 5.12345,
+                                                       "tokens_per_s": 12345.0}) + "\n")
+        statuses.append(JobStatus(job=Job(rid, run), state="running", slot="cpu0", started_time=time.time() - 30))
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    view = LiveLaunchView(console)
+    view.set_runs(axes, list(axes))
+    console.print(view.render(statuses))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if line.startswith("run "))
+    assert "mlp" in header and "attention" in header and "kq_diagonal" not in header, header
+    rows = [line.split()[1:4] for line in lines if line.startswith("r0000")]
+    assert len({tuple(r) for r in rows}) == 3, rows

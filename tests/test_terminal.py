@@ -158,3 +158,30 @@ def test_the_pty_helper_works_with_a_descriptor_above_selects_limit(tmp_path):
             os.close(fd)
     screen.assert_clean(0)
     assert "Usage" in screen.text, screen.text
+
+
+@pytest.mark.slow
+def test_fig4_status_at_80_columns_keeps_every_grid_axis(tmp_path: Path) -> None:
+    """main hid `lr`, a grid axis of fig4, while showing `kq_diagonal`, which repeats `attention` (its [[zip]]
+    partner): rows looked like duplicates with different losses."""
+    import json
+
+    from tests.helpers import finish_run
+
+    res = cli(tmp_path, "plan", "fig4", "--scale", "cpu", "--json")
+    assert res.returncode == 0, res.output
+    ids = [r["run_id"] for r in json.loads(res.stdout)["runs"]]
+    for i, rid in enumerate(ids[:24]):
+        finish_run(tmp_path / "runs" / rid, test_loss=1.4 + 0.01 * i, steps=900)
+    assert cli(tmp_path, "sync").returncode == 0
+    screen = on_pty(["status", "fig4", "--limit", "12"], tmp_path, cols=80, rows=40, cwd=tmp_path)
+    screen.assert_clean(0)
+    screen.assert_fits()
+    header = next(line for line in screen.lines if line.startswith("run "))
+    for axis in ("attention", "(attn_)?steps", "lr"):  # model.attention, model.attn_steps (or its last word), train.lr
+        assert re.search(rf"\b{axis}\b", header), header
+    assert "kq_diagonal" not in header and "size" not in header.split()
+    hidden = next((line for line in screen.lines if line.startswith("hidden at 80 columns")), "")
+    assert "kq_diagonal" in hidden and not re.search(r"\b(lr|attention|attn_steps)\b", hidden), hidden
+    rows = [line.split() for line in screen.lines if re.match(r"^[0-9a-f]{8} ", line)]
+    assert len(rows) == 12 and len({tuple(r[1:4]) + (r[4],) for r in rows}) == len(rows)  # no two rows alike

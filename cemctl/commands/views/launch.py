@@ -23,7 +23,7 @@ from cem_core import runfiles
 from cem_core.names import plural, printable
 from cemctl.commands.views import formats as F
 from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
-from cemctl.commands.views.table import Cell, Column, fit, render_rich
+from cemctl.commands.views.table import Cell, Column, axis_headers, distinguishing, fit, render_rich
 from cemctl.records.progress import run_eta_s
 
 ENDED = ("done", "failed", "diverged", "cancelled", "interrupted")
@@ -145,7 +145,6 @@ class _Base:
         [[zip]] partner that moves with them is left out), each under its short name, the longest names shortened
         to their last words, then cut with '…' (never narrower than the values) so that the line keeps room for its
         result (`ended_legend` then names them)."""
-        from cemctl.commands.views.plan import axis_headers, distinguishing
 
         cached = self._column_cache.get(width)
         if cached is not None:
@@ -322,8 +321,10 @@ class LiveLaunchView(_Base):
         if not running:
             return head
         names = short_names(self._varying)
-        cols = [Column("run", "run", required=True)]
-        cols += [Column(k, names[k], priority=3, shrink_to=4) for k in self._varying]
+        telling = set(distinguishing(list(self._varying), list(self.axes.values())))
+        cols = [Column("run", "run", required=True)]  # the axes that tell the runs apart go last (a repeat first)
+        cols += [Column(k, names[k], priority=0 if k in telling else 9, shrink_to=4 if k in telling else 0)
+                 for k in self._varying]
         cols += [Column("slot", "slot", priority=5), Column("step", "step", align="right", required=True),
                  Column("loss", "loss", align="right", required=True),
                  Column("tok/s", _header("tokens_per_s"), align="right", priority=1),  # the catalogue's name: current

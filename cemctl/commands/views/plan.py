@@ -16,7 +16,8 @@ from typing import Any
 
 from cem_core.names import printable
 from cemctl.commands.views import formats as F
-from cemctl.commands.views.table import GAP, Cell, Column, fit, render_plain, render_rich
+from cemctl.commands.views.table import (GAP, Cell, Column, axis_headers, distinguishing, fit, render_plain,
+                                         render_rich)
 from cemctl.commands.views.status import STATE_STYLES, short_ids, short_names
 
 WEEK_H = 7 * 24.0
@@ -40,57 +41,6 @@ def cpu_time_text(cpu_hours: float, workers: int) -> str:
     if wall_h < 1:
         return f"about {max(1, round(wall_h * 60))} min with {workers} worker{'s' if workers > 1 else ''}"
     return f"about {wall_h:.1f} h with {workers} worker{'s' if workers > 1 else ''}"
-
-
-def distinguishing(keys: list[str], rows: list[dict[str, Any]]) -> list[str]:
-    """The keys, in order, that each tell some rows apart that the keys before them do not: together they tell
-    apart every two rows that all the keys tell apart (an axis moving with an earlier one adds nothing)."""
-    chosen: list[str] = []
-    distinct = 1 if rows else 0
-    for k in keys:
-        n = len({tuple(F.value(r.get(c)) for c in [*chosen, k]) for r in rows})
-        if n > distinct:
-            chosen.append(k)
-            distinct = n
-    return chosen
-
-
-def _suffixes(name: str) -> list[str]:
-    """'attn_precond_rank' -> ['precond_rank', 'rank']: the shorter names that still end with the key's last words."""
-    parts = name.split("_")
-    return ["_".join(parts[i:]) for i in range(1, len(parts))]
-
-
-def axis_headers(names: dict[str, str], widest: dict[str, int], room: int | None) -> dict[str, str]:
-    """The axes' column headers for `room` characters (None: no limit): their short names; where those do not fit,
-    the longest ones first give way to their last words (attn_precond_rank -> precond_rank -> rank, never a name
-    another axis also ends with), and only then are cut with '…' (never narrower than their widest value)."""
-    if room is None:
-        return dict(names)
-    room -= GAP * max(0, len(names) - 1)
-    label = dict(names)
-
-    def width(k: str) -> int:
-        return max(len(label[k]), widest[k])
-
-    def unique(k: str, s: str) -> bool:
-        return not any(o != k and (names[o] == s or names[o].endswith("_" + s) or label[o] == s) for o in names)
-
-    while sum(width(k) for k in names) > room:  # last words first: 'rank' names the key, 'att…' does not
-        shorter = {k: next((s for s in _suffixes(label[k]) if unique(k, s)), None) for k in names}
-        shorter = {k: s for k, s in shorter.items() if s is not None and len(label[k]) > widest[k]}
-        if not shorter:
-            break
-        k = max(shorter, key=width)
-        label[k] = shorter[k]
-    cut = {k: width(k) for k in names}
-    while sum(cut.values()) > room:
-        cuttable = [k for k in names if cut[k] > max(3, widest[k])]
-        if not cuttable:
-            break
-        longest = max(cuttable, key=lambda k: cut[k])
-        cut[longest] -= 1
-    return {k: n if len(n) <= cut[k] else n[:cut[k] - 1] + "\u2026" for k, n in label.items()}
 
 
 class PlanView:

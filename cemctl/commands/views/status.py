@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from cem_core.arms import short_names  # noqa: F401 - the table's short key names (views/plan.py too)
 from cem_core.names import printable
-from cemctl.commands.views.table import Cell, Column, Layout, fit, hidden_note, render_plain, render_rich
+from cemctl.commands.views.table import (GAP, REPEAT_PRIORITY, Cell, Column, Layout, axis_headers, axis_priorities, fit,
+                                         hidden_note, line_width, natural_width, render_plain, render_rich)
 from cemctl.records import formats as F
 from cemctl.records.fields import field as field_of
 
@@ -156,6 +157,19 @@ def experiment_view(exp: "ExperimentStatus", *, width: int | None, now: float, c
                   and (k not in REQUIRED_WIDE or any(r.get(k) is not None for r in rows))]]  # a speed no run has: out
     names = _short_names([k for k in keys if "." in k])
     required = set(REQUIRED) | (set(REQUIRED_WIDE) if width is None or width >= WIDE_AT else set())
+    cells = [_cells(r, keys, ids) for r in rows]
+    config_keys = [k for k in keys if field_of(k).source == "config"]
+    # The grid's axes are the last to go, a key that repeats another (a [[zip]] partner) the first; where the axes
+    # do not fit under their names, their headers give way to their last words ('steps'), never another key's name.
+    priority = axis_priorities(config_keys, [{k: raw_value(r, k) for k in config_keys} for r in rows],
+                               getattr(exp.meta, "axes", ()) or ())
+    kept = [k for k in config_keys if priority[k] < REPEAT_PRIORITY]
+    if width is not None and not columns and not wide and kept:
+        fixed = [Column(k, field_of(k).header if k != "run_id" else "run") for k in keys
+                 if k == "run_id" or k in required]
+        room = width - line_width([natural_width(c, cells) for c in fixed]) - GAP * len(kept)
+        widest = {k: max(len(cells[i][k].text) for i in range(len(cells))) if cells else 0 for k in kept}
+        names.update(axis_headers({k: names.get(k, k) for k in kept}, widest, room + GAP * (len(kept) - 1)))
     cols: list[Column] = []
     for key in keys:
         f = field_of(key)
@@ -167,9 +181,9 @@ def experiment_view(exp: "ExperimentStatus", *, width: int | None, now: float, c
                                shrink_to=12 if key in ("reason", "error", "note") else 0))
         else:  # an axis or any config key
             vals = [raw_value(r, key) for r in rows]
-            cols.append(Column(key, names.get(key, key), priority=2, required=bool(columns) or wide, shrink_to=6,
+            cols.append(Column(key, names.get(key, key), priority=priority[key], required=bool(columns) or wide,
+                               shrink_to=6 if priority[key] < REPEAT_PRIORITY else 0,
                                align="right" if _numeric(vals) else "left"))
-    cells = [_cells(r, keys, ids) for r in rows]
     layout = fit(cols, cells, None if wide else width, keep_empty=bool(columns))
     notes = []
     if (note := hidden_note(layout)):

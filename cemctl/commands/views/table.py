@@ -18,7 +18,7 @@ names, used only on a terminal.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.text import Text
@@ -163,3 +163,87 @@ def hidden_note(layout: Layout) -> str:
         return ""
     names = ", ".join(c.header for c in layout.hidden)
     return f"hidden at {layout.width} columns: {names} (--wide or --columns to show)"
+
+
+# ------------------------------------------------------------------------------------------- the axes' columns
+
+def distinguishing(keys: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """The keys, in order, that each tell some rows apart that the keys before them do not: together they tell
+    apart every two rows that all the keys tell apart (an axis moving with an earlier one adds nothing)."""
+    chosen: list[str] = []
+    distinct = 1 if rows else 0
+    for k in keys:
+        n = len({tuple(_value(r.get(c)) for c in [*chosen, k]) for r in rows})
+        if n > distinct:
+            chosen.append(k)
+            distinct = n
+    return chosen
+
+
+AXIS_PRIORITY, OTHER_PRIORITY, REPEAT_PRIORITY = 2, 3, 9
+
+
+def axis_priorities(keys: Sequence[str], rows: Sequence[dict[str, Any]], grid_axes: Sequence[str] = ()) -> dict[str, int]:
+    """The priority of each varying key's column in a table fitted to the terminal (lower: kept longer): the grid's
+    axes that tell runs apart first (AXIS_PRIORITY), then other keys that do (a seed, a dim a size sets), and last a
+    key that only repeats others (REPEAT_PRIORITY: a [[zip]] partner such as kq_diagonal beside attention, which
+    says nothing the attention column does not)."""
+    grid = [k for k in grid_axes if k in keys and k != "train.seed"]
+    ordered = grid + [k for k in keys if k not in grid]
+    telling = set(distinguishing(ordered, list(rows)))
+    return {k: AXIS_PRIORITY if k in telling and k in grid else OTHER_PRIORITY if k in telling else REPEAT_PRIORITY
+            for k in keys}
+
+
+def _suffixes(name: str) -> list[str]:
+    """'attn_precond_rank' -> ['precond_rank', 'rank']: the shorter names that still end with the key's last words."""
+    parts = name.split("_")
+    return ["_".join(parts[i:]) for i in range(1, len(parts))]
+
+
+def _key_names() -> list[tuple[str, str]]:
+    """(key, its last part) of every config key a grid may set (`cem_core.keydoc`): the names a header must not take."""
+    from cem_core.keydoc import documented_keys
+
+    return [(k, k.split(".")[-1]) for k in documented_keys()]
+
+
+def axis_headers(names: dict[str, str], widest: dict[str, int], room: int | None) -> dict[str, str]:
+    """The axes' column headers for `room` characters (None: no limit): their short names; where those do not fit,
+    the longest ones first give way to their last words (attn_precond_rank -> precond_rank -> rank, never a name
+    another axis also ends with), and only then are cut with '…' (never narrower than their widest value)."""
+    if room is None:
+        return dict(names)
+    room -= GAP * max(0, len(names) - 1)
+    label = dict(names)
+
+    def width(k: str) -> int:
+        return max(len(label[k]), widest[k])
+
+    taken = _key_names()
+
+    def unique(k: str, s: str) -> bool:  # never another axis's name or ending, nor any other key's name ('size')
+        return not any(o != k and (names[o] == s or names[o].endswith("_" + s) or label[o] == s) for o in names) \
+            and not any(t == s and full != k for full, t in taken)
+
+    while sum(width(k) for k in names) > room:  # last words first: 'rank' names the key, 'att…' does not
+        shorter = {k: next((s for s in _suffixes(label[k]) if unique(k, s)), None) for k in names}
+        shorter = {k: s for k, s in shorter.items() if s is not None and len(label[k]) > widest[k]}
+        if not shorter:
+            break
+        k = max(shorter, key=width)
+        label[k] = shorter[k]
+    cut = {k: width(k) for k in names}
+    while sum(cut.values()) > room:
+        cuttable = [k for k in names if cut[k] > max(3, widest[k])]
+        if not cuttable:
+            break
+        longest = max(cuttable, key=lambda k: cut[k])
+        cut[longest] -= 1
+    return {k: n if len(n) <= cut[k] else n[:cut[k] - 1] + "\u2026" for k, n in label.items()}
+
+
+def _value(v: Any) -> str:
+    from cemctl.records.formats import value
+
+    return value(v)
