@@ -44,7 +44,7 @@ from cem_core.spec import check_rules
 __all__ = [
     "BYTE_VOCAB_SIZE", "LLAMA_VOCAB_SIZE", "DataConfig", "GPConfig", "ModelConfig", "RunConfig", "TrainConfig",
     "canonical_json", "deep_merge", "energy_layers", "field_names", "flatten", "load_run_config", "nest", "resolve",
-    "run_id", "tokenizer_vocab_size", "tokens_per_step", "total_steps", "validate",
+    "run_id", "saved_run_id", "tokenizer_vocab_size", "tokens_per_step", "total_steps", "validate",
 ]
 
 BYTE_VOCAB_SIZE = 257  # 256 bytes + end-of-document
@@ -215,6 +215,14 @@ def run_id(cfg: RunConfig) -> str:
     """Content hash of the resolved config: the run's identity (12 hex chars), stable across releases
     (`cem_core.identity`: fields added since 0.2.0 count only when set away from their default)."""
     return config_hash(flatten(resolve(cfg).to_dict()))
+
+
+def saved_run_id(cfg: RunConfig) -> str:
+    """The run id of a config as a run's files saved it (plan saves it resolved), read without running any code
+    from elsewhere: a config that names plugins is hashed as saved (`resolve` would import them, and a run folder or
+    an archive is data); any other is resolved, which validates it too. Equal to `run_id` for every config plan
+    saved."""
+    return config_hash(flatten(cfg.to_dict())) if cfg.plugins else run_id(cfg)
 
 
 def load_run_config(path: str) -> RunConfig:

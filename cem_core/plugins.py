@@ -53,6 +53,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -74,18 +75,21 @@ from cem_core.runfiles.lock import file_lock
 from cem_core.runfiles.manifest import DEFAULT_NAME, FileEntry, Manifest, ManifestError, read_manifest, write_manifest
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "PLUGINS_DIR", "PluginCopyError", "PluginError", "add_search_path", "canonical",
+    "ENTRY_POINT_GROUP", "IMPORTED_DIR", "PLUGINS_DIR", "PluginCopyError", "PluginError", "Untrusted", "add_search_path", "canonical",
     "current_plugin", "load_entry_points", "load_grid_plugins", "load_plugins", "parse_names", "plugin_sources",
-    "sync_plugin_copy", "used_plugins",
+    "sync_plugin_copy", "trust_plugin", "untrusted_plugins", "used_plugins",
 ]
 
 PLUGINS_DIR = ".plugins"  # inside a runs root: the copy of the plugin sources the jobs import
 COPY_WHAT = "plugins"  # the purpose the copy's manifest names
+IMPORTED_DIR = ".plugins-imported"  # inside a runs root: plugin sources archives brought, inert until trusted
+IMPORTED_WHAT = "imported plugin"  # the purpose their manifests name
 OWN_PACKAGES = ("cem_core", "cemctl")
 _sources: list[Path] = []  # folders plugin sources are imported from (grid folders, recorded sources); last added first
 _copies: list[Path] = []  # runs roots' .plugins/ copies: looked in after every source
 _on_path: list[str] = []  # what this module put on sys.path
 _loaded = LOADED  # module name -> "" or why it failed (the one table, `cem_core.plugin_context.LOADED`)
+_untrusted: dict[str, Path] = {}  # plugin -> the folder an archive left it in, waiting for `cemctl trust` (messages)
 
 
 class PluginCopyError(RunFileError):
@@ -133,6 +137,10 @@ def _import(name: str, search: Iterable[Path]) -> None:
             importlib.import_module(name)
     except ModuleNotFoundError as e:
         if e.name and (name == e.name or name.startswith(e.name + ".")):
+            top = name.split(".")[0]
+            if top in _untrusted:
+                raise PluginError(name, f"an archive brought it ({_untrusted[top]}), and nothing from an archive runs "
+                                  f"until you trust it: read its files, then `cemctl trust {top}`") from None
             raise PluginError(name, "no such module (put it beside the grid file, or install it)") from None
         raise PluginError(name, f"failed on import: {describe_failure(e, _import_roots())}") from None
     except PluginError:
@@ -387,9 +395,10 @@ def _digest(data: bytes) -> FileEntry:
     return FileEntry(len(data), hashlib.sha256(data).hexdigest())
 
 
-def sync_plugin_copy(runs_root: str | Path, names: Iterable[str] = ()) -> list[str]:
+def sync_plugin_copy(runs_root: str | Path, names: Iterable[str] = (), *, folders: dict[str, Path] | None = None) -> list[str]:
     """Make the runs root's `.plugins/` copy what the sources are now: the plugins `names` (just loaded from their
-    sources) and every plugin the copy's manifest records. Returns the relative paths written or removed.
+    sources), those of `folders` (plugin -> its source folder: what `trust_plugin` adds) and every plugin the copy's
+    manifest records. Returns the relative paths written or removed.
 
     A file is replaced or removed only while it is still what cemctl wrote (its manifest entry); a file edited in
     the copy, or one an older cemctl wrote without a manifest that differs from its source, raises
@@ -408,6 +417,7 @@ def sync_plugin_copy(runs_root: str | Path, names: Iterable[str] = ()) -> list[s
         folder = _root_of(top)
         if folder is not None and not _inside(folder, real_dest) and folder.name != PLUGINS_DIR:
             sources[top] = folder
+    sources.update({top: Path(folder).resolve() for top, folder in (folders or {}).items()})
     wanted = {top: folder for top, folder in sources.items() if _beside(folder, top)}
     if not wanted and manifest is None:
         return []
@@ -505,3 +515,71 @@ def _may_replace(path: Path, have: FileEntry | None, recorded: FileEntry | None,
         why = "it was edited after cemctl copied it"
     raise PluginCopyError(f"{path}: refused: {why} {source}, which plan, status and the jobs read now; to keep "
                           f"the edit, copy it into {source}; then delete {path} and run the command again")
+
+
+# ---------------------------------------------------------------------------------------------- sources from archives
+
+@dataclass(frozen=True)
+class Untrusted:
+    """A plugin's sources an archive brought (`cemctl import`), kept inert: nothing imports them, and the jobs' copy
+    does not take them, until `trust_plugin`."""
+    name: str  # the plugin's top-level name
+    folder: Path  # <runs>/.plugins-imported/<digest>
+    files: dict[str, FileEntry]  # path relative to `folder` -> size and sha256: exactly what trusting takes
+    archive: str  # the archive's file name
+
+
+def untrusted_plugins(runs_root: str | Path) -> list[Untrusted]:
+    """The plugin sources archives left in `runs_root` that the jobs' copy does not take from their folder (sorted
+    by name, then folder). Reads manifests only; a folder without a readable one of cemctl's is not listed."""
+    root = Path(runs_root)
+    imported = root / IMPORTED_DIR
+    if not imported.is_dir():
+        return []
+    try:
+        copy = read_manifest(root / PLUGINS_DIR, DEFAULT_NAME, what=COPY_WHAT)
+    except ManifestError:
+        copy = None
+    trusted = {(top, folder) for top, folder in _sources_of(copy, root).items()}
+    out = []
+    for folder in sorted(p for p in imported.iterdir() if not p.name.startswith(".") and p.is_dir()):
+        try:
+            manifest = read_manifest(folder, DEFAULT_NAME, what=IMPORTED_WHAT)
+        except ManifestError:
+            continue
+        archive = str(manifest.extra.get("archive", ""))
+        for top in sorted({_top_of(rel) for rel in manifest.files}):
+            if (top, folder.resolve()) not in trusted:
+                files = {rel: e for rel, e in sorted(manifest.files.items()) if _top_of(rel) == top}
+                out.append(Untrusted(top, folder, files, archive))
+    return out
+
+
+def note_untrusted(runs_root: str | Path) -> None:
+    """Remember which plugins wait for trust in `runs_root`, so that a config naming one says so (never imports)."""
+    for u in untrusted_plugins(runs_root):
+        _untrusted.setdefault(u.name, u.folder)
+
+
+def trust_plugin(runs_root: str | Path, name: str) -> Untrusted:
+    """Trust the plugin `name` an archive brought: its files, checked again against the sha256s `untrusted_plugins`
+    listed, become the source of the jobs' copy (`sync_plugin_copy`), so commands and jobs import it from now on.
+    Nothing is imported here. A `ConfigError` line when there is no such plugin or its folder changed."""
+    root = Path(runs_root)
+    waiting = untrusted_plugins(root)
+    found = [u for u in waiting if u.name == name]
+    if not found:
+        raise ConfigError("trust", f"no plugin {name!r} from an archive waits for trust in {root / IMPORTED_DIR}",
+                          value=name, allowed=sorted({u.name for u in waiting}) or None)
+    if len(found) > 1:
+        raise ConfigError("trust", f"archives brought {len(found)} versions of the plugin {name!r} "
+                          f"({', '.join(str(u.folder) for u in found)}); remove all but the one to trust", value=name)
+    u = found[0]
+    have = {rel: _digest(path.read_bytes()) for rel, path in plugin_sources(name, u.folder)}
+    if have != u.files:
+        changed = sorted(set(have) ^ set(u.files) | {r for r in have if r in u.files and have[r] != u.files[r]})
+        raise ConfigError("trust", f"{u.folder / changed[0]} is not the file the archive brought (sha256 in "
+                          f"{u.folder / DEFAULT_NAME}); nothing was trusted", value=name)
+    sync_plugin_copy(root, folders={name: u.folder})
+    _untrusted.pop(name, None)
+    return u

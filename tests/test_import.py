@@ -439,8 +439,8 @@ def test_a_json_member_over_its_readers_cap_is_refused_unread(tmp_path, member):
 
 
 def test_an_archive_of_a_plugin_experiment_imports_where_the_plugin_is_not(tmp_path):
-    """The archive carries the plugin sources its runs' configs name; the importing project keeps them as their
-    source and the copy the jobs import, so the configs validate and the runs are listed and reported."""
+    """The archive carries the plugin sources its runs' configs name; the importing project keeps them, and once
+    trusted (tests/test_archive_is_data.py: never before) they are the source of the copy the jobs import."""
     import shutil
 
     example = Path(__file__).resolve().parents[1] / "examples" / "plugin"
@@ -459,6 +459,7 @@ def test_an_archive_of_a_plugin_experiment_imports_where_the_plugin_is_not(tmp_p
     dst.mkdir()
     res = cli(dst, "import", str(out), subprocess=True, cwd=dst)
     assert res.returncode == 0, res.stderr
+    assert cli(dst, "trust", "scalar_precond", "--yes", subprocess=True, cwd=dst).returncode == 0  # an archive is data
     assert (dst / "runs" / ".plugins" / "scalar_precond" / "layers.py").exists()
     st = cli(dst, "status", "scalar_precond", "--json", subprocess=True, cwd=dst)
     assert st.returncode == 0, st.stderr

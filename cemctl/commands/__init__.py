@@ -39,6 +39,7 @@ SHORT_HELP = {
     "note": "Add a note to a run (kept in its tags.json).",
     "archive": "Write experiments' runs into one archive (no checkpoints).",
     "import": "Import an archive, every file checked against its hash.",
+    "trust": "List or trust the plugin sources archives brought.",
     "sync": "Rebuild the database from the run directories.",
     "logs": "Show a run's logs.",
     "cancel": "Stop runs and mark them cancelled.",

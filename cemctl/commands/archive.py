@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, db_url, runs_dir
+from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, cli_errors, db_url, fail, runs_dir
 
 
 def archive_command(
@@ -45,8 +45,43 @@ def import_command(
         result = import_archive(db_url(db), runs_dir(runs), archive)
     typer.echo(f"imported {len(result.imported)} runs ({len(result.present)} already here) of "
                f"{', '.join(result.experiments)} from {result.path}")
+    for name, folder in sorted(result.untrusted.items()):
+        typer.echo(f"the archive brings the plugin {name!r} (kept, not run, in {folder}): its runs are listed; to "
+                   f"report, evaluate or train them, read its files and run `cemctl trust {name}`")
+
+
+def trust_command(
+    name: Optional[str] = typer.Argument(None, help="The plugin to trust (a name `cemctl trust` lists)."),
+    yes: bool = typer.Option(False, "--yes", help="Trust it without asking (the files and sha256s are printed)."),
+    db: Optional[str] = DbOption,
+    runs: Optional[str] = RunsDirOption,
+) -> None:
+    """List the plugin sources archives brought, or trust one: nothing from an archive runs before."""
+    import sys
+
+    with cli_errors():
+        from cemctl.services.archive import plugins_to_trust, trust
+
+        if name is not None and not yes and not sys.stdin.isatty():
+            fail(f"trust: give --yes to trust the plugin {name!r} (`cemctl trust` lists its files and sha256s)")
+        root, waiting = plugins_to_trust(db_url(db), runs_dir(runs))
+        if not waiting:
+            typer.echo(f"nothing to trust: no plugin from an archive waits in {root}")
+            return
+        for u in [u for u in waiting if name is None or u.name == name]:
+            typer.echo(f"{u.name}  from {u.archive or 'an archive'}, in {u.folder}:")
+            for rel, entry in u.files.items():
+                typer.echo(f"  {entry.sha256}  {entry.size:>8} B  {rel}")
+        if name is None:
+            typer.echo("read them; `cemctl trust NAME` then lets commands and jobs import that plugin")
+            return
+        if not yes and not typer.confirm(f"trust {name!r}: commands and jobs of this project will import these files?"):
+            fail("trust: nothing was trusted")
+        u = trust(db_url(db), runs_dir(runs), name)
+    typer.echo(f"trusted {u.name}: {len(u.files)} files now in {root}/.plugins, which commands and jobs import")
 
 
 def register(app: typer.Typer) -> None:
     app.command("archive")(archive_command)
     app.command("import")(import_command)
+    app.command("trust")(trust_command)

@@ -47,7 +47,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from cem_core import runfiles
-from cem_core.config import RunConfig, canonical_json, resolve, run_id
+from cem_core.config import RunConfig, canonical_json, resolve, saved_run_id
 from cem_core.errors import CemError, ConfigError
 from cem_core.names import is_run_id
 from cem_core.runfiles.files import ENVIRONMENT_FILE
@@ -170,6 +170,8 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
 def _load_config(run_dir: Path) -> tuple[dict[str, Any], RunConfig]:
     """config.json as saved and as a resolved RunConfig; ConfigError (naming the file) when it cannot be."""
     saved = runfiles.read_run_config(run_dir)  # the one reader of config.json (strict, one line naming the file)
+    if saved.config.plugins:  # resolving would import them: a run folder is data (its id check is `saved_run_id`)
+        return saved.raw, saved.config
     try:
         return saved.raw, resolve(saved.config)  # a saved config is resolved already; this validates it
     except ConfigError as e:
@@ -203,8 +205,8 @@ def _config_damage(run: Run, run_dir: Path) -> str:
         d, cfg = _load_config(run_dir)
     except ConfigError as e:
         return str(e)
-    if is_run_id(run_dir.name) and run_id(cfg) != run_dir.name:
-        return (f"config.json hashes to run id {run_id(cfg)}, not {run_dir.name} (edited, or a run directory "
+    if is_run_id(run_dir.name) and saved_run_id(cfg) != run_dir.name:
+        return (f"config.json hashes to run id {saved_run_id(cfg)}, not {run_dir.name} (edited, or a run directory "
                 "copied under another name); `cemctl launch --redo-damaged` restores the recorded config")
     recorded = json.loads(run.config_json or "{}")
     if recorded and canonical_json(recorded) != canonical_json(d):

@@ -34,9 +34,9 @@ from sqlalchemy import case, delete, func, select
 from sqlalchemy.engine import Engine
 
 from cem_core.config import RunConfig, canonical_json
-from cem_core.plugins import PLUGINS_DIR, PluginCopyError, add_search_path, sync_plugin_copy
+from cem_core.plugins import PLUGINS_DIR, PluginCopyError, add_search_path, note_untrusted, sync_plugin_copy
 from cem_core.runfiles import CONFIG_FILE, RunFileError, config_of_record
-from cem_core.errors import CemError
+from cem_core.errors import CemError, ConfigError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
 
@@ -121,6 +121,7 @@ def resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Pa
     manifest; the copy only where a source is gone). A command that writes (plan, launch, sync, import) then
     calls `refresh_plugin_copy`."""
     root = _resolve_runs_root(engine, runs_root)
+    note_untrusted(root)  # an archive's plugin is named as such where a config needs it; never imported
     copy = root / PLUGINS_DIR
     if os.path.lexists(copy):
         add_search_path(copy)
@@ -168,7 +169,6 @@ def run_config(run: Run) -> RunConfig:
 
 def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | str | None, now: float) -> Run:
     from cem_core.config import total_steps
-    from cem_core.counts import run_counts
 
     return Run(
         id=run_id,
@@ -186,8 +186,21 @@ def new_run_row(run_id: str, cfg: RunConfig, run_dir: Path | str | None, now: fl
         events_offset=0,
         events_fingerprint="",
         events_lines=0,
-        **run_counts(cfg),
+        **_counts(cfg),
     )
+
+
+def _counts(cfg: RunConfig) -> dict[str, int | None]:
+    """The run's parameter and FLOP counts; unknown (None) for a config whose plugin is not loaded here (an archive's,
+    not trusted: its counts come with its result.json)."""
+    from cem_core.counts import run_counts
+
+    try:
+        return run_counts(cfg)
+    except ConfigError:
+        if not cfg.plugins:
+            raise
+        return {"params_total": None, "params_non_embedding": None, "flops_per_token": None}
 
 
 def _mtime(path: Path) -> float | None:

@@ -24,7 +24,7 @@ from cem_core.config import RunConfig, canonical_json, flatten, resolve, run_id
 from cem_core.errors import ConfigError
 from cemctl.grid.kinds import DEFAULT_SCALE, MAX_RUNS
 from cemctl.grid.fields import Scalar, check_field
-from cemctl.grid.spec import SEED_KEY, GridSpec, parse_grid
+from cemctl.grid.spec import SEED_KEY, GridSpec, grid_plugins, parse_grid
 
 
 @dataclass
@@ -148,6 +148,7 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
     excluded = duplicates = 0
     cache: dict[str, tuple[str, RunConfig]] = {}
     defaults = flatten(RunConfig().to_dict())  # [[exclude]] may name keys left at their defaults
+    plugin_values: dict[Any, tuple[str, ...]] = {}  # every `plugins` value the runs name -> its checked names
     for block in blocks:
         for assignment in block.assignments():
             flat = {**spec.base, **assignment}
@@ -155,6 +156,9 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
                 excluded += 1
                 continue
             flat.update(overrides)
+            if flat.get("plugins") and flat["plugins"] not in plugin_values:  # as [experiment] plugins are checked
+                source = "--set" if "plugins" in overrides else "--axis" if "plugins" in spec.cli_axes else spec.path
+                plugin_values[flat["plugins"]] = grid_plugins(flat["plugins"], spec.path, "plugins", source)
             key = canonical_json({k: [type(v).__name__, v] for k, v in flat.items()})
             if key in cache:
                 rid, cfg = cache[key]
@@ -191,7 +195,8 @@ def expand(spec: GridSpec, overrides: dict[str, Any] | None = None, *, max_runs:
     return Plan(
         name=spec.name, description=spec.description, figure=spec.figure, path=spec.path, text=spec.text,
         sha256=spec.sha256, scale=spec.scale, overrides=overrides, runs=list(runs.values()), varied=varied,
-        excluded=excluded, duplicates=duplicates, plugins=spec.plugins,
+        excluded=excluded, duplicates=duplicates,
+        plugins=tuple(dict.fromkeys([*spec.plugins, *(n for names in plugin_values.values() for n in names)])),
     )
 
 

@@ -350,16 +350,21 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
 
 
 def _plugins(value: Any, path: str) -> tuple[str, ...]:
-    """`[experiment] plugins`: check the names, then import each (the grid's folder first on the import path) so
-    that the variants they register are known before any run is validated; one line naming the plugin if not."""
-    if value is None:
-        return ()
+    """`[experiment] plugins`: `grid_plugins` of them."""
+    return () if value is None else grid_plugins(value, path, "experiment.plugins", path)
+
+
+def grid_plugins(value: Any, path: str, key: str, source: str) -> tuple[str, ...]:
+    """Plugins a grid names (`[experiment] plugins`, or the config key `plugins` in [base], an axis, `--set` or
+    `--axis`): check the names (`cem_core.plugins.check_name`: never a module of the standard library, of cemctl, or
+    one installed under a plugin's name), then import each (the grid's folder first on the import path) so that the
+    variants they register are known before any run is validated; one line naming `key` and `source` if not."""
     try:
-        names = parse_names(value, key="experiment.plugins")
+        names = parse_names(value, key=key)
         return load_grid_plugins(names, Path(path).resolve().parent)
     except ConfigError as e:
-        key = e.key if e.key.startswith("experiment.") else f"experiment.{e.key}"
-        raise ConfigError(key, e.message, value=e.value, allowed=e.allowed, source=path) from None
+        where = key if e.key in ("plugins", key) else e.key
+        raise ConfigError(where, e.message, value=e.value, allowed=e.allowed, source=source) from None
 
 
 def claims_from_text(text: str, path: str = "") -> list[Any]:

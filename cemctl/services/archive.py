@@ -74,6 +74,7 @@ class ImportResult:
     experiments: list[str]
     imported: list[str] = field(default_factory=list)  # run ids written
     present: list[str] = field(default_factory=list)  # run ids already here with the same content
+    untrusted: dict[str, Path] = field(default_factory=dict)  # plugin -> where its inert sources wait for `trust`
 
 
 def _sha256(data: bytes) -> str:
@@ -402,7 +403,8 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
     """Import an archive, all or nothing (see the module docstring)."""
     import shutil
 
-    from cem_core.config import RunConfig, run_id
+    from cem_core.config import RunConfig, saved_run_id
+    from cem_core.plugins import untrusted_plugins
     from cemctl.db import open_db, record_plan, sync_runs
     from cemctl.db.engine import is_readonly
     from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
@@ -435,7 +437,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         if missing:
             raise ArchiveError(f"import: {path}: {missing[0]} is listed in the manifest but missing")
         result = ImportResult(path, [e["name"] for e in manifest["experiments"]])
-        plugin_tops = _check_plugins(stage, manifest, path)  # importable from the staging folder from here on
+        plugin_tops = _check_plugins(stage, manifest, path)  # never importable: an archive is data
         configs: dict[str, RunConfig] = {}
         for rid in manifest["runs"]:
             raw = (stage / "runs" / rid / runfiles.CONFIG_FILE).read_bytes()
@@ -443,8 +445,9 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                 cfg = runfiles.parse_config(raw, f"{path}: runs/{rid}/{runfiles.CONFIG_FILE}").config
             except ConfigError as e:
                 raise ArchiveError(f"import: {e}") from None
-            if run_id(cfg) != rid:
-                raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {run_id(cfg)}, not its run id")
+            if saved_run_id(cfg) != rid:  # without importing the plugins it names
+                raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {saved_run_id(cfg)}, "
+                                   "not its run id")
             configs[rid] = cfg
         for rid in manifest["runs"]:  # every JSON run file as its one reader reads it: nothing moves otherwise
             why = run_files_problem(stage / "runs" / rid)
@@ -457,8 +460,8 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         _check_runs_here(engine, manifest, root, stage, result)
         claims = _check_claims(manifest, root, stage, path)
         _stage_done("checked")
-        if plugin_tops:  # the one step left that may refuse (an edited copy of the plugins): before any run moves
-            _place_plugins(stage, root, plugin_tops)
+        if plugin_tops:  # kept inert until `cemctl trust` (nothing of them is imported or copied for the jobs)
+            _place_plugins(stage, root, manifest, plugin_tops, path)
         for rid in manifest["runs"]:  # every check passed: the new runs go into place, each by one rename
             if rid not in result.present:
                 os.rename(stage / "runs" / rid, root / rid)
@@ -472,6 +475,8 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
             apply_claims_merge(root, claims)  # the registrations and until-decided looks of these runs
         _stage_done("planned")
         sync_runs(engine, root, run_ids=list(manifest["runs"]))  # tags and notes too (tags.json)
+        tops = {rel.split("/")[0].removesuffix(".py") for rel in manifest.get("plugins", {})}
+        result.untrusted = {u.name: u.folder for u in untrusted_plugins(root) if u.name in tops}
         done = True
         return result
     finally:
@@ -483,54 +488,88 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
                 pass
 
 
-IMPORTED_PLUGINS = ".plugins-imported"  # in the runs root: the plugin sources archives brought (their source now)
-
-
 def _check_plugins(stage: Path, manifest: dict[str, Any], path: Path) -> list[str]:
-    """The top-level names of the archive's plugin sources, made importable from the staging folder; a plugin of
-    the same name here with other sources is refused (it would be replaced, or shadow the archive's)."""
+    """The top-level names of the archive's plugin sources that are not here already with the very same files; a
+    plugin of the same name here (trusted, or waiting for trust) with other sources is refused (it would be
+    replaced, or shadow the archive's). Nothing is imported: `find_spec` of a top-level name runs no code."""
     import filecmp
 
-    from cem_core.plugins import _root_of, add_search_path, plugin_sources
+    from cem_core.plugins import _root_of, plugin_sources, untrusted_plugins
 
     tops = sorted({rel.split("/")[0].removesuffix(".py") for rel in manifest.get("plugins", {})})
+    waiting: dict[str, list[Path]] = {}
+    for u in untrusted_plugins(stage.parent):
+        waiting.setdefault(u.name, []).append(u.folder)
+    new = []
     for top in tops:
-        here = _root_of(top)
-        if here is None:
-            continue
-        ours = {rel: p for rel, p in plugin_sources(top, here)}
         theirs = {rel: stage / "plugins" / rel for rel in manifest["plugins"] if rel.split("/")[0].removesuffix(".py") == top}
-        if set(ours) != set(theirs) or not all(filecmp.cmp(ours[r], theirs[r], shallow=False) for r in ours):
-            raise ArchiveError(f"import: {path}: the archive's plugin {top!r} differs from the one here ({here}); "
-                               "nothing was imported (rename one of them, or import into another project)")
-    if tops:
-        add_search_path(stage / "plugins")
-    return tops
+        for here in [f for f in (_root_of(top), *waiting.get(top, ())) if f is not None]:
+            ours = {rel: p for rel, p in plugin_sources(top, here)}
+            if set(ours) != set(theirs) or not all(filecmp.cmp(ours[r], theirs[r], shallow=False) for r in ours):
+                raise ArchiveError(f"import: {path}: the archive's plugin {top!r} differs from the one here ({here}); "
+                                   "nothing was imported (rename one of them, or import into another project)")
+            break
+        else:
+            new.append(top)
+    return new
 
 
-def _place_plugins(stage: Path, root: Path, tops: list[str]) -> None:
-    """The archive's plugin sources kept in the runs root (`.plugins-imported/<digest>/`: their source from now on)
-    and copied into the copy the jobs import (`cem_core.plugins.sync_plugin_copy`)."""
+def _place_plugins(stage: Path, root: Path, manifest: dict[str, Any], tops: list[str], path: Path) -> None:
+    """The archive's plugin sources kept, inert, in the runs root (`.plugins-imported/<digest>/`, content-addressed,
+    with a manifest of their sizes and sha256s): nothing imports them and the jobs' copy does not get them until
+    `cemctl trust NAME` (`cem_core.plugins.trust_plugin`)."""
     import shutil
     import tempfile
 
-    from cem_core.plugins import add_search_path, sync_plugin_copy
+    from cem_core.plugins import IMPORTED_DIR, IMPORTED_WHAT
+    from cem_core.runfiles.manifest import write_manifest
 
+    rels = sorted(rel for rel in manifest["plugins"] if rel.split("/")[0].removesuffix(".py") in tops)
     digest = hashlib.sha256()
-    files = sorted(p for p in (stage / "plugins").rglob("*.py"))
-    for p in files:
-        digest.update(p.relative_to(stage).as_posix().encode() + b"\0" + p.read_bytes())
-    home = root / IMPORTED_PLUGINS / digest.hexdigest()[:16]
+    for rel in rels:
+        digest.update(f"plugins/{rel}".encode() + b"\0" + (stage / "plugins" / rel).read_bytes())
+    home = root / IMPORTED_DIR / digest.hexdigest()[:16]
     if not os.path.lexists(home):  # content-addressed: one there already holds these very sources
         home.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{home.name}.", dir=home.parent))  # ours alone
         try:
-            shutil.copytree(stage / "plugins", tmp, dirs_exist_ok=True)
+            for rel in rels:
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(stage / "plugins" / rel, tmp / rel)
+            write_manifest(tmp, what=IMPORTED_WHAT, extra={"archive": path.name})  # the files' sha256s, as copied
             runfiles.publish_dir(tmp, home)  # False: another import placed the same sources meanwhile
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    add_search_path(home)
-    sync_plugin_copy(root, tops)
+
+
+def _project_runs_root(url: str, runs_root: Path | str) -> Path:
+    """The runs folder of the project at `url` (the one its database recorded unless one is named), opened read-only."""
+    from cemctl.db.engine import DatabaseError, open_existing_db
+    from cemctl.db.runs import resolve_runs_root
+
+    try:
+        engine = open_existing_db(url)
+    except DatabaseError as e:
+        if "no results database" not in str(e):
+            raise
+        engine = None
+    return resolve_runs_root(engine, runs_root)
+
+
+def plugins_to_trust(url: str, runs_root: Path | str) -> tuple[Path, list[Any]]:
+    """(the runs root, the plugin sources archives brought there that nothing imports yet: `Untrusted`s)."""
+    from cem_core.plugins import untrusted_plugins
+
+    root = _project_runs_root(url, runs_root)
+    return root, untrusted_plugins(root)
+
+
+def trust(url: str, runs_root: Path | str, name: str) -> Any:
+    """Trust the plugin `name` an archive brought (`cem_core.plugins.trust_plugin`): the jobs' copy takes it, and
+    commands import it where a config needs it. Returns its `Untrusted` (what was trusted)."""
+    from cem_core.plugins import trust_plugin
+
+    return trust_plugin(_project_runs_root(url, runs_root), name)
 
 
 def runfiles_mkdtemp(root: Path) -> str:
