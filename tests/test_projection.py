@@ -148,14 +148,40 @@ def test_a_tags_file_too_large_to_read_is_refused(project):
     assert path.stat().st_size == size
 
 
-def test_a_thousand_long_notes_fit(project):
-    """The largest tags.json `cemctl note` can write (MAX_NOTES notes of MAX_NOTE_CHARS) is read back."""
-    from cem_core.runfiles.tags import MAX_NOTE_CHARS, MAX_NOTES, read_tags
+def test_fifteen_thousand_notes_and_one_more_are_all_kept(project):
+    """No note is dropped: a tags.json with 15,000 notes (merged, hand-edited) keeps every one through `cemctl note`,
+    and the database mirror too (`--where note~` finds the oldest). Before, the next note kept the last 1,000."""
+    from cem_core.runfiles.tags import read_tags
 
     where, ids = project
     path = where / "runs" / ids[0] / "tags.json"
-    path.write_text(json.dumps({"tags": {}, "notes": [{"time": 1.0, "text": "\u00e9" * MAX_NOTE_CHARS}] * MAX_NOTES}))
-    assert len(read_tags(path.parent).notes) == MAX_NOTES
+    notes = [{"time": 1.0 + i, "text": f"note number {i}"} for i in range(15_000)]
+    path.write_text(json.dumps({"tags": {"phase": "b"}, "notes": notes}))
+    res = cli(where, "note", ids[0], "one more")
+    assert res.returncode == 0 and "15001 notes" in res.stdout, res.stdout + res.stderr
+    kept = read_tags(path.parent).notes
+    assert [n["text"] for n in kept] == [n["text"] for n in notes] + ["one more"]
+    st = cli(where, "status", "--json", "--columns", "run", "--where", "note~note number 0", "--no-sync")
+    assert [r["run_id"] for r in json.loads(st.stdout)["experiments"][0]["runs"]] == [ids[0]], st.stdout
+
+
+def test_a_note_that_would_pass_the_files_bound_is_refused_and_nothing_is_dropped(project):
+    """The one bound is the file's size (what a reader accepts): a note that would pass it is refused in one line
+    naming the file, and the file keeps every note it had."""
+    from cem_core.runfiles.tags import MAX_NOTE_CHARS, MAX_TAGS_BYTES, read_tags
+
+    where, ids = project
+    path = where / "runs" / ids[0] / "tags.json"
+    full = {"time": 1.0, "text": "x" * MAX_NOTE_CHARS}
+    notes = [full] * (MAX_TAGS_BYTES // (len(json.dumps(full)) + 2) - 1)
+    room = MAX_TAGS_BYTES - len(json.dumps({"tags": {}, "notes": notes}))
+    notes.append({"time": 1.0, "text": "y" * (room - MAX_NOTE_CHARS // 2)})  # within half a note of the bound
+    path.write_text(json.dumps({"tags": {}, "notes": notes}))
+    assert MAX_TAGS_BYTES - MAX_NOTE_CHARS < path.stat().st_size < MAX_TAGS_BYTES
+    before = path.read_bytes()
+    line = assert_clean_error(cli(where, "note", ids[0], "z" * MAX_NOTE_CHARS), contains="tags.json")
+    assert "nothing was written" in line
+    assert path.read_bytes() == before and len(read_tags(path.parent).notes) == len(json.loads(before)["notes"])
 
 
 @pytest.mark.parametrize("flag", ["outdated", "damaged"])

@@ -12,6 +12,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -21,15 +22,14 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from cem_core.errors import ConfigError
-from cem_core.runfiles.files import RunFileError, atomic_write_json, read_run_json_strict
+from cem_core.runfiles.files import RunFileError, atomic_write_bytes, read_run_json_strict
 
 TAGS_FILE = "tags.json"
 TAGS_LOCK = ".tags.lock"
 TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 MAX_VALUE_CHARS = 200
 MAX_NOTE_CHARS = 2000
-MAX_NOTES = 1000
-MAX_TAGS_BYTES = 16 << 20  # 1,000 notes of 2,000 characters (escaped) fit well below it
+MAX_TAGS_BYTES = 16 << 20  # the one bound (what a reader accepts): a note that would pass it is refused, none dropped
 
 
 _MISSING = object()  # no tags.json (a file holding `null` is a bad shape, not "no tags")
@@ -58,7 +58,7 @@ class TagsRecord:
                 if isinstance(k, str) and TAG_NAME.match(k) and isinstance(v, (str, int, float, bool))}
         notes = [{"time": float(n["time"]) if isinstance(n.get("time"), (int, float)) else None, "text": n["text"]}
                  for n in (d.get("notes") or []) if isinstance(n, dict) and isinstance(n.get("text"), str)]
-        return cls(tags, notes[-MAX_NOTES:])
+        return cls(tags, notes)
 
 
 def _printable(text: str) -> bool:
@@ -153,6 +153,12 @@ def update_tags(run_dir: str | os.PathLike[str], *, set: Mapping[str, str] | Non
             record.tags.pop(name, None)
         record.tags.update(dict(items))
         if text is not None:
-            record.notes = (record.notes + [{"time": time.time() if now is None else now, "text": text}])[-MAX_NOTES:]
-        atomic_write_json(run_dir / TAGS_FILE, record.to_dict(), durable=True)
+            record.notes.append({"time": time.time() if now is None else now, "text": text})
+        data = (json.dumps(record.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+        if len(data) > MAX_TAGS_BYTES:
+            raise ConfigError("note" if text is not None else "tag",
+                              f"{run_dir / TAGS_FILE} would pass {MAX_TAGS_BYTES >> 20} MiB with it, more than cemctl "
+                              "reads back; nothing was written (every note is kept: move the file aside to start "
+                              "afresh, or edit it by hand)")
+        atomic_write_bytes(run_dir / TAGS_FILE, data, durable=True)
     return record
