@@ -218,3 +218,34 @@ def test_every_figure_of_a_report_draws_a_hue_value_in_one_colour(tmp_path, kind
     assert {"metric", "training_curves"} <= names and len(names) >= 3, names
     for part in parts.figures:
         part.figure.clear()
+
+
+def test_every_frame_derived_from_the_runs_shares_the_one_palette(tmp_path):
+    """pandas deep-copies a frame's attrs into each frame derived from it: a copied palette per slice cost a quarter
+    of a report's drawing time, and a figure kind colouring from a copy is not the one palette."""
+    from cemctl.report.generic import PALETTE_ATTR, palette_of
+
+    runs, _ = _frames(tmp_path, '"model.attention" = "cem"\n\n[axes]\n"model.attn_steps" = [1, 2]\n')
+    palette = Palette(runs, x="model.attn_steps")
+    runs.attrs[PALETTE_ATTR] = palette
+    derived = runs[runs["model.attn_steps"].eq(2)].sort_values("run_id").groupby("arm", sort=False).head(1)
+    assert palette_of(derived) is palette and palette_of(runs.copy(deep=True)) is palette
+
+
+def test_a_figure_saved_in_two_formats_is_laid_out_once(tmp_path):
+    """`freeze_layout`: the constrained layout is solved once, and saving png then pdf keeps it."""
+    from cemctl.report import style
+
+    fig, (ax,) = style.new_figure()
+    ax.set_ylabel("a long label that needs room\non two lines")
+    ax.plot([1, 2], [3, 4])
+    before = ax.get_position().bounds
+    style.freeze_layout(fig)
+    laid_out = ax.get_position().bounds
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    assert laid_out != before  # laid out, and not again at each save:
+    assert not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+    for fmt in ("png", "pdf"):
+        fig.savefig(tmp_path / f"f.{fmt}", format=fmt, dpi=150)
+        assert ax.get_position().bounds == laid_out

@@ -342,6 +342,7 @@ def build_report(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFra
 
 def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, problems: "pd.DataFrame", out: Path,
            formats: tuple[str, ...], dpi: int) -> ReportResult:
+    from cemctl.report.style import freeze_layout
     from cemctl.report.tables import write_table
 
     (out / "figures").mkdir()
@@ -350,6 +351,8 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
     figures, tables = [], []
     for fp in parts.figures:
         files = {}
+        if len(formats) > 1:  # lay the figure out once, not again for every format it is saved in
+            freeze_layout(fp.figure)
         for fmt in formats:
             path = out / "figures" / f"{fp.name}.{fmt}"
             fp.figure.savefig(path, dpi=dpi, format=fmt)  # constrained layout keeps the (wrapped) legend inside

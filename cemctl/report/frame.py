@@ -57,11 +57,14 @@ def runs_frame(records: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
     return frame
 
 
-def curves_frame(records: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
-    """Curves frame: one row per (run, step) with train and/or validation loss."""
+def curves_frame(records: "Iterable[Mapping[str, Any]] | pd.DataFrame") -> "pd.DataFrame":
+    """Curves frame: one row per (run, step) with train and/or validation loss (from records or a frame)."""
     import pandas as pd
 
-    frame = pd.DataFrame(list(records), columns=list(CURVE_COLUMNS))
+    if isinstance(records, pd.DataFrame):  # a frame's columns as they are, never a dict per row and back
+        frame = records.reindex(columns=list(CURVE_COLUMNS))
+    else:
+        frame = pd.DataFrame(list(records), columns=list(CURVE_COLUMNS))
     for col in ("train_loss", "val_loss"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     frame["step"] = pd.to_numeric(frame["step"], errors="coerce").astype("Int64")
@@ -94,7 +97,7 @@ def load_curves(engine: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
         return curves_frame([])
     merged = raw.groupby(["run_id", "step"], as_index=False, sort=True).agg(
         tokens=("tokens", "max"), train_loss=("train_loss", "first"), val_loss=("val_loss", "first"))
-    return curves_frame(merged.to_dict("records"))
+    return curves_frame(merged)
 
 
 def curves_from_run_dirs(runs_root: Any, run_ids: Iterable[str]) -> "pd.DataFrame":
@@ -129,4 +132,4 @@ def curves_from_run_dirs(runs_root: Any, run_ids: Iterable[str]) -> "pd.DataFram
 
     merged = pd.DataFrame(rows).groupby(["run_id", "step"], as_index=False, sort=True).agg(
         tokens=("tokens", "max"), train_loss=("train_loss", "first"), val_loss=("val_loss", "first"))
-    return curves_frame(merged.to_dict("records"))
+    return curves_frame(merged)

@@ -107,6 +107,12 @@ class Palette:
         self._hue_by_value = {json_key(self._value(c)): self.hue_of[aid] for aid, c in zip(arms[ARM], configs)}
         self.x = x
 
+    def __deepcopy__(self, memo: dict) -> "Palette":
+        """One palette per report, never copied: pandas deep-copies a frame's attrs into every frame derived from it
+        (each slice, filter and groupby), and copying the palette's tables there was a quarter of a report's drawing
+        time. It is not changed after it is made, so every frame sharing it is what the one palette means."""
+        return self
+
     def _value(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {k: _native(config.get(k)) for k in self.hue_keys}
 

@@ -128,6 +128,15 @@ def new_figure(ncols: int = 1, nrows: int = 1, *, panel_w: float = 4.4, panel_h:
     return fig, list(axes.ravel())
 
 
+def freeze_layout(fig: "Figure") -> None:
+    """Lay the figure out once (its constrained layout) and keep that layout: each `savefig` after draws without
+    solving it again (a report saves every figure as png and pdf; the layout was a third of each save)."""
+    if fig.get_layout_engine() is None:
+        return
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
+
+
 def grid_shape(n_panels: int, max_cols: int = 3) -> tuple[int, int]:
     """(ncols, nrows): one row up to `max_cols` panels, else a near-square grid (4 -> 2 x 2)."""
     ncols = n_panels if n_panels <= max_cols else min(max_cols, math.ceil(math.sqrt(n_panels)))
