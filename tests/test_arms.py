@@ -28,15 +28,16 @@ def _other(value):
 BASE = flatten(resolve(RunConfig.from_dict({"model.attention": "cem", "model.kq_diagonal": "shared"})).to_dict())
 
 
-@pytest.mark.parametrize("key", [k for k in field_names() if k != "train.seed"])
-def test_two_configs_differing_in_any_single_key_are_two_arms(key):
+def test_two_configs_differing_in_any_single_key_are_two_arms():
     from cemctl.records.labels import arm_labels
 
-    other = {**BASE, key: _other(BASE[key])}
-    assert arm_id(other) != arm_id(BASE), key
-    assert varying_keys([BASE, other]) == [key]
-    ids, labels = arm_labels([BASE, other])
-    assert ids[0] != ids[1] and labels[0] != labels[1] and all(lab.startswith(key.split(".")[-1] + "=") for lab in labels)
+    for key in [k for k in field_names() if k != "train.seed"]:
+        other = {**BASE, key: _other(BASE[key])}
+        assert arm_id(other) != arm_id(BASE), key
+        assert varying_keys([BASE, other]) == [key]
+        ids, labels = arm_labels([BASE, other])
+        assert ids[0] != ids[1] and labels[0] != labels[1], key
+        assert all(lab.startswith(key.split(".")[-1] + "=") for lab in labels), (key, labels)
 
 
 def test_seeds_and_declared_nuisance_keys_do_not_make_arms():
@@ -110,13 +111,6 @@ def _legend_labels(part) -> set[str]:
 TWIN_KEYS = ["model.init_std", "model.attn_precond_rank", "model.attn_start", "model.attn_step_size"]
 
 
-@pytest.mark.parametrize("key", TWIN_KEYS)
-@pytest.mark.parametrize("kind", list(FIGURE_KINDS))
-def test_no_figure_kind_merges_two_arms(kind, key):
-    """Every arm once more, differing only in a key the figure does not plot: drawn and tabled as two series."""
-    _check_twins(kind, key, _other)
-
-
 @pytest.fixture
 def plugin_twins():
     """A plugin's preconditioner beside each built-in one, labelled as the built-in one is (`<name>_mine`, label
@@ -139,38 +133,6 @@ def plugin_twins():
 PLUGIN_TWINS = [("plugins", lambda v: "scalar_precond"), ("model.attn_precond", None), ("model.mlp_precond", None)]
 
 
-@pytest.mark.parametrize("key,other", PLUGIN_TWINS, ids=[k for k, _ in PLUGIN_TWINS])
-@pytest.mark.parametrize("kind", list(FIGURE_KINDS))
-def test_no_figure_kind_merges_two_arms_that_differ_in_a_plugins_key(kind, key, other, plugin_twins):
-    """Issue 32: the twins differ in the plugins a run loads, or in a preconditioner of a plugin's that its spec labels
-    as a built-in one ('diag'): a label is how a value is shown, never what groups runs."""
-    _check_twins(kind, key, other or plugin_twins)
-
-
-def _check_twins(kind, key, other):
-    from cemctl.report.build import ExperimentInfo, render_parts
-
-    runs, curves = _frames(kind)
-    plain = render_parts(ExperimentInfo("x", kind), runs, curves)
-    twin_runs, twin_curves = _twin(runs, curves, key, other)
-    twin = render_parts(ExperimentInfo("x", kind), twin_runs, twin_curves)
-    _assert_distinct(twin)
-    for name, rows in _row_sets(plain).items():  # every table has a row for each twin arm too
-        assert len(_row_sets(twin)[name]) == 2 * len(rows), (kind, name)
-    arms = next(t.frame for t in twin.tables if t.name == "arms")
-    short = key.split(".")[-1]
-    assert arms["arm"].is_unique and any(f"{short}=" in a for a in arms["arm"])
-    by_name = {p.name: p for p in plain.figures}
-    for part in twin.figures:  # each figure's legend names more series than before (the twins apart)
-        before = _legend_labels(by_name[part.name]) if part.name in by_name else set()
-        after = _legend_labels(part)
-        plotted = any(ax.get_xlabel() == short for ax in part.figure.axes)  # the key became the figure's x
-        if before and part.name not in ("gp_rmse",) and not plotted:
-            assert len(after) > len(before), (kind, key, part.name, sorted(after))
-    for part in plain.figures + twin.figures:
-        part.figure.clear()
-
-
 def _energy_lines(run_ids):
     """Energy lines of two evaluations per run: two attention layers, t = 0..2, descending."""
     import pandas as pd
@@ -181,16 +143,20 @@ def _energy_lines(run_ids):
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("key,other", [(k, _other) for k in TWIN_KEYS] + PLUGIN_TWINS,
-                         ids=TWIN_KEYS + [k for k, _ in PLUGIN_TWINS])
-def test_the_energy_figures_draw_two_arms_differing_in_one_key_apart(key, other, plugin_twins):
-    """The energy figures (one column per run, named by the one labelling path) and their table tell twins apart."""
+def test_the_energy_figures_draw_two_arms_differing_in_one_key_apart(plugin_twins):
+    """The energy figures (one column per run, named by the one labelling path) and their table tell twins apart,
+    for every key of TWIN_KEYS and PLUGIN_TWINS."""
+    for key, other in [(k, _other) for k in TWIN_KEYS] + PLUGIN_TWINS:
+        _check_energy_twins(key, other or plugin_twins)
+
+
+def _check_energy_twins(key, other):
     from cemctl.report.figures import energy
 
     runs, curves = _frames("recursion")
     runs = runs[runs["model.attention"].eq("cem") & runs["model.attn_steps"].eq(2)
                 & runs["model.attn_precond"].eq("diag")].head(1)
-    twins, _ = _twin(runs, curves[curves["run_id"].isin(runs["run_id"])], key, other or plugin_twins)
+    twins, _ = _twin(runs, curves[curves["run_id"].isin(runs["run_id"])], key, other)
     parts = energy.render(twins, _energy_lines(twins["run_id"]))
     assert [p.name for p in parts.figures] == ["energy_descent", "energy_training"]
     table = parts.tables[0].frame
@@ -201,10 +167,14 @@ def test_the_energy_figures_draw_two_arms_differing_in_one_key_apart(key, other,
         part.figure.clear()
 
 
-@pytest.mark.parametrize("key,values", [("model.attn_precond_rank", (4, 16)), ("model.attn_start", ("h", "norm")),
-                                        ("model.attn_step_size", (0.5, 1.0))])
-def test_the_test_time_recursion_figure_draws_two_arms_differing_in_one_key_apart(key, values):
+def test_the_test_time_recursion_figure_draws_two_arms_differing_in_one_key_apart():
     """The regression of issue 32: two arms differing only in the precond rank were drawn as one zig-zag line."""
+    for key, values in [("model.attn_precond_rank", (4, 16)), ("model.attn_start", ("h", "norm")),
+                        ("model.attn_step_size", (0.5, 1.0))]:
+        _check_test_time_twins(key, values)
+
+
+def _check_test_time_twins(key, values):
     import pandas as pd
 
     from cemctl.report.figures import test_time
@@ -296,3 +266,74 @@ def test_a_grid_of_your_own_is_reported_with_six_distinct_arms(tmp_path):
     index = (out / "index.md").read_text()
     assert index.index("arms") < index.index("training_curves")  # the arms table comes first
     assert "attn_step_size=2, attn_steps=1" in index
+
+
+def _twins(runs, curves, twins):
+    """Every run once more per (key, other): each copy an arm that differs from its original in that key alone (run
+    ids `<id>~<i>`, a slightly worse loss each)."""
+    import pandas as pd
+
+    all_runs, all_curves = [runs], [curves]
+    for i, (key, other) in enumerate(twins, start=1):
+        twin = runs.copy()
+        twin[key] = [other(v) for v in twin[key]]
+        twin["run_id"] = [f"{r}~{i}" for r in twin["run_id"]]
+        worse = 1.0 + 0.01 * i
+        for col in ("test_ppl", "val_ppl", "test_rmse"):
+            if col in twin:
+                twin[col] = twin[col] * worse
+        for col in ("test_loss", "val_loss"):
+            if col in twin:
+                twin[col] = twin[col] + math.log(worse)
+        tc = curves.copy()
+        tc["run_id"] = [f"{r}~{i}" for r in tc["run_id"]]
+        all_runs.append(twin)
+        all_curves.append(tc)
+    return pd.concat(all_runs, ignore_index=True), pd.concat(all_curves, ignore_index=True)
+
+
+def test_no_figure_kind_merges_two_arms(plugin_twins):
+    """Every figure kind, in one render pass each: every arm once more in a key no figure plots, and once more in a
+    plugin's preconditioner labelled as the built-in one (issue 32)."""
+    _check_no_merge([("model.init_std", _other), ("model.attn_precond", plugin_twins)])
+
+
+@pytest.mark.slow
+def test_no_figure_kind_merges_two_arms_in_any_of_the_keys(plugin_twins):
+    """The same for every key of TWIN_KEYS and PLUGIN_TWINS at once (8 copies of every arm)."""
+    _check_no_merge([(k, _other) for k in TWIN_KEYS] + [(k, other or plugin_twins) for k, other in PLUGIN_TWINS])
+
+
+def _check_no_merge(twins):
+    """Every arm once more per (key, other), each copy differing from its original in that key alone, drawn by every
+    figure kind. Every table has a row for each copy; no drawn series stands for an arm and its copy (what each
+    artist drew, `style.RUNS_ATTR`) unless that key is its axis; every legend names more series than before."""
+    from cemctl.report.build import ExperimentInfo, render_parts
+    from cemctl.report.style import RUNS_ATTR
+
+    for kind in FIGURE_KINDS:
+        runs, curves = _frames(kind)
+        plain = render_parts(ExperimentInfo("x", kind), runs, curves)
+        twin_runs, twin_curves = _twins(runs, curves, twins)
+        twin = render_parts(ExperimentInfo("x", kind), twin_runs, twin_curves)
+        _assert_distinct(twin)
+        for name, rows in _row_sets(plain).items():  # every table has a row for each copy too
+            assert len(_row_sets(twin)[name]) == (1 + len(twins)) * len(rows), (kind, name)
+        arms = next(t.frame for t in twin.tables if t.name == "arms")
+        assert arms["arm"].is_unique, kind
+        for key, _ in twins:
+            assert any(f"{key.split('.')[-1]}=" in a for a in arms["arm"]), (kind, key)
+        by_name = {p.name: p for p in plain.figures}
+        for part in twin.figures:
+            drawn = part.figure.findobj(lambda a: hasattr(a, RUNS_ATTR))
+            for artist in drawn:  # a series stands for one copy's runs (of one arm or several), never an arm with
+                # another copy of it, unless the key that tells them apart is the axis it is drawn along
+                copies = {r.split("~")[1] if "~" in r else "" for r in getattr(artist, RUNS_ATTR)}
+                along = artist.axes.get_xlabel() if artist.axes is not None else ""
+                apart = [twins[int(c) - 1][0].split(".")[-1] for c in copies if c]
+                assert len(copies) == 1 or all(k in along for k in apart), (kind, part.name, copies, along)
+            before = _legend_labels(by_name[part.name]) if part.name in by_name else set()
+            if before and part.name not in ("gp_rmse",):
+                assert len(_legend_labels(part)) > len(before), (kind, part.name)
+        for part in plain.figures + twin.figures:
+            part.figure.clear()

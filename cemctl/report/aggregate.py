@@ -64,12 +64,17 @@ def aggregate_seeds(runs: "pd.DataFrame", value: str = "test_ppl", *, by: Sequen
     if data.empty:
         return pd.DataFrame(columns=out_cols + ["variant", "role"])
     rows = []
-    for key, group in data.groupby(keys, dropna=False, sort=False):
+    used = [*keys, value, SEED_COLUMN, "run_id", *CARRY_FIRST, *CARRY_MEAN]
+    narrow = data[[c for c in dict.fromkeys(used) if c in data.columns]]  # a slice per group of these only
+    firsts = data.drop_duplicates(keys) if carried else None  # the carried values: each group's first row
+    for i, (key, group) in enumerate(narrow.groupby(keys, dropna=False, sort=False)):
         key = key if isinstance(key, tuple) else (key,)
         vals = group[value].astype(float).to_numpy()
         n = len(vals)
         row = dict(zip(keys, key))
-        row.update({c: group[c].iloc[0] for c in carried if c in group})
+        if firsts is not None:
+            first = firsts.iloc[i]
+            row.update({c: first[c] for c in carried if c in firsts.columns})
         row.update(
             mean=float(np.mean(vals)),
             std=float(np.std(vals, ddof=ddof)) if n > ddof else float("nan"),

@@ -72,7 +72,10 @@ def arms_table(runs: "pd.DataFrame", *, metric: str = "test_loss") -> "pd.DataFr
         return [float(v) for v in vals if np.isfinite(v)]
 
     rows = []
-    for aid, group in runs.groupby(ARM, sort=False):
+    ppl_col = metric.replace("_loss", "_ppl")
+    wanted = [ARM, ARM_LABEL, "state", metric, ppl_col, "params_total", "tokens", "train_flops", "wall_time_s"]
+    narrow = runs[[c for c in dict.fromkeys(wanted) if c in runs.columns]]  # a slice per arm of these, not every column
+    for aid, group in narrow.groupby(ARM, sort=False):
         done = group[group["state"].eq("done")] if "state" in group else group
         values = finite(done, metric)
         mean, sd, low, high = t_interval(values)

@@ -305,8 +305,9 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
     from matplotlib.lines import Line2D
 
     handles = []
+    ids_of = {aid: g for aid, g in sel[["run_id", ARM]].groupby(ARM, sort=False)}  # one pass, two columns
     for aid in arms:
-        group = sel[sel[ARM].eq(aid)]
+        group = ids_of[aid]
         hue, sty = palette.hue_of[aid], palette.curve_style_of[aid]
         color = style.CYCLE[arms.index(aid) % len(style.CYCLE)] if by_arm else \
             _lighter(palette.color[hue], shades.get(aid, 0.0))

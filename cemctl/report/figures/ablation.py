@@ -38,6 +38,21 @@ def arm_labels(runs: "pd.DataFrame", step_col: str) -> "pd.Series":
     return pd.Series(names, index=runs.index)
 
 
+def _llama_arms(llama: "pd.DataFrame") -> "list[tuple[str, pd.DataFrame]]":
+    """The Llama runs by arm, each named ("Llama" when there is one; else by what tells them apart)."""
+    from cem_core.arms import config_of
+    from cemctl.records.labels import series_names
+    from cemctl.report.arms import ARM
+
+    if llama.empty:
+        return []
+    if ARM not in llama.columns or llama[ARM].nunique() == 1:
+        return [("Llama", llama)]
+    groups = [g for _, g in llama.groupby(ARM, sort=False)]
+    names = series_names([config_of(g.iloc[0].to_dict()) for g in groups], always_arch=True)
+    return list(zip(names, groups))
+
+
 def paired_difference(a: "pd.DataFrame", b: "pd.DataFrame") -> dict[str, Any]:
     """mean, 95% t half-width and n of (b - a) over the seeds both have (NaN half-width for n < 2)."""
     import math
@@ -110,12 +125,12 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
             diff = paired_difference(by_t[1], by_t[2])
             row["T2 - T1 (mean)"], row["T2 - T1 (95% CI +-)"], row["pairs"] = diff["mean"], diff["ci95"], diff["n"]
         rows.append(row)
-    if not llama.empty:
-        mean, sd = float(llama[VALUE].mean()), float(llama[VALUE].std(ddof=1)) if len(llama) > 1 else float("nan")
-        style.baseline_line_vertical(ax, mean, sd, len(llama), color=palette.color_for(llama.iloc[0]),
-                                     runs=list(llama["run_id"].astype(str)))
+    for name, base in _llama_arms(llama):  # one reference per Llama arm: two are never averaged into one
+        mean, sd = float(base[VALUE].mean()), float(base[VALUE].std(ddof=1)) if len(base) > 1 else float("nan")
+        style.baseline_line_vertical(ax, mean, sd, len(base), color=palette.color_for(base.iloc[0]),
+                                     runs=list(base["run_id"].astype(str)), label=name)
         for row in rows:
-            row["Llama loss"] = mean
+            row["Llama loss" if name == "Llama" else f"{name} loss"] = mean
     ax.set_yticks(range(len(arms)))
     ax.set_yticklabels(arms)
     ax.invert_yaxis()
