@@ -417,6 +417,7 @@ def sync_runs(
         stats.errors.append(f"{root}: no runs folder there (nothing synced)")
         return stats
     dirs = _run_dirs(root, wanted, set(snaps), stats)
+    _check_is_this_projects(engine, root, snaps, dirs)
     for rid, (snap, _recorded) in snaps.items():
         if rid in dirs:
             continue
@@ -443,6 +444,27 @@ def sync_runs(
         if out.state:
             stats.states[out.state] += 1
     return stats
+
+
+class NotThisProjectsRuns(CemError):
+    """A runs folder that holds none of the runs the database recorded elsewhere: read, it would make them all gone."""
+
+
+def _check_is_this_projects(engine: Engine, root: Path, snaps: dict[str, Any], dirs: dict[str, Path]) -> None:
+    """Refuse (one line, nothing synced) a runs folder other than the one the database recorded that holds not one
+    of the runs that have had a folder (a typo'd --runs-dir, a stale $CEMCTL_RUNS): read, every run would be marked
+    gone. The recorded folder itself may lose its runs (deleted on purpose): those are gone, as they are."""
+    from cemctl.db.runs import recorded_runs_root
+
+    started = [rid for rid, (snap, _) in snaps.items() if snap.result_mtime is not None or snap.state != "planned"]
+    if not started or any(rid in dirs for rid in snaps):
+        return
+    recorded = recorded_runs_root(engine)
+    if recorded is None or os.path.realpath(recorded) == os.path.realpath(root):
+        return
+    raise NotThisProjectsRuns(f"{root} holds none of the {len(started)} runs the results database recorded in "
+                              f"{recorded}; nothing was read: give --runs-dir {recorded} (or unset CEMCTL_RUNS) to "
+                              "use the project's runs folder")
 
 
 def set_state(

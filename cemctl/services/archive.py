@@ -98,12 +98,13 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
 
     from cemctl.db.engine import open_readonly_db, read_session
     from cemctl.db.models import Experiment, ExperimentRun
+    from cemctl.db.runs import resolve_runs_root
     from cemctl.report.outfile import write_owned_file
 
     if not experiments:
         raise ConfigError("archive", "name at least one experiment", allowed=["EXPERIMENT ..."])
     engine = open_readonly_db(url)
-    root = Path(runs_root)
+    root = resolve_runs_root(engine, runs_root)  # unnamed: the runs folder the database recorded
     manifest: dict[str, Any] = {"created": time.time(), "experiments": [], "runs": {}}
     blobs: dict[str, bytes] = {}
     with read_session(engine) as s:

@@ -64,7 +64,7 @@ def _apply(url: str, runs_root: Path, target: str, change, *, runs_only: bool = 
     from cemctl.db.engine import is_readonly
     from cemctl.db.tags import store_tags
 
-    engine, kind, runs = _targets(url, Path(runs_root), target, runs_only)
+    engine, kind, runs = _targets(url, runs_root, target, runs_only)  # as given: unnamed, the recorded folder
     if is_readonly(engine):  # type: ignore[arg-type]
         from cemctl.db.engine import DatabaseError
 
