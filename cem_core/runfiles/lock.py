@@ -4,6 +4,8 @@
         ...
     with file_lock(path, blocking=False) as held:          # held is False when another process has it
         ...
+    with claim_run(run_dir) as mine:                       # launch and forget: one command at a time on a run
+        ...
 
 An exclusive advisory `fcntl.flock` on a lock file, released when the block ends
 (or the process dies). The lock file is opened without following a symlink and
@@ -58,3 +60,22 @@ def file_lock(path: str | os.PathLike[str], *, blocking: bool = True, make_paren
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+CLAIM_FILE = ".claim.lock"  # in a run folder: held by the one command starting (or forgetting) the run right now
+
+
+@contextlib.contextmanager
+def claim_run(run_dir: str | os.PathLike[str]) -> Iterator[bool]:
+    """Claim a run folder for the `with` block without waiting: True when this process now holds it; False when
+    another does (a second `cemctl launch` of the same runs, a `forget` removing them) or the folder is gone. The
+    claim ends with the block or the process: a crash never leaves a run claimed."""
+    stack = contextlib.ExitStack()
+    try:
+        held = stack.enter_context(file_lock(Path(run_dir) / CLAIM_FILE, blocking=False))
+    except RunFileError:
+        if Path(run_dir).is_dir():
+            raise
+        held = False  # the folder is gone (forgotten meanwhile)
+    with stack:
+        yield held

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from cem_core.errors import CemError
+from cem_core.runfiles.lock import CLAIM_FILE, claim_run
 
-PLANNED_FILES = {"config.json"}  # what plan writes into a run's folder
+PLANNED_FILES = {"config.json", CLAIM_FILE}  # what plan writes into a run's folder, and a launch's claim of it
 
 
 @dataclass
@@ -172,10 +173,13 @@ def forget_experiment(db_url: str, experiment: str, runs_root: Path | str, *, dr
                 result.removed = removable
                 return result
             for rid in removable:  # the folder first: one that proves it holds nothing goes, else the run stays
-                if _remove_planned_folder(root / rid, rid):
-                    result.removed.append(rid)
-                else:
-                    result.kept.append(KeptRun(rid, _folder_holds(root / rid, rid) or "its folder could not be removed"))
+                with claim_run(root / rid) as mine:  # never while a launch is starting it
+                    if not mine and (root / rid).is_dir():
+                        result.kept.append(KeptRun(rid, "a launch is starting it now"))
+                    elif _remove_planned_folder(root / rid, rid):
+                        result.removed.append(rid)
+                    else:
+                        result.kept.append(KeptRun(rid, _folder_holds(root / rid, rid) or "its folder could not be removed"))
             s.execute(delete(ExperimentRun).where(ExperimentRun.experiment_id == exp.id))
             remove_runs(s, result.removed)  # every row keyed by them (the schema's run-keyed tables), then theirs
             s.delete(exp)

@@ -62,3 +62,40 @@ def test_two_launches_of_one_grid_at_the_same_moment_run_each_run_once(tmp_path:
         history = check_history(run_dir)  # one done, attempts 1, 2, ... never two alive at once
         assert history["attempts"] == 1, (run_dir.name, history)
     print("\ndouble launch:", json.dumps({d.name: [e["state"] for e in read_jsonl(d / "events.jsonl")] for d in run_dirs(tmp_path)}))
+
+
+@pytest.mark.slow
+def test_two_launches_at_once_start_one_trainer_and_cancel_stops_it(tmp_path: Path):
+    """Two launches of one grid at the same moment: one trainer per run ever starts (the other launch skips the
+    run and says so), and `cancel` stops that trainer (before: both started a trainer, the second waited on the
+    run's lock, cancel signalled the waiting duplicate and said "cancelled", and the real one trained on to done)."""
+    grid = tmp_path / "held.toml"
+    grid.write_text(tiny_grid("held", steps=60, ckpt=10, seeds="[0]"))
+    plan = subprocess.run([sys.executable, "-m", "cemctl.cli", "plan", str(grid)], cwd=tmp_path,
+                          env=launch_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    slow = launch_env(tmp_path, CEMCTL_TEST_SLEEP_PER_STEP_S="0.2")
+    cmd = [sys.executable, "-m", "cemctl.cli", "launch", str(grid), "--workers", "1", "--json"]
+    both = [subprocess.Popen(cmd, cwd=tmp_path, env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    try:
+        deadline = time.time() + 240
+        while not any(e.get("state") == "running" for e in read_jsonl(run_dir / "events.jsonl")):
+            assert time.time() < deadline, "no trainer started"
+            time.sleep(0.1)
+        time.sleep(2)  # a duplicate, if there were one, is started by now
+        cancel = subprocess.run([sys.executable, "-m", "cemctl.cli", "cancel", "held"], cwd=tmp_path, env=slow,
+                                capture_output=True, text=True, timeout=120)
+        assert cancel.returncode == 0 and "SIGTERM" in cancel.stdout, cancel.stdout + cancel.stderr
+        outs = [p.communicate(timeout=300) for p in both]
+    finally:
+        for p in both:
+            if p.poll() is None:
+                p.kill()
+    rows = [json.loads(out)["runs"][0] for out, _ in outs]
+    assert sorted(r["action"] for r in rows) == ["skip", "start"], rows
+    states = [e["state"] for e in read_jsonl(run_dir / "events.jsonl")]
+    assert "done" not in states and states[-1] == "cancelled", states
+    starts = [ln for ln in (run_dir / "executor.log").read_text().splitlines() if ln.startswith("=== ")]
+    assert len(starts) == 1, starts  # one trainer process ever started for the run

@@ -15,6 +15,7 @@ the command line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -28,7 +29,7 @@ from cem_core import runfiles
 from cem_core.errors import CemError, ConfigError
 from cemctl.executors import get_executor
 from cemctl.executors.base import Job, Submitted, code_env
-from cemctl.services.launch.select import Selection, select_runs
+from cemctl.services.launch.select import SKIP, Selection, select_runs
 
 
 @dataclass
@@ -257,8 +258,7 @@ def launch(
     """
     from cemctl.db import sync_runs
     from cemctl.db.engine import open_db
-    from cemctl.services.launch.repair import damaged_runs, repair_damaged, set_aside_outdated
-    from cemctl.services.launch.snapshot import take_snapshot
+    from cemctl.services.launch.repair import damaged_runs
 
     from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
@@ -306,6 +306,46 @@ def launch(
         if on_selected:
             on_selected(report)
         return report
+    with contextlib.ExitStack() as claims:  # each run this launch starts stays claimed while it runs it
+        _claim(claims, report, lambda runs: select_runs(runs, retry_failed=req.retry_failed, damaged=damaged,
+                                                        redo_damaged=req.redo_damaged, rerun_outdated=req.rerun_outdated))
+        if not report.launched:
+            if on_selected:
+                on_selected(report)
+            return report
+        _run(req, report, engine, damaged, target, runs_root, executor, timeout_s, on_selected, on_data)
+    return report
+
+
+def _claim(stack: contextlib.ExitStack, report: LaunchReport,
+           select_again: Callable[[list[tuple[str, Path]]], list[Selection]]) -> None:
+    """Claim every run the launch would start (`cem_core.runfiles.lock.claim_run`, held until `stack` closes): a
+    run another command holds (a second launch of the same runs, a forget removing it) is skipped and says so; the
+    claimed ones are selected again, since another launch may have queued or finished them since they were read."""
+    from cem_core.runfiles.lock import claim_run
+
+    claimed = []
+    for i, sel in enumerate(report.selections):
+        if not sel.launches:
+            continue
+        if stack.enter_context(claim_run(sel.run_dir)):
+            claimed.append(i)
+        else:
+            report.selections[i] = Selection(sel.run_id, sel.run_dir, SKIP, "another cemctl command (a launch of it, "
+                                             "or forget) has it now; not started twice")
+    again = select_again([(report.selections[i].run_id, report.selections[i].run_dir) for i in claimed])
+    for i, sel in zip(claimed, again):
+        report.selections[i] = sel
+
+
+def _run(req: LaunchRequest, report: LaunchReport, engine: Any, damaged: dict[str, str], target: Target,
+         runs_root: Path, executor: Any, timeout_s: float, on_selected: Callable[[LaunchReport], None] | None,
+         on_data: Callable[[str], None] | None) -> None:
+    """Repair, snapshot, prepare the data and hand the claimed runs' jobs to the executor."""
+    from cemctl.db import sync_runs
+    from cemctl.services.launch.repair import repair_damaged, set_aside_outdated
+    from cemctl.services.launch.snapshot import take_snapshot
+
     for sel in report.launched:
         if sel.run_id in damaged:
             sel.reason += "; " + repair_damaged(engine, sel.run_id, sel.run_dir)
@@ -336,7 +376,6 @@ def launch(
         report.submitted = executor.submit(jobs)
     finally:
         sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=[j.run_id for j in jobs])
-    return report
 
 
 def _check_data(req: LaunchRequest, target: Target, launched: list[Selection],

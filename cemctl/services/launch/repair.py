@@ -5,7 +5,7 @@ schema (`cemctl.db.ingest`): config.json edited or copied under another id,
 result.json that is not a result, a recorded result whose file is gone. A
 launch skips such runs with the reason. `--redo-damaged` repairs each before
 it runs again, deleting nothing: every file of the run directory (except the
-lock and the executor's log) is moved into a new `<run_dir>/.damaged-<UTC time>[-N]/`
+locks and the executor's log) is moved into a new `<run_dir>/.damaged-<UTC time>[-N]/`
 (made by the repair itself: an earlier repair's folder, or one the user made, is never reused or replaced),
 config.json is rewritten from the config the database recorded for the run id
 (the plan of record), and the run's result row is forgotten, so the run trains
@@ -39,8 +39,9 @@ from cemctl.db.models import Run
 
 from cem_core.runfiles.results import ASIDE_PREFIXES, OUTDATED_PREFIX, QUARANTINE_PREFIX  # noqa: E402, F401
 from cem_core.runfiles.tags import TAGS_FILE, TAGS_LOCK  # noqa: E402
+from cem_core.runfiles.lock import CLAIM_FILE  # noqa: E402
 
-KEEP = (runfiles.LOCK_FILE, runfiles.EXECUTOR_LOG, TAGS_FILE, TAGS_LOCK)  # the user's tags and notes stay with the run
+KEEP = (runfiles.LOCK_FILE, CLAIM_FILE, runfiles.EXECUTOR_LOG, TAGS_FILE, TAGS_LOCK)  # tags and notes stay with the run
 
 
 def damaged_runs(engine: Engine, run_ids: list[str]) -> dict[str, str]:
