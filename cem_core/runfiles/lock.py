@@ -79,3 +79,29 @@ def claim_run(run_dir: str | os.PathLike[str]) -> Iterator[bool]:
         held = False  # the folder is gone (forgotten meanwhile)
     with stack:
         yield held
+
+
+class Busy(RunFileError):
+    """Another process holds a lock that one command at a time may hold (`one_at_a_time`)."""
+
+
+@contextlib.contextmanager
+def one_at_a_time(path: str | os.PathLike[str], busy: str) -> Iterator[None]:
+    """Hold the lock at `path` for the block, or raise `Busy(busy)` at once (one line) when another process holds
+    it: two imports into one project (`path` a folder: the folder itself is locked, nothing is written in it), two
+    `--until-decided` loops on one experiment (a lock file)."""
+    if Path(path).is_dir():
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise Busy(busy) from None
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+        return
+    with file_lock(path, blocking=False, make_parents=True) as held:
+        if not held:
+            raise Busy(busy)
+        yield

@@ -402,11 +402,8 @@ def _clean_stale_stagings(root: Path) -> None:
 
 def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportResult:
     """Import an archive, all or nothing (see the module docstring)."""
-    import shutil
-
-    from cem_core.config import RunConfig, saved_run_id
-    from cem_core.plugins import untrusted_plugins
-    from cemctl.db import open_db, record_plan, sync_runs
+    from cem_core.runfiles.lock import one_at_a_time
+    from cemctl.db import open_db
     from cemctl.db.engine import is_readonly
     from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
@@ -418,9 +415,30 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
     refresh_plugin_copy(root)
     made_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
+    with one_at_a_time(root, f"import: another cemctl import into {root} is running; nothing was imported (import "
+                       "again when it has ended)"):
+        imported = False
+        try:
+            result = _import(engine, root, path)
+            imported = True
+            return result
+        finally:
+            if made_root and not imported:  # a refused import leaves no runs folder it made either
+                try:
+                    root.rmdir()
+                except OSError:
+                    pass
+
+
+def _import(engine: Any, root: Path, path: Path) -> ImportResult:
+    import shutil
+
+    from cem_core.config import RunConfig, saved_run_id
+    from cem_core.plugins import untrusted_plugins
+    from cemctl.db import record_plan, sync_runs
+
     _clean_stale_stagings(root)
     stage = Path(runfiles_mkdtemp(root))  # inside the runs folder: each run goes into place by one rename
-    done = False
     try:
         (stage / STAGING_MARK).write_text(f"{os.getpid()} {path}\n")
         manifest, staged = _stage_archive(path, stage)
@@ -478,15 +496,9 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
         sync_runs(engine, root, run_ids=list(manifest["runs"]))  # tags and notes too (tags.json)
         tops = {rel.split("/")[0].removesuffix(".py") for rel in manifest.get("plugins", {})}
         result.untrusted = {u.name: u.folder for u in untrusted_plugins(root) if u.name in tops}
-        done = True
         return result
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-        if made_root and not done:  # a refused import leaves no runs folder it made either
-            try:
-                root.rmdir()
-            except OSError:
-                pass
 
 
 def _check_plugins(stage: Path, manifest: dict[str, Any], path: Path) -> list[str]:

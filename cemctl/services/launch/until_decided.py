@@ -110,7 +110,29 @@ def no_grid_file(experiment: str, grid: str | None) -> str:
             f"and if that file has changed since, `cemctl forget {experiment}` first (runs that hold results are kept)")
 
 
-def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_seeds: int = DEFAULT_MAX_SEEDS,
+def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, **kw: Any) -> UntilDecidedReport:
+    """`_until_decided`, one loop per experiment at a time: their rounds share one design file, so a second loop on
+    the same experiment is refused in one line before it launches anything."""
+    from cem_core.runfiles.lock import one_at_a_time
+    from cemctl.db.engine import DatabaseError, open_existing_db
+    from cemctl.db.runs import resolve_runs_root
+    from cemctl.grid.files import find_grid
+    from cemctl.grid.spec import experiment_name
+
+    grid = find_grid(str(req.target))
+    name = experiment_name(grid) if grid is not None and grid.is_file() else str(req.target)
+    try:
+        engine = open_existing_db(url)
+    except DatabaseError:
+        engine = None
+    root = resolve_runs_root(engine, runs_root)
+    with one_at_a_time(root / ".locks" / f"{name}.until-decided.lock",
+                       f"launch --until-decided: another --until-decided loop on {name} is running in {root} (they "
+                       "would share its design); nothing was launched"):
+        return _until_decided(req, url, runs_root, **kw)
+
+
+def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_seeds: int = DEFAULT_MAX_SEEDS,
                   budget_hours: float | None = None, round_seeds: int = ROUND_SEEDS, alpha: float = 0.05,
                   launch_fn: Callable[..., Any] = launch, on_round: Callable[[str], None] | None = None,
                   on_launch: Callable[[Any], None] | None = None, launch_kw: dict[str, Any] | None = None
