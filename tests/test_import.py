@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_clean_error, cli, finish_run, subprocess_env, tiny_grid
+from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, subprocess_env, tiny_grid
 
 GRID = tiny_grid("imp", seeds="[0, 1]", extra='''
 [axes]
@@ -468,3 +468,31 @@ def test_an_archive_of_a_plugin_experiment_imports_where_the_plugin_is_not(tmp_p
     assert rep.returncode == 0, rep.stderr
     again = cli(dst, "import", str(out), subprocess=True, cwd=dst)  # twice: nothing changes
     assert again.returncode == 0 and f"imported 0 runs ({len(runs)} already here)" in again.stdout
+
+
+ENV = {"attempt": 1, "hostname": "node7", "python_version": "3.11.7", "torch_version": "2.3.0"}
+
+
+def test_an_archive_sharing_a_baseline_trained_here_too_imports_and_keeps_ours(tmp_path):
+    """A run trained both here and where the archive was made (a shared baseline: the same config, its own
+    result and environment record) no longer refuses the whole import: ours is kept and named, the rest imports."""
+    shared = tiny_grid("base", steps=2, seeds="[0]")
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    _, (base,) = plan_ids(src, shared, "base")
+    _, (extra,) = plan_ids(src, tiny_grid("more", steps=3, seeds="[0]"), "more")
+    finish_run(src / "runs" / base, test_loss=1.40)
+    finish_run(src / "runs" / extra, test_loss=1.30)
+    (src / "runs" / base / "environment.json").write_text(json.dumps({**ENV, "hostname": "theirs"}))
+    out = tmp_path / "both.tar.gz"
+    assert cli(src, "archive", "base", "more", "-o", str(out)).returncode == 0
+    plan_ids(dst, shared, "base")
+    finish_run(dst / "runs" / base, test_loss=1.45)
+    (dst / "runs" / base / "environment.json").write_text(json.dumps({**ENV, "hostname": "ours"}))
+    ours = (dst / "runs" / base / "result.json").read_bytes()
+    res = cli(dst, "import", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "imported 1 runs" in res.stdout and "kept 1 runs this project trained too" in res.stdout, res.stdout
+    assert (dst / "runs" / base / "result.json").read_bytes() == ours
+    assert json.loads((dst / "runs" / extra / "result.json").read_text())["test_loss"] == 1.30

@@ -45,6 +45,10 @@ def import_command(
         result = import_archive(db_url(db), runs_dir(runs), archive)
     typer.echo(f"imported {len(result.imported)} runs ({len(result.present)} already here) of "
                f"{', '.join(result.experiments)} from {result.path}")
+    if result.trained_here:
+        typer.echo(f"kept {len(result.trained_here)} runs this project trained too (the same configs, finished here; "
+                   f"their files differ from the archive's, which are not imported): "
+                   f"{', '.join(r[:8] for r in result.trained_here)}")
     for name, folder in sorted(result.untrusted.items()):
         typer.echo(f"the archive brings the plugin {name!r} (kept, not run, in {folder}): its runs are listed; to "
                    f"report, evaluate or train them, read its files and run `cemctl trust {name}`")

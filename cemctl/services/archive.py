@@ -74,6 +74,7 @@ class ImportResult:
     experiments: list[str]
     imported: list[str] = field(default_factory=list)  # run ids written
     present: list[str] = field(default_factory=list)  # run ids already here with the same content
+    trained_here: list[str] = field(default_factory=list)  # run ids finished here too: ours kept, the archive's not
     untrusted: dict[str, Path] = field(default_factory=dict)  # plugin -> where its inert sources wait for `trust`
 
 
@@ -482,7 +483,7 @@ def _import(engine: Any, root: Path, path: Path) -> ImportResult:
         if plugin_tops:  # kept inert until `cemctl trust` (nothing of them is imported or copied for the jobs)
             _place_plugins(stage, root, manifest, plugin_tops, path)
         for rid in manifest["runs"]:  # every check passed: the new runs go into place, each by one rename
-            if rid not in result.present:
+            if rid not in result.present and rid not in result.trained_here:
                 os.rename(stage / "runs" / rid, root / rid)
                 result.imported.append(rid)
                 _stage_done("moved")
@@ -664,9 +665,12 @@ def _check_runs_here(engine: Any, manifest: dict[str, Any], root: Path, stage: P
     with read_session(engine) as s:
         recorded = dict(s.execute(select(Result.run_id, Result.result_json)
                                   .where(Result.run_id.in_(list(manifest["runs"])))).all())
+    from cem_core.runfiles.results import read_result_file
+
     for rid, meta in manifest["runs"].items():
         here = root / rid
         if os.path.lexists(here):
+            differs = []
             for name, info in meta["files"].items():
                 try:  # hashed as it is read (a log may be large): never held whole
                     ours = file_digest(runfiles.confined_path(here, name))
@@ -677,9 +681,14 @@ def _check_runs_here(engine: Any, manifest: dict[str, Any], root: Path, stage: P
                 if ours is None and name not in (runfiles.CONFIG_FILE, runfiles.RESULT_FILE):
                     continue  # a metrics or events file this copy does not have yet: not a conflict
                 if ours is None or (ours.size, ours.sha256) != (info["size"], info["sha256"]):
-                    raise ArchiveError(f"import: run {rid} is already in {root} with a different {name}; "
-                                       "nothing was imported (import into another --runs-dir, or remove it yourself)")
-            result.present.append(rid)
+                    differs.append(name)
+            # the same run (its config) trained here as well as where the archive was made: ours is kept
+            trained_here = (runfiles.CONFIG_FILE not in differs and read_result_file(here).result is not None
+                            and read_result_file(stage / "runs" / rid).result is not None)
+            if differs and not trained_here:
+                raise ArchiveError(f"import: run {rid} is already in {root} with a different {differs[0]}; "
+                                   "nothing was imported (import into another --runs-dir, or remove it yourself)")
+            (result.trained_here if differs else result.present).append(rid)
         elif rid in recorded and runfiles.RESULT_FILE in meta["files"]:
             ours = json.loads(recorded[rid] or "{}")
             theirs = json.loads((stage / "runs" / rid / runfiles.RESULT_FILE).read_bytes())
