@@ -86,6 +86,14 @@ def _where(filename: str, roots: Iterable[Path]) -> str:
     return str(path)
 
 
+class ProcessExit(BaseException):
+    """A plugin called os._exit while being imported (`cem_core.plugins` raises this instead, so the command ends
+    with a line saying so: an exit 0 with nothing done would read as success)."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(f"called os._exit({code!r}) while being imported")
+
+
 def describe_failure(exc: BaseException, roots: Iterable[Path] = ()) -> str:
     """One line for an exception raised while a plugin was imported: what it was, and the plugin's file and line
     (the innermost frame inside `roots`, the folders plugins are imported from; else the innermost frame)."""
@@ -101,6 +109,8 @@ def describe_failure(exc: BaseException, roots: Iterable[Path] = ()) -> str:
     where = f" ({_where(frame.filename, roots)}:{frame.lineno})" if frame is not None else ""
     if isinstance(exc, SystemExit):
         return f"called sys.exit({exc.code!r}) while being imported{where}"
+    if isinstance(exc, ProcessExit):
+        return f"{exc}{where}"
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
     return text[:300] + where
 

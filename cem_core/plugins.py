@@ -47,6 +47,7 @@ module should import torch inside its classes' module only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
@@ -55,7 +56,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from cem_core import variants as V
 from cem_core.errors import ConfigError
@@ -63,6 +64,7 @@ from cem_core.plugin_context import (  # re-exported: the public plugin API name
     ENTRY_POINT_GROUP,
     LOADED,
     PluginError,
+    ProcessExit,
     canonical,
     current_plugin,
     describe_failure,
@@ -133,7 +135,7 @@ def _import(name: str, search: Iterable[Path]) -> None:
     _sync_sys_path()
     check_syntax(name)
     try:
-        with loading(name):
+        with loading(name), _no_process_exit():
             importlib.import_module(name)
     except ModuleNotFoundError as e:
         if e.name and (name == e.name or name.startswith(e.name + ".")):
@@ -149,8 +151,25 @@ def _import(name: str, search: Iterable[Path]) -> None:
         raise PluginError(name, e.message if e.key == "plugin" else str(e)) from None
     except SyntaxError as e:
         raise PluginError(name, describe_failure(e, _import_roots())) from None
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin's own bug or exit: one line, never a traceback
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - a plugin's own bug or exit (any kind): one line, never a traceback
         raise PluginError(name, f"failed on import: {describe_failure(e, _import_roots())}") from None
+
+
+@contextlib.contextmanager
+def _no_process_exit() -> Iterator[None]:
+    import posix
+
+    def refuse(code: Any = 0) -> None:
+        raise ProcessExit(code)
+
+    saved = os._exit
+    os._exit = posix._exit = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = posix._exit = saved
 
 
 def _import_roots() -> list[Path]:

@@ -70,6 +70,9 @@ def test_the_example_plugin_plans_launches_and_reports_from_a_folder_of_its_own(
     ("broken_code", "x = 1 / 0\n", "failed on import: ZeroDivisionError: division by zero (broken_code.py:1)"),
     ("exits", "import sys\n\nsys.exit(3)\n", "failed on import: called sys.exit(3) while being imported (exits.py:3)"),
     ("exits_quietly", "raise SystemExit\n", "called sys.exit(None) while being imported (exits_quietly.py:1)"),
+    ("hard_exit", "import os\nos._exit(0)\n", "failed on import: called os._exit(0) while being imported (hard_exit.py:2)"),
+    ("base_exception", "class Stop(BaseException):\n    pass\n\n\nraise Stop('no')\n",
+     "failed on import: Stop: no (base_exception.py:5)"),
     ("bad_syntax", "x = (\n", "syntax error in bad_syntax.py, line 1"),
     ("clash", "from cem_core.spec import PreconditionerSpec, register\n"
               "register(PreconditionerSpec('diag', 'clash:X', 'mine', 'mine', params=lambda n, w, r: 0))\n",
