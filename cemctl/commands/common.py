@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -112,11 +113,19 @@ def heartbeat_timeout(value: float | None) -> float:
     return heartbeat_timeout_s(value)
 
 
+_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*):[^\s@'\"]+@")  # scheme://user:PASSWORD@
+
+
+def redact(text: str) -> str:
+    """Every password of a database URL in `text` written as *** (an error line is shown, logged, pasted)."""
+    return _PASSWORD.sub(r"\1:***@", text)
+
+
 def fail(message: str, code: int = 2) -> "typer.Exit":
-    """Print one line to stderr and exit with `code`."""
+    """Print one line to stderr (a database URL's password hidden) and exit with `code`."""
     from cem_core.names import printable
 
-    stderr_console().print(f"error: {printable(' '.join(str(message).split()))}", markup=False)
+    stderr_console().print(f"error: {printable(' '.join(redact(str(message)).split()))}", markup=False)
     raise typer.Exit(code)
 
 

@@ -9,6 +9,7 @@ final test loss, the config as hparams) for TensorBoard or a tracker that reads 
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional
 
 import typer
@@ -19,7 +20,7 @@ from cemctl.commands.common import DbOption, RunsDirOption, ScaleFilterOption, c
 def export_command(
     experiment: Optional[str] = typer.Argument(None, help="Experiment to export (or select runs with --where)."),
     fmt: str = typer.Option("csv", "--format", "-f", help="csv, parquet, jsonl or tensorboard (a folder)."),
-    out: str = typer.Option(..., "--out", "-o", help="The file to write (a folder for tensorboard)."),
+    out: str = typer.Option(..., "--out", "-o", help="The file to write (a folder for tensorboard; - for standard output)."),
     where: Optional[List[str]] = typer.Option(None, "--where", help="Only runs meeting KEY OP VALUE (repeatable)."),
     curves: bool = typer.Option(False, "--curves", help="The per-step metrics in long form instead of one row per run."),
     scale: Optional[str] = ScaleFilterOption,
@@ -36,13 +37,17 @@ def export_command(
                              force=force, runs_root=None if no_sync else runs_dir(runs))
     from cem_core.names import plural
 
+    if result.text is not None:  # --out -: the data on standard output, what was written on standard error
+        sys.stdout.write(result.text)
+        sys.stdout.flush()
+    echo = typer.echo if result.text is None else (lambda line: typer.echo(line, err=True))
     runs_text = plural(result.runs, "run")
     if result.fmt == "tensorboard":
-        typer.echo(f"exported {runs_text} to {result.out} (one event folder per run, {plural(result.rows, 'scalar')}, "
+        echo(f"exported {runs_text} to {result.out} (one event folder per run, {plural(result.rows, 'scalar')}, "
                    f"hparams of {plural(result.hparams, 'run')})")
     else:
         rows = plural(result.rows, "row of curves", "rows of curves") if curves else plural(result.rows, "row")
-        typer.echo(f"exported {runs_text} ({rows}) to {result.out}")
+        echo(f"exported {runs_text} ({rows}) to {'standard output' if result.text is not None else result.out}")
 
 
 def register(app: typer.Typer) -> None:

@@ -41,6 +41,8 @@ class OutputRefused(CemError):
 
 def check_output_dir(path: Path | str, *, what: str = "report") -> Path:
     """`path` made absolute if cemctl may (re)create it there; OutputRefused (one line) otherwise."""
+    if str(path) == "-":
+        raise OutputRefused(f"--out: '-' (standard output) cannot take a {what} folder; give a folder name")
     out = Path(os.path.abspath(path))
     if out == Path(out.anchor):
         raise OutputRefused(f"--out: {path}: refused: the root folder is not a {what} folder")

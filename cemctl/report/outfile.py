@@ -49,6 +49,8 @@ def owned(path: Path) -> bool:
 
 def check_writable(path: Path, *, force: bool = False) -> None:
     """Raise NotOurs unless `path` is free, one of cemctl's own files, or (with force) a regular file."""
+    if str(path) == "-":
+        raise NotOurs("--out: '-' is standard output, which this command does not write to; give a file name")
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:

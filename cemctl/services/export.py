@@ -63,19 +63,25 @@ class ExportResult:
     rows: int  # tensorboard: scalar events written
     runs: int
     hparams: int = 0  # tensorboard: runs whose config was written as hparams
+    text: str | None = None  # `out` "-": the csv or jsonl for standard output (the command prints it)
 
 
-def _write_frame(frame: "pd.DataFrame", fmt: str, path: Path) -> None:
+STDOUT = "-"  # `--out -`: standard output (csv and jsonl)
+
+
+def _write_frame(frame: "pd.DataFrame", fmt: str, path: Path | None) -> str | None:
+    """Write `frame` to `path`; with None, return it as text (csv, jsonl)."""
     if fmt == "csv":
-        frame.to_csv(path, index=False)
-    elif fmt == "jsonl":
-        frame.to_json(path, orient="records", lines=True, date_format="iso", default_handler=str)
+        return frame.to_csv(path, index=False)
+    if fmt == "jsonl":
+        return frame.to_json(path, orient="records", lines=True, date_format="iso", default_handler=str)
     else:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             raise format_error("parquet", "cannot write parquet") from None
         frame.to_parquet(path, index=False)
+    return None
 
 
 def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str] | None = None, fmt: str = "csv",
@@ -92,8 +98,14 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
         raise format_error(fmt, f"cannot write {fmt}")
     if experiment is None and not where:
         raise ConfigError("export", "name an experiment or select runs with --where", allowed=["EXPERIMENT", "--where"])
+    to_stdout = str(out) == STDOUT
+    if to_stdout and fmt not in ("csv", "jsonl"):
+        raise ConfigError("--out", f"'-' is standard output, which takes csv or jsonl, not {fmt}; give a "
+                          f"{'folder' if fmt == 'tensorboard' else 'file'}", value=STDOUT, allowed=["csv", "jsonl"])
     out = Path(out)
-    if fmt == "tensorboard":
+    if to_stdout:
+        pass
+    elif fmt == "tensorboard":
         from cemctl.report.outdir import check_output_dir
 
         check_output_dir(out, what="export")  # before any work: never replace what an export did not write
@@ -116,6 +128,8 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
                                               system=system_frame(engine, list(runs["run_id"])))
         return ExportResult(out, fmt, scalars, len(runs), hparams=hparams)
     frame = curves_long(engine, runs) if curves else runs
+    if to_stdout:
+        return ExportResult(out, fmt, len(frame), len(runs), text=_write_frame(frame, fmt, None))
     from cemctl.report.outfile import write_owned_file
 
     write_owned_file(out, lambda tmp: _write_frame(frame, fmt, tmp), force=force)

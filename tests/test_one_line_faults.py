@@ -1,0 +1,34 @@
+"""Faults that reached the user as the wrong thing (issue 47, medium): each is now one line or the right output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, tiny_grid
+
+
+def test_an_error_never_prints_a_database_password(tmp_path):
+    res = cli(None, "status", "--db", "postgresql://alice:s3cret-pw@127.0.0.1:1/results")
+    line = assert_clean_error(res)
+    assert "s3cret-pw" not in line and "alice:***@127.0.0.1" in line, line
+
+
+def test_out_dash_is_standard_output_for_text_exports_and_refused_elsewhere(tmp_path, monkeypatch):
+    """`-o -` wrote a file named '-'; now export writes csv / jsonl to standard output (what it did to stderr), and
+    every command that writes a file or folder refuses '-' in one line, writing nothing."""
+    monkeypatch.chdir(tmp_path)
+    _, ids = plan_ids(tmp_path, tiny_grid("dash", steps=2, seeds="[0, 1]"), "dash")
+    for i, rid in enumerate(ids):
+        finish_run(tmp_path / "runs" / rid, test_loss=1.5 + i)
+    res = cli(tmp_path, "export", "dash", "-o", "-")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert sorted(r["run_id"] for r in rows) == sorted(ids) and "standard output" in res.stderr
+    res = cli(tmp_path, "export", "dash", "-o", "-", "--format", "jsonl")
+    assert sorted(json.loads(line)["run_id"] for line in res.stdout.splitlines()) == sorted(ids)
+    for args in (("export", "dash", "-o", "-", "--format", "parquet"), ("report", "dash", "-o", "-"),
+                 ("archive", "dash", "-o", "-"), ("claims", "-o", "-")):
+        assert_clean_error(cli(tmp_path, *args), contains="'-'")
+    assert not (tmp_path / "-").exists()
