@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+pytest_plugins = ("tests.guard",)  # a test not marked slow that starts a trainer or compiles fails
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _children_take_ctrl_c():
