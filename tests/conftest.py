@@ -77,3 +77,18 @@ def runs_root(tmp_path: Path) -> Path:
     path = tmp_path / "runs"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def finished_project(tmp_path: Path) -> Path:
+    """A project folder (results.db + runs/) holding the experiment "exp" of `tests.helpers.tiny_grid` (exp.toml,
+    two seeds) with both runs finished as a trainer leaves them (`finish_run`: no training) and synced; test losses
+    1.5 and 1.6. The shared stand-in for a trained project wherever a test does not need a real trainer."""
+    from tests.helpers import cli, finish_run, plan_ids
+
+    _, ids = plan_ids(tmp_path)
+    for i, rid in enumerate(ids):
+        finish_run(tmp_path / "runs" / rid, test_loss=1.5 + 0.1 * i)
+    res = cli(tmp_path, "sync")
+    assert res.returncode == 0, res.output
+    return tmp_path

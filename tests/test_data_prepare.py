@@ -225,6 +225,7 @@ def test_slurm_launch_refuses_missing_data_naming_the_prepare_command(tmp_path):
     assert check_launch_data(configs, may_prepare=False, experiment=name, scale="tiny") == []  # now it passes
 
 
+@pytest.mark.slow
 def test_local_launch_prepares_before_the_first_job(tmp_path):
     cache = tmp_path / "cache"
     (tmp_path / "g.toml").write_text(tiny_grid("localprep", seeds="[0]", steps=2, cache_dir=str(cache)))

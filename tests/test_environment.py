@@ -436,6 +436,7 @@ def test_tensorboard_folders_never_put_two_arms_or_two_runs_in_one(tmp_path):
             (tmp_path / part).mkdir(exist_ok=True)  # a name the file system takes
 
 
+@pytest.mark.slow
 def test_a_launched_run_records_the_code_snapshot_it_ran_from(tmp_path):
     """`cemctl launch` runs jobs from a code snapshot: environment.json names it, as job.json does."""
     (tmp_path / "g.toml").write_text(tiny_grid("snap", seeds="[0]", steps=2))

@@ -9,6 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from cem_core.errors import ConfigError, describe_exception
 from cem_core.runfiles.failure import EXPERIMENT_ENV, failure_line
 from cemctl.executors.base import Job
@@ -34,6 +36,7 @@ def _break(where: Path) -> None:
     layers.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_a_plugin_broken_after_plan_fails_launch_with_the_real_error_in_status(tmp_path):
     where = _plugin_project(tmp_path)
     assert cli(where, "plan", "scalar.toml", subprocess=True, cwd=where).returncode == 0

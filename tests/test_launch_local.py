@@ -111,6 +111,7 @@ def test_slurm_table_of_the_grid_file_is_checked(tmp_path):
     assert out.returncode == 0 and "would launch 2 of 2 runs with the slurm executor" in out.stdout, out.stderr
 
 
+@pytest.mark.slow
 def test_launch_completes_and_relaunch_starts_nothing(tmp_path):
     grid = write_grid(tmp_path)
     out = cemctl(tmp_path, "launch", str(grid), "--workers", "2")
@@ -155,6 +156,7 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     return sorted(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_*.pt")) if (run_dir / "checkpoints").exists() else []
 
 
+@pytest.mark.slow
 def test_kill_9_is_detected_by_heartbeat_and_relaunch_resumes(tmp_path):
     """kill -9 of the orchestrator and the trainer (a lost node): stale within the timeout, then resumed."""
     grid = write_grid(tmp_path, name="killme", steps=16, ckpt=4, attention='["llama"]')
@@ -214,6 +216,7 @@ def test_ctrl_c_stops_children_and_restart_resumes(tmp_path):
     assert run_states(status_json(tmp_path, env), "ctrlc")[run_dir.name]["state"] == "done"
 
 
+@pytest.mark.slow
 def test_cancel_stops_a_running_local_job(tmp_path):
     grid = write_grid(tmp_path, name="cancelme", steps=200, ckpt=50, attention='["llama"]')
     env = cli_env(tmp_path, CEMCTL_TEST_SLEEP_PER_STEP_S="0.2")
@@ -258,6 +261,7 @@ def test_detach_runs_the_orchestrator_in_the_background(tmp_path):
     wait_for(lambda: "launched 1 of 1" in log.read_text(), timeout_s=60, what="the orchestrator's summary in its log")
 
 
+@pytest.mark.slow
 def test_failed_run_is_recorded_and_rerun_only_with_retry_failed(tmp_path):
     grid = write_grid(tmp_path, name="crashy", steps=6, ckpt=2, attention='["llama"]')
     env = cli_env(tmp_path, CEMCTL_TEST_CRASH_AT_STEP="4")
@@ -293,6 +297,7 @@ def test_detach_says_when_the_orchestrator_ended_before_queuing_its_runs(tmp_pat
     assert "no-such-experiment" in why and why == started.log.read_text().strip().splitlines()[-1]  # its own line
 
 
+@pytest.mark.slow
 def test_until_decided_detached_fails_in_the_foreground_on_bad_input_and_runs_its_rounds_in_the_background(tmp_path):
     """--until-decided with --detach ran the whole loop in the foreground (--detach was ignored). Now: a bad
     --max-seeds is said on the terminal (exit 2, the orchestrator's own one line, its log); a good one returns once

@@ -11,6 +11,7 @@ from cemctl.grid.expand import parse_seeds
 from tests.helpers import assert_clean_error, cli, finish_run, tiny_grid
 
 
+@pytest.mark.slow
 def test_more_seeds_add_runs_and_keep_the_finished_ones(tmp_path):
     grid = tmp_path / "s.toml"
     grid.write_text(tiny_grid("s", seeds="[0, 1]", extra='\n[axes]\n"model.attention" = ["llama", "cem"]\n'))

@@ -32,6 +32,7 @@ def table_rows(lines: list[str]) -> tuple[str, list[str]]:
     return lines[rule - 1], rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_plan_keeps_every_axis_and_the_seed_and_says_what_it_recorded(tmp_path: Path, size: tuple[int, int]) -> None:
     (tmp_path / "q.toml").write_text(FOUR_AXES)
@@ -51,6 +52,23 @@ def test_plan_keeps_every_axis_and_the_seed_and_says_what_it_recorded(tmp_path: 
     assert "dry run: nothing recorded" in dry.text and "recorded 16" not in dry.text
 
 
+def test_plan_at_80_columns_keeps_every_axis_and_the_seed_and_names_the_cut_axes(tmp_path: Path) -> None:
+    """The fast tier's form of the test above (its table laid out for COLUMNS=80, in this process)."""
+    from tests.helpers import cli
+
+    (tmp_path / "q.toml").write_text(FOUR_AXES)
+    res = cli(tmp_path, "plan", "q.toml", "--axis", "model.attn_step_size=0.5,1", env={"COLUMNS": "80"}, cwd=tmp_path)
+    assert res.returncode == 0, res.output
+    lines = res.stdout.splitlines()
+    header, rows = table_rows(lines)
+    assert len(rows) == 32 and "seed" in header.split()
+    assert len({row.split(None, 1)[1] for row in rows}) == 32  # without the run id, still no two rows alike
+    assert all(len(ln) <= 80 for ln in [header, *rows]), header
+    text = " ".join(res.output.split())
+    assert "recorded 32 runs of q at scale tiny in results.db (32 new, 1 axis from --axis)" in text
+    assert "axes, left to right: kq_diagonal, attn_precond_rank, attn_steps, attn_step_size, seed" in text
+
+
 def _frames_with(raw: bytes, needle: bytes, cols: int, rows: int) -> list[str]:
     """The screen as each redraw of the live table that drew `needle` left it (up to the next redraw's erase; the
     table itself is cleared when the launch ends)."""
@@ -67,6 +85,7 @@ def _frames_with(raw: bytes, needle: bytes, cols: int, rows: int) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_launch_live_table_shows_the_grids_eta(tmp_path: Path, size: tuple[int, int]) -> None:
     """The grid's ETA above the live table; above it, the ended runs under a header that names their keys (at 80
@@ -131,6 +150,7 @@ def test_placeholders_name_the_values_never_a_type(tmp_path: Path) -> None:
     assert "--plugins MODULE,... " in cli(None, "keys", "--help", env={"COLUMNS": "200"}).stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_detach_then_status_watch_finds_the_runs_in_flight(tmp_path: Path, size: tuple[int, int]) -> None:
     """The everyday pair, typed one after the other: `launch --detach` returns once its runs are queued (a line

@@ -407,6 +407,7 @@ def test_attention_may_start_at_the_normed_input(steps):
     {"attention": "cem", "attn_steps": 2, "kq_diagonal": "shared", "attn_precond": "diag",
      "mlp": "cem", "mlp_steps": 2, "mlp_precond": "diag"},
 ], ids=["llama", "cem attention T=2", "full cem T=2"])
+@pytest.mark.slow
 def test_a_compiled_model_compiles_once_for_a_training_loop(overrides):
     """A table a layer fills at its first call (RoPE's) changed what dynamo had guarded on, so every compiled model
     compiled twice: at the first step and again at the second (36 s more for the 20M Llama on an H200)."""
@@ -432,6 +433,7 @@ def test_a_compiled_model_compiles_once_for_a_training_loop(overrides):
         assert cos.shape[0] == cfg.context_len + 5
 
 
+@pytest.mark.slow
 def test_a_compiled_model_on_flexattention_compiles_once(monkeypatch):
     """The causal BlockMask cache, filled while dynamo traced the first call, made the second call recompile the
     whole model (on CUDA, every model with CEM attention). FlexAttention's backward needs a GPU, so the CPU checks

@@ -28,7 +28,7 @@ def _grid(where: Path, name: str = "term", **kw: object) -> Path:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A project with a tiny grid trained (2 runs, both done)."""
+    """A project with a tiny grid trained (2 runs, both done): for the slow tests, which drive a terminal."""
     where = tmp_path_factory.mktemp("terminal")
     grid = _grid(where)
     res = cli(where, "launch", str(grid), "--workers", "2", subprocess=True)
@@ -43,6 +43,7 @@ def _run_ids(where: Path) -> list[str]:
     return [r["run_id"] for e in json.loads(res.stdout)["experiments"] for r in e["runs"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_demo_on_a_terminal_plans_launches_and_reports(tmp_path: Path, size: tuple[int, int]) -> None:
     grid = _grid(tmp_path, "demo_term")
@@ -54,6 +55,7 @@ def test_demo_on_a_terminal_plans_launches_and_reports(tmp_path: Path, size: tup
     assert (tmp_path / "report" / "index.md").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_foreground_launch_on_a_terminal(tmp_path: Path, size: tuple[int, int]) -> None:
     grid = _grid(tmp_path)
@@ -65,6 +67,7 @@ def test_foreground_launch_on_a_terminal(tmp_path: Path, size: tuple[int, int]) 
     screen.assert_fits()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_status_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     screen = on_pty(["status"], project, cols=size[0], rows=size[1], cwd=project)
@@ -72,6 +75,7 @@ def test_status_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     assert "2 runs" in screen.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_status_watch_on_a_terminal_leaves_on_ctrl_c(project: Path, size: tuple[int, int]) -> None:
     screen = on_pty(["status", "--watch", "--follow", "--interval-s", "0.2"], project, cols=size[0], rows=size[1],
@@ -80,6 +84,7 @@ def test_status_watch_on_a_terminal_leaves_on_ctrl_c(project: Path, size: tuple[
     assert "2 runs" in screen.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_status_watch_ends_by_itself_once_nothing_is_queued_or_running(project: Path, size: tuple[int, int]) -> None:
     """issue 37.5: --watch kept refreshing after everything ended; --follow is the way to keep going."""
@@ -90,12 +95,13 @@ def test_status_watch_ends_by_itself_once_nothing_is_queued_or_running(project: 
     screen.assert_fits()
 
 
-@pytest.mark.parametrize("interval", ["1e-9", "0", "-1", "1e308", "nan"])
-def test_status_watch_interval_is_bounded(project: Path, interval: str) -> None:
-    res = cli(project, "status", "--watch", "--interval-s", interval)
-    assert_clean_error(res, contains="--interval-s: must be between 0.2 and 3600 seconds")
+def test_status_watch_interval_is_bounded(finished_project: Path) -> None:
+    for interval in ("1e-9", "0", "-1", "1e308", "nan"):
+        res = cli(finished_project, "status", "--watch", "--interval-s", interval)
+        assert_clean_error(res, contains="--interval-s: must be between 0.2 and 3600 seconds")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_data_prepare_on_a_terminal(tmp_path: Path, size: tuple[int, int]) -> None:
     grid = _grid(tmp_path, cache_dir=str(tmp_path / "cache"))
@@ -105,6 +111,7 @@ def test_data_prepare_on_a_terminal(tmp_path: Path, size: tuple[int, int]) -> No
     assert "train" in screen.text and "tokens" in screen.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_logs_follow_on_a_terminal_stops_on_ctrl_c(project: Path, size: tuple[int, int]) -> None:
     run = _run_ids(project)[0]
@@ -114,6 +121,7 @@ def test_logs_follow_on_a_terminal_stops_on_ctrl_c(project: Path, size: tuple[in
     assert "train.log" in screen.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_report_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     screen = on_pty(["report", "term", "--out", str(project / f"report-{size[0]}")], project, cols=size[0],
@@ -122,6 +130,7 @@ def test_report_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     assert "report written to" in screen.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_claims_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     assert cli(project, "plan", "fig2a", "--scale", "tiny").returncode == 0  # a grid that declares a claim
@@ -131,6 +140,7 @@ def test_claims_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     assert "claims.md" in screen.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_plan_on_a_terminal(project: Path, size: tuple[int, int]) -> None:
     screen = on_pty(["plan", str(project / "term.toml")], project, cols=size[0], rows=size[1], cwd=project)

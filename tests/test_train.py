@@ -243,10 +243,22 @@ def test_truncated_checkpoint_on_resume_falls_back_to_the_previous_one(tmp_path,
     assert metrics(run_dir) == metrics(full)
 
 
-def test_nan_loss_marks_the_run_diverged_with_exit_code_3(tmp_path, data_cache):
+def train_main(run_dir: Path, monkeypatch, capsys, *, device: str = "cpu", **env: str) -> tuple[int, str]:
+    """`python -m cem_core.train RUN_DIR --device DEVICE` as its entry point runs it (`__main__.main`: the exit
+    code and the lines on stderr), in this process; `env`: the test hooks (cem_core.train.hooks)."""
+    from cem_core.train.__main__ import main
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    code = main([str(run_dir), "--device", device])
+    return code, capsys.readouterr().err
+
+
+def test_nan_loss_marks_the_run_diverged_with_exit_code_3(tmp_path, data_cache, monkeypatch, capsys):
     run_dir = make_run(tmp_path, "nan", tiny_config(data_cache))
-    proc = run_cli(run_dir, {"CEMCTL_TEST_NAN_AT_STEP": "5"})
-    assert proc.returncode == 3, proc.stderr[-2000:]
+    code, err = train_main(run_dir, monkeypatch, capsys, CEMCTL_TEST_NAN_AT_STEP="5")
+    assert code == 3, err[-2000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert result["state"] == "diverged" and result["diverged_step"] == 5
     assert result["steps"] == 4 and result["test_loss"] is None
@@ -256,10 +268,10 @@ def test_nan_loss_marks_the_run_diverged_with_exit_code_3(tmp_path, data_cache):
     assert no_temp_files(run_dir)
 
 
-def test_crash_marks_the_run_failed_with_exit_code_1(tmp_path, data_cache):
+def test_crash_marks_the_run_failed_with_exit_code_1(tmp_path, data_cache, monkeypatch, capsys):
     run_dir = make_run(tmp_path, "crash", tiny_config(data_cache))
-    proc = run_cli(run_dir, {"CEMCTL_TEST_CRASH_AT_STEP": "2"})
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    code, err = train_main(run_dir, monkeypatch, capsys, CEMCTL_TEST_CRASH_AT_STEP="2")
+    assert code == 1, err[-2000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert result["state"] == "failed" and result["diverged_step"] is None
     assert result["error"].splitlines()[-1] == "RuntimeError: test crash at step 2 (CEMCTL_TEST_CRASH_AT_STEP)"
@@ -267,20 +279,18 @@ def test_crash_marks_the_run_failed_with_exit_code_1(tmp_path, data_cache):
     assert no_temp_files(run_dir)
 
 
-def test_missing_config_or_bad_device_is_a_one_line_error_with_exit_code_2(tmp_path, data_cache):
+def test_missing_config_or_bad_device_is_a_one_line_error_with_exit_code_2(tmp_path, data_cache, monkeypatch, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = run_cli(empty)
-    assert proc.returncode == 2
-    assert "config.json" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    code, err = train_main(empty, monkeypatch, capsys)
+    assert code == 2
+    assert "config.json" in err and len(err.strip().splitlines()) == 1
     assert list(empty.iterdir()) == []
 
     run_dir = make_run(tmp_path, "dev", tiny_config(data_cache))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "cem_core.train", str(run_dir), "--device", "tpu"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--device" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    code, err = train_main(run_dir, monkeypatch, capsys, device="tpu")
+    assert code == 2 and "--device" in err
+    assert len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
 
 

@@ -34,11 +34,10 @@ def finished(tmp_path):
 @pytest.fixture(scope="session")
 def trained_project(tmp_path_factory):
     """A project folder (results.db + runs/, both recorded relative to it) holding one finished CEM run trained
-    on the CPU (final checkpoint kept), and its run id. Tests copy it (`copy_project`); never change it."""
-    import subprocess
-    import sys
-
-    from tests.helpers import cli, subprocess_env, tiny_grid
+    on the CPU in this process (`run_training`, what `python -m cem_core.train` runs; final checkpoint kept), and
+    its run id. Tests copy it (`copy_project`); never change it."""
+    from cem_core.train import run_training
+    from tests.helpers import cli, tiny_grid
 
     root = tmp_path_factory.mktemp("trained") / "project"
     root.mkdir()
@@ -49,9 +48,7 @@ def trained_project(tmp_path_factory):
     import json
 
     (run_id,) = [r["run_id"] for r in json.loads(res.stdout)["runs"]]
-    proc = subprocess.run([sys.executable, "-m", "cem_core.train", str(root / "runs" / run_id), "--device", "cpu"],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    assert run_training(root / "runs" / run_id, device="cpu")["state"] == "done"
     assert cli(None, "status", "--json", cwd=root).returncode == 0  # ingested
     return root, run_id
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from cem_core import runfiles
-from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, status_rows, subprocess_env
+from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, status_rows
 
 SECRET = "TOP-SECRET-5b1e"
 
@@ -37,8 +35,11 @@ def project(trained_project, copy_project):
     return b, b / "runs" / run_id
 
 
-def _eval(project_dir, run_dir, timeout: float = 120):  # noqa: ANN202
-    return cli(None, "eval", run_dir.name, "--steps", "1", cwd=project_dir, subprocess=True, timeout=timeout)
+def _eval(project_dir, run_dir, timeout: float | None = None):  # noqa: ANN202
+    """`cemctl eval RUN --steps 1` in this process; with a `timeout`, as a process that must end within it (a test
+    that the command never hangs)."""
+    return cli(None, "eval", run_dir.name, "--steps", "1", cwd=project_dir, subprocess=timeout is not None,
+               timeout=timeout or 300)
 
 
 def _move_out(path, outside):  # noqa: ANN001, ANN202
@@ -125,9 +126,9 @@ def test_the_trainer_never_resumes_from_a_checkpoint_linked_out_of_the_run(proje
     (ckpt,) = (run_dir / "checkpoints").glob("step_*.pt")
     _move_out(ckpt, tmp_path / "elsewhere" / ckpt.name)
     before = (run_dir / "train.log").read_text()
-    proc = subprocess.run([sys.executable, "-m", "cem_core.train", str(run_dir), "--device", "cpu"],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    from cem_core.train import run_training  # what `python -m cem_core.train RUN_DIR` runs, in this process
+
+    assert run_training(run_dir, device="cpu")["state"] == "done"
     log = (run_dir / "train.log").read_text()[len(before):]
     assert "resumed from checkpoint" not in log and "outside the run directory" in log
 

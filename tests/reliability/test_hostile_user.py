@@ -186,6 +186,7 @@ def _trainer(run_dir: Path) -> subprocess.CompletedProcess:
                           env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_trainer_refuses_a_result_json_that_is_no_result_and_leaves_it(tmp_path, byte_cache):
     _, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
     run_dir = tmp_path / "runs" / ids[0]
@@ -196,6 +197,7 @@ def test_the_trainer_refuses_a_result_json_that_is_no_result_and_leaves_it(tmp_p
     assert not (run_dir / "events.jsonl").exists()  # nothing was written, the run was not flipped to failed
 
 
+@pytest.mark.slow
 def test_an_edited_config_is_never_trained_under_the_old_id(tmp_path, byte_cache):
     grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
     run_dir = tmp_path / "runs" / ids[0]
@@ -208,6 +210,7 @@ def test_an_edited_config_is_never_trained_under_the_old_id(tmp_path, byte_cache
     assert "would launch 0 of 1" in cli(tmp_path, "launch", str(grid), "--dry-run", subprocess=True).stdout
 
 
+@pytest.mark.slow
 def test_redo_damaged_moves_the_files_aside_restores_the_config_and_trains_again(tmp_path, byte_cache):
     grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0]", cache_dir=byte_cache, steps=2))
     run_dir = tmp_path / "runs" / ids[0]
@@ -225,6 +228,7 @@ def test_redo_damaged_moves_the_files_aside_restores_the_config_and_trains_again
     assert run_id(RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))) == ids[0]
 
 
+@pytest.mark.slow
 def test_a_run_directory_deleted_under_the_orchestrator_does_not_stop_the_others(tmp_path, byte_cache):
     grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1, 2]", cache_dir=byte_cache, steps=2))
     shutil.rmtree(tmp_path / "runs" / ids[1])
@@ -261,6 +265,7 @@ def test_a_fifo_run_file_never_hangs_sync_and_is_reported(tmp_path, name):
         assert "not a regular file" in res.stderr or status_rows(tmp_path)[ids[0]]["state"] == "damaged"
 
 
+@pytest.mark.slow
 def test_an_immutable_run_directory_fails_its_run_only(tmp_path, byte_cache):
     grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1]", cache_dir=byte_cache, steps=2))
     victim = tmp_path / "runs" / ids[0]
@@ -297,6 +302,7 @@ def test_a_huge_grid_file_is_refused_unread(tmp_path):
     assert_clean_error(cli(tmp_path, "plan", str(big)), contains="limit")
 
 
+@pytest.mark.slow
 def test_a_config_json_fifo_makes_the_trainer_refuse_at_once(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -380,6 +386,7 @@ def test_bad_option_values_are_one_line_errors(tmp_path, args, needle):
     assert_clean_error(res, contains=needle)
 
 
+@pytest.mark.slow
 def test_a_run_with_a_bad_config_shows_the_real_reason(tmp_path, byte_cache):
     """It used to be started, refused by the trainer, and shown as "resumable from its last checkpoint"."""
     grid, ids = plan_ids(tmp_path, tiny_grid("exp", seeds="[0, 1]", cache_dir=byte_cache, steps=2))

@@ -58,6 +58,7 @@ def _trainer(run_dir: Path, **env: str) -> subprocess.Popen:
 # ============================================================== the trainer itself
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2], ids=lambda s: s.name)
 def test_the_trainer_checkpoints_its_step_and_exits_to_be_restarted(tmp_path, sig):
     _, (rid,) = _plan(tmp_path)
@@ -103,6 +104,7 @@ def _trainer_pid(run_dir: Path) -> int | None:
     return job.pid if job is not None and job.state == "running" and _step(run_dir) >= 3 else None
 
 
+@pytest.mark.slow
 def test_the_local_executor_restarts_a_preempted_trainer_from_its_step(tmp_path):
     grid, (rid,) = _plan(tmp_path)
     run_dir = tmp_path / "runs" / rid
@@ -121,6 +123,7 @@ def test_the_local_executor_restarts_a_preempted_trainer_from_its_step(tmp_path)
     assert 3 <= k < STEPS and _train_steps(run_dir) == list(range(1, STEPS + 1))
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_orchestrator_keeps_the_step_each_trainer_reached(tmp_path):
     grid, (rid,) = _plan(tmp_path)
     run_dir = tmp_path / "runs" / rid
@@ -139,6 +142,7 @@ def test_ctrl_c_to_the_orchestrator_keeps_the_step_each_trainer_reached(tmp_path
     assert _resumed_from(run_dir) == [k] and status_rows(tmp_path)[rid]["state"] == "done"
 
 
+@pytest.mark.slow
 def test_cancel_keeps_the_step_the_trainer_reached(tmp_path):
     grid, (rid,) = _plan(tmp_path)
     run_dir = tmp_path / "runs" / rid

@@ -134,6 +134,7 @@ def test_launch_restarts_a_queued_run_whose_orchestrator_pid_was_reused(tmp_path
 # ============================================================== the real thing
 
 
+@pytest.mark.slow
 def test_a_launched_trainer_carries_its_token_and_cancel_stops_it(tmp_path):
     """A real local launch records the trainer's start time and token; the trainer's environment holds the token;
     `cancel` verifies it and stops it."""

@@ -158,6 +158,7 @@ def test_a_newer_database_opened_read_only_names_its_version(tmp_path, finished)
 # ============================================================== the code snapshot
 
 
+@pytest.mark.slow
 def test_an_edited_code_snapshot_never_runs_under_the_original_hash(tmp_path):
     from cemctl.services.launch.snapshot import take_snapshot
 
