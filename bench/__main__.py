@@ -20,8 +20,8 @@ from bench import env
 from bench.settings import Settings
 from bench.table import Section, write_results
 
-BENCHMARKS = ("train", "variants", "mfu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest", "data", "serve",
-              "environment")
+BENCHMARKS = ("train", "variants", "mfu", "gpu", "gpu_attention", "gpu_memory", "speed", "cli", "ingest", "data",
+              "serve", "environment")
 GPU_BENCHMARKS = ("gpu", "gpu_attention", "gpu_memory")
 
 
@@ -47,7 +47,14 @@ def _runners() -> dict[str, Callable[[Settings, dict[str, Section]], Section]]:
         "data": lambda s, done: data_prepare.run(s),
         "serve": lambda s, done: _serve(s),
         "environment": lambda s, done: _environment(s),
+        "speed": lambda s, done: _speed(s),
     }
+
+
+def _speed(s: Settings) -> Section:
+    from bench import speed
+
+    return speed.run(s)
 
 
 def _environment(s: Settings) -> Section:

@@ -88,8 +88,8 @@ def test_quick_mode_runs_every_benchmark(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((tmp_path / "latest.json").read_text())
     keys = [s["key"] for s in data["sections"]]
-    assert keys == ["train_vs_hf", "cem_variants", "mfu_cpu", "gpu", "gpu_attention", "gpu_memory", "cli", "ingest",
-                    "data_prepare", "serve", "environment"]
+    assert keys == ["train_vs_hf", "cem_variants", "mfu_cpu", "gpu", "gpu_attention", "gpu_memory", "speed", "cli",
+                    "ingest", "data_prepare", "serve", "environment"]
     for s in data["sections"]:
         assert not (s["skipped"] or "").startswith("failed"), (s["key"], s["skipped"])
     ingest = next(s for s in data["sections"] if s["key"] == "ingest")
@@ -97,6 +97,21 @@ def test_quick_mode_runs_every_benchmark(tmp_path: Path) -> None:
     prep = next(s for s in data["sections"] if s["key"] == "data_prepare")
     assert [r["workers"] for r in prep["rows"]][:2] == [1, 2] and all(r["identical to 1 worker"] for r in prep["rows"])
     assert prep["rows"][0]["tokens"] == prep["rows"][1]["tokens"] > 0
+
+
+def test_the_speed_table_takes_a_measures_own_cpu_time_when_it_reports_one(tmp_path: Path) -> None:
+    """bench/speed.py: a row's CPU is the process's (getrusage), or the part a measure timed itself (a warm call)."""
+    from bench.speed import _once, measures
+
+    own = _once([sys.executable, "-c", "import json; print(json.dumps({'cpu_s': 0.5, 'rows': 3}))"], {}, tmp_path)
+    assert own["cpu_s"] == 0.5 and own["rows"] == 3 and 0 < own["process_cpu_s"] < 5 and own["rc"] == 0
+    whole = _once([sys.executable, "-c", "sum(range(3_000_000))"], {}, tmp_path)
+    assert whole["cpu_s"] == whole["process_cpu_s"] > 0 and whole["rows"] is None
+    failed = _once([sys.executable, "-c", "raise SystemExit('boom')"], {}, tmp_path)
+    assert failed["rc"] == 1 and failed["error"] == "boom"
+    rows = measures("fig2a", "bench-sweep-0")
+    assert len({m.name for m in rows}) == len(rows)  # one row per figure
+    assert {m.target_s for m in rows if m.target_s} == {0.2, 0.3, 2.0, 3.0, 10.0, 1.0}  # issue 49's targets
 
 
 def test_a_subset_run_replaces_only_its_sections(tmp_path: Path) -> None:
