@@ -92,7 +92,9 @@ def test_a_damaged_or_foreign_archive_is_refused_and_writes_nothing(project, tmp
     assert_clean_error(cli(fresh, "import", str(tmp_path / "junk.tar.gz"), subprocess=True), contains="not a cemctl archive")
 
 
-def test_a_different_run_under_an_existing_id_is_refused(project, tmp_path):
+def test_a_run_finished_here_under_an_archived_id_is_kept_and_an_unfinished_different_one_refused(project, tmp_path):
+    """The same id finished on both sides (a shared baseline: its own result) keeps ours and names it; the same id
+    here unfinished with other files is refused, nothing written."""
     out = tmp_path / "arch.tar.gz"
     assert cli(project, "archive", "arch", "-o", str(out)).returncode == 0
     other = tmp_path / "other"
@@ -102,10 +104,18 @@ def test_a_different_run_under_an_existing_id_is_refused(project, tmp_path):
 
     shutil.copytree(project / "runs" / rid, other / "runs" / rid)
     result = json.loads((other / "runs" / rid / "result.json").read_text())
-    result["test_loss"] = 2.5  # the same id, another result: not the archive's run
+    result["test_loss"] = 2.5  # the same id (config), trained here too: another result
     (other / "runs" / rid / "result.json").write_text(json.dumps(result))
-    assert_clean_error(cli(other, "import", str(out), subprocess=True), contains=f"run {rid} is already in")
-    assert sorted(p.name for p in (other / "runs").iterdir()) == [rid]  # nothing else was written
+    both = tmp_path / "both"
+    shutil.copytree(other, both)
+    res = cli(other, "import", str(out), subprocess=True)
+    assert res.returncode == 0 and "kept 1 runs this project trained too" in res.stdout and rid[:8] in res.stdout
+    assert json.loads((other / "runs" / rid / "result.json").read_text())["test_loss"] == 2.5  # ours kept
+    (both / "runs" / rid / "result.json").unlink()  # here unfinished, its metrics another run's
+    with open(both / "runs" / rid / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "train", "step": 99, "train_loss": 1.0}) + "\n")
+    assert_clean_error(cli(both, "import", str(out), subprocess=True), contains=f"run {rid} is already in")
+    assert sorted(p.name for p in (both / "runs").iterdir()) == [rid]  # nothing else was written
 
 
 def test_archive_never_replaces_a_file_it_did_not_write(project, tmp_path):
