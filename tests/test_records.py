@@ -63,6 +63,7 @@ DONE = {  # what each finished run's result.json (and its files) say: all differ
                train_flops=3e6, tokens=1024, steps=8, wall_time_s=40.0),
 }
 # (first running event, last event) as seconds before the fixture's clock: elapsed_s = their difference
+# (a run with a result: its wall_time_s instead)
 TIMES = {"Da": (9000, 8900), "Db": (9000, 4000), "Dc": (5000, 4900), "F": (7000, 6900), "V": (6500, 6000),
          "R0": (100, None), "R1": (20000, None), "S": (1100, None), "C": (100, 90)}
 ENV = {"Da": dict(cpu_model="AMD EPYC 7763", gpu_model="NVIDIA H100", device="cuda:0", torch_version="2.5.0",
@@ -233,7 +234,9 @@ CASES: dict[str, tuple[str, Any]] = {
     "finished_at": ("finished_at<{now-5500}", {"Da", "F", "V"}),
     "heartbeat_at": ("heartbeat_at<{now-500}", {"S"}),
     "last_event_at": ("last_event_at>{now-200}", {"C", "Q"}),
-    "elapsed_s": ("elapsed_s>=3000", {"Db", "R1"}),
+    # a run with a result: the wall time it recorded (Dc 40 s; Da and Db under 30); else since it started (F, V, R0,
+    # R1, S: 100 s and more; C 10 s)
+    "elapsed_s": ("elapsed_s>=30", {"Dc", "F", "V", "R0", "R1", "S"}),
     "eta_s": ("eta_s>4", {"R1"}),
     "test_loss": ("test_loss<1.45", {"Da"}),
     "test_ppl": ("test_ppl>4.6", {"Dc"}),

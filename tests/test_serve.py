@@ -53,12 +53,14 @@ def test_curves_colour_each_arm_when_the_chart_hue_gives_them_one_colour(project
 
     status, _, body = get(base, "/experiments/demo/curves.json?x=train.lr")
     assert status == 200, body[:300]
-    series = [s for s in json.loads(body)["charts"][0]["series"] if s.get("y")]
+    curves = [s for s in json.loads(body)["charts"][0]["series"] if s.get("y")]
+    series = [s for s in curves if s.get("legend") is not False]  # the others: each arm's validation points
+    assert {s["color"] for s in curves} == {s["color"] for s in series} and len(curves) == 12
     assert len(series) == 6 and len({s["color"] for s in series}) == 2  # coloured by attention, 3 rates per colour
     assert len({(s["color"], json.dumps(s["dash"])) for s in series}) == 6
     status, _, body = get(base, "/experiments/demo/curves.json?x=train.lr&where=" + quote("attention=cem"))
     assert status == 200, body[:300]
-    series = [s for s in json.loads(body)["charts"][0]["series"] if s.get("y")]
+    series = [s for s in json.loads(body)["charts"][0]["series"] if s.get("y") and s.get("legend") is not False]
     assert len(series) == 3 and len({s["color"] for s in series}) == 3 and all(s["dash"] is None for s in series)
     assert len({s["label"] for s in series}) == 3
 
@@ -103,8 +105,8 @@ def test_index_counts_states_and_experiment_page_has_every_section(project, base
     for section in ('id="runs"', 'id="arms-part"', 'id="metric-chart"', 'id="curves-chart"', 'id="claims-part"'):
         assert section in page
     _, _, page = get(base, "/experiments/demo/arms")
-    arms = re.search(r'<table class="grid" id="arms">.*?</table>', page, re.S).group(0)
-    assert arms.count("<tr>") == 7  # header + 6 arms
+    arms = re.search(r'<table class="grid arms stack" id="arms">.*?</table>', page, re.S).group(0)
+    assert arms.count("<tr data-arm=") == 6
     assert "3/3" in arms and "2/3" in arms  # seeds done / planned (one failed, one planned)
     assert re.search(r"\[1\.\d{4}, 1\.\d{4}\]", arms)  # a 95% interval
 
@@ -152,10 +154,12 @@ def test_the_run_page_shows_its_environment_and_system_samples(project, base):
     data = json.loads(body)
     assert data["note"] == f"{SAMPLES} samples"
     charts = {c["title"]: c for c in data["charts"]}
-    assert list(charts) == ["CPU (%)", "host memory (GiB)", "GPU utilisation (%)", "GPU memory (GiB)"]
-    assert charts["CPU (%)"]["x"] == [10.0 * i for i in range(SAMPLES)]
-    cpu = {s["label"]: s["y"] for s in charts["CPU (%)"]["series"]}
-    assert cpu["this process"] == [50.0 + 10 * i for i in range(SAMPLES)] and cpu["the machine"] == [20.0] * SAMPLES
+    cpu_process, cpu_machine = "CPU, this process (% of one core)", "CPU, the machine (% of all its cores)"
+    assert list(charts) == [cpu_process, cpu_machine, "host memory (GiB)", "GPU utilisation (%)", "GPU memory (GiB)"]
+    assert charts[cpu_process]["x"] == [10.0 * i for i in range(SAMPLES)]
+    # a process's share per core (up to 200% on two) and the machine's of all its cores: never one axis (issue 48)
+    assert charts[cpu_process]["series"][0]["y"] == [50.0 + 10 * i for i in range(SAMPLES)]
+    assert charts[cpu_machine]["series"][0]["y"] == [20.0] * SAMPLES
     rss = {s["label"]: s["y"] for s in charts["host memory (GiB)"]["series"]}["resident (process)"]
     assert rss == pytest.approx([2 + 0.1 * i for i in range(SAMPLES)], abs=1e-6)
     assert [s["y"] for s in charts["GPU utilisation (%)"]["series"]] == [[80.0] * SAMPLES]
@@ -362,7 +366,8 @@ def test_compare_shows_differing_keys_and_differences_with_intervals(project, ba
     # the difference and its interval in the loss's own format (main: '+0.1112 [+0.03001, +0.1923]')
     assert re.search(r"[+-]0\.\d{4} \[[+-]0\.\d{4}, [+-]0\.\d{4}\] (Welch|paired)", test_row), test_row
     items = re.search(r'<ul class="items" id="items">.*?</ul>', page, re.S).group(0)
-    assert "<b>A</b>: arm “attention=llama, lr=0.001”" in items and "<b>B</b>: arm “attention=cem" in items, items
+    # the arms table's order: the grid's axes (attention, then lr), each by value
+    assert "<b>A</b>: arm “attention=cem, lr=0.001”" in items and "<b>B</b>: arm “attention=llama" in items, items
     _, _, same = get(base, f"/compare?item={project.runs[0]}&item={project.runs[0]}")
     assert 'id="identical"' in same
 

@@ -28,7 +28,7 @@ def _app(root, runs_root=None, reports_dir=None):
     from cemctl.services.dashboard import open_source
 
     return Dashboard(open_source(f"sqlite:///{root / 'results.db'}", runs_root or root / "runs", reports_dir),
-                     log=lambda line: None)
+                     log=lambda line: print(line))
 
 
 def _cells(html: str) -> list[str]:

@@ -100,8 +100,10 @@ RUN_FIELDS: tuple[Field, ...] = (
     _f("heartbeat_at", "time", "state", "the trainer's last heartbeat", unit="unix s"),
     _f("last_event_at", "time", "state", "the last event of its events.jsonl, for a run neither running nor ended",
        unit="unix s"),
-    _f("elapsed_s", "duration", "state", "time since it started: until it ended, now while it runs, else until "
-                                         "it was last seen (its last heartbeat or event)", unit="s", short="elapsed", aliases=("elapsed",)),
+    _f("elapsed_s", "duration", "state", "how long it has taken: once it has a result, its training wall time "
+                                         "(wall_time_s); while it runs, the time since it started; else until it "
+                                         "was last seen (its last heartbeat or event)", unit="s", short="elapsed",
+       aliases=("elapsed",)),
     _f("eta_s", "duration", "progress", "time left at the pace of its steps so far (running runs)", unit="s", short="ETA",
        aliases=("eta",)),
     _f("test_loss", "loss", "result", "loss on the fixed held-out test tokens", unit=LOSS_UNIT, short="test",

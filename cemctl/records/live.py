@@ -48,6 +48,13 @@ def _number(v: Any) -> float | None:
     return v
 
 
+def _count(v: Any) -> float | None:
+    """A heartbeat's step or token count: a finite number below 2**53 (what a trainer can write; 1e308 is not a
+    count, and would not fit an integer column)."""
+    n = _number(v)
+    return n if n is not None and abs(n) < 2 ** 53 else None
+
+
 def last_event(run_dir: Path | str) -> dict[str, Any] | None:
     """The last complete, readable line of events.jsonl (read from the file's tail), or None."""
     from cem_core.runfiles.files import read_bytes
@@ -101,7 +108,7 @@ def live_record(rec: MutableMapping[str, Any], *, now: float | None = None, time
     elif state in ("running", "done", "queued", "planned"):
         rec["reason"] = "" if state != "planned" else rec.get("reason") or ""
     if hb:
-        step, total, tokens = (_number(hb.get(k)) for k in ("step", "total_steps", "tokens"))
+        step, total, tokens = (_count(hb.get(k)) for k in ("step", "total_steps", "tokens"))
         if step is not None and step >= (rec.get("step") or 0):
             rec["step"] = int(step)
         if total:
@@ -133,7 +140,8 @@ def live_record(rec: MutableMapping[str, Any], *, now: float | None = None, time
     rec["progress"] = 1.0 if state == "done" else (min(1.0, step / total) if step is not None and total else None)
     rec["elapsed_s"] = elapsed_s(state, started=rec.get("started_at"), finished=rec.get("finished_at"),
                                  heartbeat=rec.get("heartbeat_at"),
-                                 last_event=_number(event.get("time")) if event else None, now=now)
+                                 last_event=_number(event.get("time")) if event else None, now=now,
+                                 wall=_number((result or {}).get("wall_time_s")) or rec.get("wall_time_s"))
     return rec != before
 
 

@@ -438,7 +438,7 @@ def _record(row: Sequence[Any], cols: Sequence[Any], *, results: bool, need_conf
     wall = res.get("wall_time_s") if has_result else None
     rec["avg_tokens_per_s"] = (all_tokens / wall if finished_run and has_result and all_tokens and wall else None)
     rec["elapsed_s"] = elapsed_s(state, started=started, finished=finished, heartbeat=heartbeat,
-                                 last_event=last_event, now=now)
+                                 last_event=last_event, now=now, wall=wall)
     rec["eta_s"] = run_eta_s(state, last_step, total_steps, time_s=pace_time_s, tokens=tokens, tokens_per_s=rate)
     text = rec["error"] or (reason if state in FAILED_STATES else "")
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]

@@ -64,10 +64,16 @@ def run_eta_s(state: Any, step: Any, total_steps: Any, *, time_s: Any = None, ti
 
 
 def elapsed_s(state: str, *, started: Any, finished: Any = None, heartbeat: Any = None, last_event: Any = None,
-              now: float) -> float | None:
-    """Seconds since a run started: until it ended (a result), until now while it runs, else until it was last
-    seen (its last heartbeat or event; an imported run has no heartbeat file). None when it never started, or
-    when nothing says when it was last seen: a run that is not running never grows with the clock."""
+              now: float, wall: Any = None) -> float | None:
+    """How long a run has taken, one definition for every surface (`status`, `launch`, the report, the dashboard):
+    a run with a result, the training wall time it recorded (`wall`: result.json's wall_time_s, resumed attempts
+    summed, never the hours it waited between them); else the seconds since it started: until now while it runs,
+    until it was last seen otherwise (its last heartbeat or event; an imported run has no heartbeat file). None when
+    it never started, or when nothing says when it was last seen: a run that is not running never grows with the
+    clock."""
+    if state in RESULT_STATES and isinstance(wall, (int, float)) and not isinstance(wall, bool) \
+            and math.isfinite(wall) and wall >= 0:
+        return float(wall)
     if started is None:
         return None
     if state in RESULT_STATES and finished:

@@ -106,7 +106,7 @@ def arms_display(table: "pd.DataFrame", metric: str = "test_loss") -> "pd.DataFr
     """The arms table as a reader wants it: 'mean \u00b1 s.d.' and '[low, high]' cells, counts with units."""
     import pandas as pd
 
-    from cem_core.arms import format_value
+    from cemctl.records.formats import duration  # '3m21s' as status, launch and the dashboard write it
 
     def pm(mean: float, sd: float, digits: int) -> str:
         if not math.isfinite(mean):
@@ -136,7 +136,7 @@ def arms_display(table: "pd.DataFrame", metric: str = "test_loss") -> "pd.DataFr
             row[f"{ppl} 95% interval"] = ci(r[f"{ppl} 95% low"], r[f"{ppl} 95% high"], 2)
         row.update({"params": count(r["params"]), "tokens": count(r["tokens"]), "train FLOPs": count(r["train FLOPs"]),
                     "tokens/s": count(r["tokens/s"]),
-                    "wall time": format_value(round(r["wall time (s)"], 1)) + " s" if math.isfinite(r["wall time (s)"])
+                    "wall time": duration(r["wall time (s)"]) if math.isfinite(r["wall time (s)"])
                     else ""})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -13,6 +13,7 @@ band from the lowest to the highest seed, validation losses as dots.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from cem_core.arms import ArmLabelCollision, format_value, is_config_key, short_names
@@ -153,6 +154,32 @@ def _native(value: Any) -> Any:
     return value
 
 
+def arm_names(configs: Mapping[str, Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
+              order: Sequence[str] = ()) -> dict[str, str]:
+    """{arm id: name} for the arms of one table (`configs`: arm id -> the config of one of its runs): the fewest
+    varying keys that tell them apart, by the specs' display names ('CEM attention (T=2), lr=0.002'), as the
+    figures' legends name series (`cemctl.records.labels.series_names`). The full label (`arm_label`: every varying
+    key) stays the arm's identifier (`--where arm_label=`, `compare`); this is what a reader reads."""
+    from cemctl.records.labels import series_names
+
+    ids = list(configs)
+    if not ids:
+        return {}
+    names = series_names([dict(configs[a]) for a in ids], nuisance=nuisance, order=order)
+    return dict(zip(ids, names))
+
+
+def arm_sort_key(config: Mapping[str, Any], order: Sequence[str]) -> tuple:
+    """An arm's place in a table: by the grid's axes in file order, each by its value (numbers as numbers, a
+    missing value last), so that a table of arms reads in a visible order."""
+    out = []
+    for k in order:
+        v = _native(config.get(k))
+        out.append((2, 0.0, "") if v is None else (0, float(v), "") if isinstance(v, (int, float)) and
+                   not isinstance(v, bool) else (1, 0.0, str(v)))
+    return tuple(out)
+
+
 def palette_of(runs: "pd.DataFrame") -> Palette:
     """The report's palette (left on the runs frame by `cemctl.report.build`), else one for these runs alone (a
     figure drawn on its own, in a test or from Python)."""
@@ -163,14 +190,6 @@ def palette_of(runs: "pd.DataFrame") -> Palette:
 
     framed = runs if has_arms(runs) else with_arms(runs)
     return Palette(framed, x=default_x(framed, varying(framed)))
-
-
-def _lighter(color: str, amount: float) -> Any:
-    """`color` mixed with white (amount 0: itself, 1: white)."""
-    from matplotlib.colors import to_rgb
-
-    r, g, b = to_rgb(color)
-    return (r + (1 - r) * amount, g + (1 - g) * amount, b + (1 - b) * amount)
 
 
 def metric_label(metric: str, runs: "pd.DataFrame") -> str:
@@ -199,13 +218,42 @@ def _dodge(positions: Sequence[float], i: int, n: int, *, log: bool, numeric: bo
     return [p + k * 0.035 * gap for p in positions]
 
 
-def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[str] | None = None,
+@dataclass
+class Look:
+    """How a series is drawn, in a report's figure and in the dashboard's chart alike: its name, colour ('#rrggbb'
+    or an RGB triple: `style.hex_of` for the dashboard), line style (matplotlib's: '-', '--', ':', '-.'; None: points only) and marker."""
+
+    label: str
+    color: Any
+    line: str | None = "-"
+    marker: str = "o"
+
+
+@dataclass
+class MetricPoints:
+    """What the metric figure draws: one row per arm (`table`: arm, x, hue, style, mean, std, n, label, run_ids,
+    pos: its x position after the dodge) and the look of each series (hue, style)."""
+
+    table: "pd.DataFrame"
+    x: str | None
+    xname: str
+    ylabel: str
+    numeric: bool  # a numeric x (else categories, never joined by a line)
+    log: bool  # a log x (a numeric x spanning a factor of 8 or more: a learning-rate sweep)
+    ticks: list[float]  # a tick at each x value the arms have
+    tick_labels: list[str]
+    looks: dict[tuple[str, str], Look]
+    styles: dict[str, str]  # what the line styles say (style name -> line style), when the hue leaves several
+    marks: dict[str, str]  # ... or the markers, on a categorical x
+
+
+def metric_points(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[str] | None = None,
                   metric: str = "test_loss", order: Sequence[str] = (), nuisance: Sequence[str] = ("train.seed",),
-                  name: str = "metric", palette: Palette | None = None) -> FigurePart | None:
-    """The metric (mean over seeds, +-1 s.d.) against the grid's x: a colour per hue series (the palette the
-    curves share), a line style for what else varies when the grid names its hue; a categorical x is never joined
-    by a line; the series at one x are dodged apart."""
-    import numpy as np
+                  name: str = "metric", palette: Palette | None = None) -> MetricPoints | None:
+    """The metric figure's points (the report's `metric_figure` and the dashboard's metric chart): the mean over the
+    finished seeds of each arm with its spread (`style.mean_sd`), a colour per hue series (the palette the curves
+    share), a line style (a marker on a categorical x) for what else varies, the series at one x dodged apart.
+    None when no run has finished with the metric."""
     import pandas as pd
 
     done = runs[runs["state"].eq("done")] if "state" in runs else runs
@@ -217,11 +265,11 @@ def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[s
     pal = palette or Palette(runs, x=x, hue=hue or (), order=order, nuisance=nuisance)
     stats = []
     for aid, g in done.groupby(ARM, sort=False):
-        vals = g[metric].astype(float).to_numpy()
+        mean, sd, n = style.mean_sd(g[metric].astype(float))
         first = config_of(g.iloc[0].to_dict())
         stats.append({"arm": aid, "x": first.get(x) if x else None, "hue": pal.hue_of[aid], "style": pal.style_of[aid],
-                      "mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan"),
-                      "n": len(vals), "label": g[ARM_LABEL].iloc[0], "run_ids": ",".join(g["run_id"].astype(str)) if "run_id" in g else ""})
+                      "mean": mean, "std": sd, "n": n, "label": g[ARM_LABEL].iloc[0],
+                      "run_ids": ",".join(g["run_id"].astype(str)) if "run_id" in g else ""})
     table = pd.DataFrame(stats)
     dup = table.duplicated(["hue", "style", "x"], keep=False)
     if dup.any():  # cannot happen: a series is every key but x; a guard, never a silent merge
@@ -232,7 +280,6 @@ def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[s
     positions = {v: (float(v) if numeric else i) for i, v in enumerate(ordered)}
     ticks = sorted(positions.values())
     log = numeric and min(ticks) > 0 and max(ticks) / min(ticks) >= 8  # e.g. a learning-rate sweep
-    fig, (ax,) = style.new_figure(1, panel_w=6.0, panel_h=4.0)
     series = list(dict.fromkeys(zip(table["hue"], table["style"])))
     style_names = list(dict.fromkeys(s for _, s in series))
     single_style = len(style_names) <= 1
@@ -240,47 +287,139 @@ def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[s
     styles = (Palette.linestyles(style_names) or {}) if numeric and not single_style else {}
     marks = {n: style.SIZE_MARKERS[i] for i, n in enumerate(style_names)} \
         if not numeric and not single_style and len(style_names) <= len(style.SIZE_MARKERS) else {}
+    looks = {}
+    table["pos"] = 0.0
     for i, (h, st) in enumerate(series):
-        sub = table[table["hue"].eq(h) & table["style"].eq(st)]
-        sub = sub.assign(_p=[positions[v] for v in sub["x"]]).sort_values("_p")
-        line = styles.get(st, "-") if numeric else None
-        label = h if single_style or styles or marks else f"{h}, {st}"
-        style.plot_seed_points(ax, _dodge(list(sub["_p"]), i, len(series), log=log, numeric=numeric), sub,
-                               color=pal.color[h], label=label, line=line, marker=marks.get(st, "o"))
-    if numeric and log:
+        rows = table["hue"].eq(h) & table["style"].eq(st)
+        base = [positions[v] for v in table.loc[rows, "x"]]
+        table.loc[rows, "pos"] = _dodge(base, i, len(series), log=log, numeric=numeric)
+        looks[(h, st)] = Look(h if single_style or styles or marks else f"{h}, {st}", pal.color[h],
+                              styles.get(st, "-") if numeric else None, marks.get(st, "o"))
+    xname = short_names([x])[x] if x else ""
+    return MetricPoints(table, x, xname, metric_label(metric, runs), numeric, log, ticks,
+                        [format_value(v) for v in ordered], looks, styles, marks)
+
+
+def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[str] | None = None,
+                  metric: str = "test_loss", order: Sequence[str] = (), nuisance: Sequence[str] = ("train.seed",),
+                  name: str = "metric", palette: Palette | None = None) -> FigurePart | None:
+    """The metric (mean over seeds, +-1 s.d.) against the grid's x (`metric_points`): a colour per hue series, a
+    line style for what else varies when the grid names its hue; a categorical x is never joined by a line; the
+    series at one x are dodged apart."""
+    pts = metric_points(runs, x=x, hue=hue, metric=metric, order=order, nuisance=nuisance, name=name,
+                        palette=palette)
+    if pts is None:
+        return None
+    table, numeric = pts.table, pts.numeric
+    fig, (ax,) = style.new_figure(1, panel_w=6.0, panel_h=4.0)
+    for (h, st), look in pts.looks.items():
+        sub = table[table["hue"].eq(h) & table["style"].eq(st)].sort_values("pos")
+        style.plot_seed_points(ax, list(sub["pos"]), sub, color=look.color, label=look.label, line=look.line,
+                               marker=look.marker)
+    if numeric and pts.log:
         ax.set_xscale("log")
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([format_value(v) for v in ordered])
+    ax.set_xticks(pts.ticks)
+    ax.set_xticklabels(pts.tick_labels)
     ax.minorticks_off()
     if not numeric:
-        ax.set_xlim(min(ticks) - 0.5, max(ticks) + 0.5)
-    xname = short_names([x])[x] if x else ""
-    ylabel = metric_label(metric, runs)
+        ax.set_xlim(min(pts.ticks) - 0.5, max(pts.ticks) + 0.5)
+    xname, ylabel = pts.xname, pts.ylabel
     ax.set_xlabel(xname or "")
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{ylabel} against {xname}" if x else ylabel, fontsize=10)
+    ax.set_title(f"{ylabel} against {xname}" if pts.x else ylabel, fontsize=10)
     from matplotlib.lines import Line2D
 
-    extra = [Line2D([], [], color="0.35", linestyle=ls, label=st) for st, ls in styles.items()] + \
-        [Line2D([], [], color="0.35", marker=m, linestyle="none", label=st) for st, m in marks.items()]
+    extra = [Line2D([], [], color="0.35", linestyle=ls, label=st) for st, ls in pts.styles.items()] + \
+        [Line2D([], [], color="0.35", marker=m, linestyle="none", label=st) for st, m in pts.marks.items()]
     style.figure_legend(fig, [ax], table["n"], max_cols=2, extra=extra)
     caption = (f"{ylabel[0].upper() + ylabel[1:]} against {xname or 'the arms'}: one colour per series (what "
                f"varies besides {xname or 'nothing'}), the same colours in every figure of the report"
-               + ("; line styles: " + ", ".join(styles) if styles else "")
-               + ("; markers: " + ", ".join(marks) if marks else "")
+               + ("; line styles: " + ", ".join(pts.styles) if pts.styles else "")
+               + ("; markers: " + ", ".join(pts.marks) if pts.marks else "")
                + ("" if numeric else "; the x values are categories, so points are not joined")
                + f"; {style.SPREAD_NOTE}.")
     return FigurePart(name, fig, caption)
 
 
+def curve_looks(palette: Palette, arms: Sequence[str]) -> tuple[dict[str, Look], bool]:
+    """The look of each arm's training curve (the report's curves and the dashboard's alike), and whether the colours
+    go by arm: the colour of the arm's hue series (the metric figure's), the line style of what else tells the arms
+    of one colour apart (lighter shades of it when there are more than line styles). When all arms share one hue
+    (only the metric figure's x varies), that colour carries nothing: each arm gets its own, the lines solid."""
+    by_arm = len(arms) > 1 and len({palette.hue_of[a] for a in arms}) == 1
+    styles = None if by_arm else Palette.linestyles([palette.curve_style_of[a] for a in arms])
+    shades: dict[str, float] = {}
+    if styles is None and not by_arm:  # too many for line styles: lighter shades, in the order the arms come
+        for hue in dict.fromkeys(palette.hue_of[a] for a in arms):
+            mine = [a for a in arms if palette.hue_of[a] == hue]
+            shades.update({a: 0.6 * i / max(1, len(mine) - 1) for i, a in enumerate(mine)})
+    looks = {}
+    for aid in arms:
+        hue, sty = palette.hue_of[aid], palette.curve_style_of[aid]
+        color = style.CYCLE[arms.index(aid) % len(style.CYCLE)] if by_arm else \
+            style.lighter(palette.color[hue], shades.get(aid, 0.0))
+        several = sum(1 for a in arms if palette.hue_of[a] == hue) > 1  # the style tells this colour's arms apart
+        label = sty if by_arm or hue == "all runs" else f"{hue}, {sty}" if several else hue
+        looks[aid] = Look(label, color, styles[sty] if styles else "-")
+    return looks, by_arm
+
+
+@dataclass
+class ArmCurve:
+    """One arm's curve (`arm_curve`): the mean over its runs on their common x, the band from the lowest to the
+    highest run (None for one run), and its validation points (mean over the runs, per step)."""
+
+    x: Any
+    mean: Any
+    low: Any
+    high: Any
+    runs: int
+    val_x: Any = None
+    val_y: Any = None
+
+
+def arm_curve(per_run: Sequence[tuple[Any, Any]], *, fraction: float = style.SMOOTH_FRACTION,
+              val: Sequence[tuple[Any, Any, Any]] = ()) -> ArmCurve | None:
+    """Mean, low and high over an arm's runs of one curve, each run's (x, y) smoothed first (a centred rolling mean
+    over `fraction` of its points, `style.smooth_window`; 0: as recorded) then interpolated on the union of their x;
+    `val`: (step, x, y) per validation point of each run, averaged per step. The report's curves and the
+    dashboard's are this one computation."""
+    import numpy as np
+    import pandas as pd
+
+    series = []
+    for xs, ys in per_run:
+        xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+        if not len(xs):
+            continue
+        if fraction > 0:
+            ys = pd.Series(ys).rolling(style.smooth_window(len(ys), fraction), center=True, min_periods=1).mean()
+            ys = ys.to_numpy()
+        series.append((xs, ys))
+    if not series:
+        return None
+    grid = np.unique(np.concatenate([s[0] for s in series]))
+    ys = np.vstack([np.interp(grid, s[0], s[1], left=np.nan, right=np.nan) if len(s[0]) > 1 else
+                    np.where(grid == s[0][0], s[1][0], np.nan) for s in series])
+    import warnings
+
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(ys, axis=0)
+        low, high = np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
+    several = len(series) > 1
+    out = ArmCurve(grid, mean, low if several else None, high if several else None, len(series))
+    if len(val):
+        v = pd.DataFrame(list(val), columns=["step", "x", "y"]).groupby("step").agg(x=("x", "mean"), y=("y", "mean"))
+        out.val_x, out.val_y = v["x"].to_numpy(dtype=float), v["y"].to_numpy(dtype=float)
+    return out
+
+
 def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str = "training_curves",
                palette: Palette | None = None, x: str | None = None, order: Sequence[str] = (),
                nuisance: Sequence[str] = ("train.seed",)) -> FigurePart | None:
-    """Training loss per arm: the mean over seeds (line) with a band from the lowest to the highest seed; the
-    colour of the arm's hue series (the metric figure's), the line style of what else tells the arms apart. When
-    all arms share one hue (only the metric figure's x varies), each arm gets its own colour instead."""
-    import numpy as np
-
+    """Training loss per arm: the mean over seeds (line) with a band from the lowest to the highest seed, validation
+    losses as dots, each arm drawn as `curve_looks` says (the dashboard's curves look the same)."""
     if curves is None or curves.empty or runs.empty:
         return None
     sel = runs[runs["run_id"].isin(set(curves["run_id"]))]
@@ -293,55 +432,34 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
     by_run = dict(tuple(curves.groupby("run_id", sort=False)))
     fig, (ax,) = style.new_figure(1, panel_w=6.4, panel_h=4.2)
     arms = list(dict.fromkeys(sel[ARM]))
-    # One colour for every arm (the metric figure's hue does not vary: its x tells them apart) carries nothing:
-    # then the colours tell the curves apart, one per arm in grid order, and the lines stay solid.
-    by_arm = len(arms) > 1 and len({palette.hue_of[a] for a in arms}) == 1
-    styles = None if by_arm else Palette.linestyles([palette.curve_style_of[a] for a in arms])
-    shades: dict[str, float] = {}
-    if styles is None and not by_arm:  # too many for line styles: lighter shades of the arm's colour, in the order the arms come
-        for hue in dict.fromkeys(palette.hue_of[a] for a in arms):
-            mine = [a for a in arms if palette.hue_of[a] == hue]
-            shades.update({a: 0.6 * i / max(1, len(mine) - 1) for i, a in enumerate(mine)})
+    looks, by_arm = curve_looks(palette, arms)
     from matplotlib.lines import Line2D
 
     handles = []
     ids_of = {aid: g for aid, g in sel[["run_id", ARM]].groupby(ARM, sort=False)}  # one pass, two columns
     for aid in arms:
         group = ids_of[aid]
-        hue, sty = palette.hue_of[aid], palette.curve_style_of[aid]
-        color = style.CYCLE[arms.index(aid) % len(style.CYCLE)] if by_arm else \
-            _lighter(palette.color[hue], shades.get(aid, 0.0))
-        ls = styles[sty] if styles else "-"
-        series = []
+        look = looks[aid]
+        per_run, val = [], []
         for rid in group["run_id"]:
             c = by_run[rid]
             train = c[c["train_loss"].notna()]
-            if train.empty:
-                continue
-            window = max(1, len(train) // 20)
-            y = train["train_loss"].rolling(window, center=True, min_periods=1).mean()
-            series.append((train["tokens"].astype(float).to_numpy(), y.to_numpy()))
-        if series:
-            grid = np.unique(np.concatenate([s[0] for s in series]))
-            ys = np.vstack([np.interp(grid, s[0], s[1], left=np.nan, right=np.nan) for s in series])
-            with np.errstate(all="ignore"):
-                mean = np.nanmean(ys, axis=0)
-                low, high = np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
-            ids = list(group["run_id"].astype(str))
-            style.tag(ax.plot(grid, mean, linestyle=ls, color=color, linewidth=1.4), ids)
-            if len(series) > 1:
-                style.tag(ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0), ids)
-        vals = [by_run[rid][by_run[rid]["val_loss"].notna()] for rid in group["run_id"]]
-        vals = [v for v in vals if not v.empty]
-        if vals:
-            import pandas as pd
-
-            v = pd.concat(vals).groupby("step").agg(tokens=("tokens", "mean"), val_loss=("val_loss", "mean"))
-            style.tag(ax.plot(v["tokens"], v["val_loss"], "o", color=color, markersize=3.5, markeredgecolor="black",
-                              markeredgewidth=0.4), list(group["run_id"].astype(str)))
-        several = sum(1 for a in arms if palette.hue_of[a] == hue) > 1  # the style tells this colour's arms apart
-        label = sty if by_arm or hue == "all runs" else f"{hue}, {sty}" if several else hue
-        handles.append(Line2D([], [], color=color, linestyle=ls, label=f"{label}, n={len(series)}"))
+            if not train.empty:
+                per_run.append((train["tokens"].astype(float).to_numpy(), train["train_loss"].to_numpy(dtype=float)))
+            v = c[c["val_loss"].notna()]
+            val += list(zip(v["step"], v["tokens"], v["val_loss"]))
+        curve = arm_curve(per_run, val=val)
+        ids = list(group["run_id"].astype(str))
+        if curve is not None:
+            style.tag(ax.plot(curve.x, curve.mean, linestyle=look.line, color=look.color, linewidth=1.4), ids)
+            if curve.low is not None:
+                style.tag(ax.fill_between(curve.x, curve.low, curve.high, color=look.color, alpha=0.15,
+                                          linewidth=0), ids)
+        if val:
+            vx, vy = (curve.val_x, curve.val_y) if curve is not None else _val_means(val)
+            style.tag(ax.plot(vx, vy, "o", color=look.color, markersize=3.5, markeredgecolor="black",
+                              markeredgewidth=0.4), ids)
+        handles.append(Line2D([], [], color=look.color, linestyle=look.line, label=f"{look.label}, n={len(per_run)}"))
     from matplotlib.ticker import EngFormatter
 
     ax.xaxis.set_major_formatter(EngFormatter())
@@ -355,3 +473,10 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
                + ("one colour per arm (the metric figure's x tells them apart)." if by_arm
                   else "colours as in the metric figure."))
     return FigurePart(name, fig, caption)
+
+
+def _val_means(val: Sequence[tuple[Any, Any, Any]]) -> tuple[Any, Any]:
+    import pandas as pd
+
+    v = pd.DataFrame(list(val), columns=["step", "x", "y"]).groupby("step").agg(x=("x", "mean"), y=("y", "mean"))
+    return v["x"].to_numpy(dtype=float), v["y"].to_numpy(dtype=float)

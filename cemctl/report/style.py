@@ -22,7 +22,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 KQ_LABELS = {"none": "no diagonal", "shared": "shared diagonal", "per_head": "per-head diagonal"}
+
+# One presentation: what every figure of the report and every chart of the dashboard (`cemctl serve`) draw alike.
+# The spread of a mean over seeds is drawn one way everywhere: whiskers (a band) of +-1 sample standard deviation
+# (ddof=1), a hollow marker for a single seed; the 95% t interval is a table column (the arms tables), never a
+# whisker.
 SPREAD_NOTE = "Error bars: mean \u00b1 1 s.d. over seeds (ddof=1); hollow marker: single seed (n=1)"
+SPREAD_SHORT = "whiskers: mean \u00b1 1 s.d. over seeds (ddof=1); a hollow marker: a single seed"
+SMOOTH_FRACTION = 0.05  # a training curve is drawn as its rolling mean over this fraction of its points (centred)
+# A line style (matplotlib's) as the dashboard's dash pattern in pixels: the same series, the same look.
+DASHES: dict[str, list[int] | None] = {"-": None, "--": [6, 4], ":": [2, 3], "-.": [8, 3, 2, 3]}
+GREY = "#737373"  # a value no arm of the report has
 
 # A figure never picks a colour of its own: the report's palette (`report.generic.Palette`) gives each hue value
 # one, the Llama baseline the paper's pink.
@@ -38,6 +48,36 @@ SIZE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "<", ">")
 # `cemctl.records.labels.arch_keys` / `pairing_keys`.
 DIM_COLUMNS = ("model.size", "model.d_model", "model.n_layers", "model.n_heads", "model.d_mlp",
                "model.context_len", "model.vocab_size")
+
+
+def mean_sd(values: Iterable[float]) -> tuple[float, float, int]:
+    """(mean, sample s.d. (ddof=1; NaN below two values), n) of the finite values: the whiskers' rule."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    n = len(vals)
+    if not n:
+        return math.nan, math.nan, 0
+    mean = sum(vals) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else math.nan
+    return mean, sd, n
+
+
+def smooth_window(points: int, fraction: float = SMOOTH_FRACTION) -> int:
+    """The rolling window of a curve of `points` points: `fraction` of them (at least 1; 0: no smoothing)."""
+    return max(1, int(points * fraction + 1e-9))
+
+
+def lighter(color: str, amount: float) -> tuple[float, float, float]:
+    """A '#rrggbb' colour mixed with white (amount 0: itself, 1: white), as an RGB triple in [0, 1]."""
+    c = color.lstrip("#")
+    return tuple(v + (1 - v) * amount for v in (int(c[i:i + 2], 16) / 255 for i in (0, 2, 4)))  # type: ignore[return-value]
+
+
+def hex_of(color: Any) -> str:
+    """A colour as the dashboard writes it ('#rrggbb'): a '#rrggbb' string, an RGB triple in [0, 1], or GREY for
+    anything else (matplotlib's '0.45')."""
+    if isinstance(color, str):
+        return color if color.startswith("#") and len(color) == 7 else GREY
+    return "#" + "".join(f"{round(min(1.0, max(0.0, float(v))) * 255):02x}" for v in list(color)[:3])
 
 
 def _get(row: Mapping[str, Any], key: str, default: Any = None) -> Any:

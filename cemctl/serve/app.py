@@ -57,7 +57,7 @@ REPORT_CSP = ("default-src 'none'; img-src 'self' data:; style-src 'self' 'unsaf
 SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
                     "Referrer-Policy": "no-referrer", "Cross-Origin-Resource-Policy": "same-origin"}
 PARAMS = {"where", "sort", "limit", "scale", "metric", "x", "hue", "panel", "logx", "logy", "asort", "cmetric", "cx",
-          "clogx", "clogy", "item", "experiment", "lines"}
+          "clogx", "clogy", "item", "experiment", "lines", "rates", "smooth"}
 
 
 class HttpError(Exception):
@@ -105,6 +105,10 @@ class Request:
         if v in ("1", "true", "yes", "on"):
             return True
         raise HttpError(400, f"{name}: {v!r} is not a yes/no value (allowed: 1, 0, true, false, on, off)")
+
+    def maybe(self, name: str) -> bool | None:
+        """A yes/no value, None when not given (the default the page says)."""
+        return self.flag(name) if self.one(name).strip() else None
 
     def number(self, name: str, default: int, low: int, high: int) -> int:
         text = self.one(name)
@@ -350,7 +354,17 @@ class Dashboard:
         from cemctl.services.dashboard import tables as T
         from cemctl.services.dashboard.charts import CURVE_METRICS, CURVE_X, chart_options
 
-        sel = self.selection(req)
+        problem = ""
+        try:
+            sel = self.selection(req)
+        except (HttpError, CemError) as e:  # a malformed where or sort: the page stays, the filter box keeps the text
+            if isinstance(e, HttpError) and e.status != 400:
+                raise
+            problem = e.message if isinstance(e, HttpError) else str(e)
+            req_shown, req = req, Request(req.path, {k: v for k, v in req.params.items() if k not in ("where", "sort")})
+            sel = self.selection(req)
+        else:
+            req_shown = req
         for flag in ("logx", "logy", "clogx", "clogy"):
             req.flag(flag)
         if req.one("asort"):
@@ -366,10 +380,17 @@ class Dashboard:
             raise HttpError(400, f"metric: {metric!r} is not one of {', '.join(opts['metrics'])}")
         scales = sorted({r.get("scale") or "" for r in recs.records} - {""})
         chart_q = req.query(limit=None, sort=None, asort=None)
-        return self.render("experiment.html", **self.base(
+        from cemctl.services.dashboard.charts import RATES, SMOOTHING
+
+        for key, allowed in (("rates", RATES), ("smooth", tuple(SMOOTHING))):
+            if req.one(key) and req.one(key) not in allowed:
+                raise HttpError(400, f"{key}: {req.one(key)[:40]!r} is not one of {', '.join(allowed)}")
+        req.maybe("logx")
+        return self.render("experiment.html", 400 if problem else 200, **self.base(
             req, title=name, name=name, meta=meta, table=table, opts=opts, metric=metric, scales=scales,
-            sel=sel, report=T.report_files(self.src, name), base_path=f"/experiments/{quote(name, safe='')}", curve_metrics=CURVE_METRICS, curve_xs=CURVE_X,
-            chart_q=chart_q, hue=req.many("hue")))
+            sel=sel, report=T.report_files(self.src, name), base_path=f"/experiments/{quote(name, safe='')}",
+            curve_metrics=CURVE_METRICS, curve_xs=CURVE_X, chart_q=chart_q, hue=req.many("hue"), problem=problem,
+            req_shown=req_shown))
 
     def live(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.tables import runs_table
@@ -388,14 +409,16 @@ class Dashboard:
         if metric not in opts["metrics"]:
             raise HttpError(400, f"metric: {metric!r} is not one of {', '.join(opts['metrics'])}")
         asort = req.one("asort").strip()
-        arms = self.memo(("arms", name, sel, metric, asort), lambda: T.arms_table(self.src, name, sel, metric, asort))
+        compute = lambda: T.arms_table(self.src, name, sel, metric, asort)  # noqa: E731 - as the folders show them
+        arms = compute() if self.in_flight(name, sel) else self.memo(("arms", name, sel, metric, asort), compute)
         return self.render("arms.html", **self.base(req, name=name, arms=arms, metric=metric,
                                                     base_path=f"/experiments/{quote(name, safe='')}"))
 
     def claims(self, req: Request, name: str) -> Response:
-        from cemctl.services.dashboard.tables import claim_parts
+        from cemctl.services.dashboard.tables import IDLE_REFRESH_S, claim_parts
 
-        return self.render("claims.html", **self.base(req, name=name, parts=claim_parts(self.src, name)))
+        return self.render("claims.html", **self.base(req, name=name, parts=claim_parts(self.src, name),
+                                                      refresh_s=IDLE_REFRESH_S))
 
     def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """`compute()` once per state of the database (the source's cache), keyed by what the page asked for."""
@@ -407,9 +430,9 @@ class Dashboard:
         sel = self.selection(req)
         args = dict(metric=req.one("metric") or None, x=req.one("x") or None,
                     hue=[h for v in req.many("hue") for h in v.split(",")], panel=req.one("panel") or None,
-                    log_x=req.flag("logx"), log_y=req.flag("logy"))
-        return self.json(self.memo(("metric", name, sel, sorted(args.items())),
-                                   lambda: metric_chart(self.src, name, sel, **args)))
+                    log_x=req.maybe("logx"), log_y=req.flag("logy"), rates=req.one("rates") or None)
+        return self.json(self.live_memo(("metric", name, sel, sorted(args.items())), name, sel,
+                                        lambda: metric_chart(self.src, name, sel, **args)))
 
     def curves_json(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import experiment_curves
@@ -417,9 +440,26 @@ class Dashboard:
         sel = self.selection(req)
         args = dict(metric=req.one("cmetric") or "train_loss", x=req.one("cx") or "tokens",
                     chart_x=req.one("x") or None, hue=[h for v in req.many("hue") for h in v.split(",")],
-                    log_x=req.flag("clogx"), log_y=req.flag("clogy"))
-        return self.json(self.memo(("curves", name, sel, sorted(args.items())),
-                                   lambda: experiment_curves(self.src, name, sel, **args)))
+                    panel=req.one("panel") or None, rates=req.one("rates") or None, log_x=req.flag("clogx"),
+                    log_y=req.flag("clogy"), smooth=req.one("smooth") or None)
+        return self.json(self.live_memo(("curves", name, sel, sorted(args.items())), name, sel,
+                                        lambda: experiment_curves(self.src, name, sel, **args)))
+
+    def in_flight(self, name: str, sel: Any) -> bool:
+        """Whether a run of the experiment is queued or running as its folder shows it now (or the database does)."""
+        from cemctl.records.live import LIVE_STATES
+        from cemctl.services.dashboard.tables import IN_FLIGHT, live_experiment
+
+        recs, live = live_experiment(self.src, name, sel.scale)
+        return any(r["state"] in IN_FLIGHT for r in live) or any(a["state"] != b["state"] for a, b in
+                                                                 zip(recs.records, live) if a["state"] in LIVE_STATES)
+
+    def live_memo(self, key: tuple, name: str, sel: Any, compute: Callable[[], Any]) -> Any:
+        """`memo` for what runs in flight change: computed anew while some run of the experiment is queued or
+        running, or has ended in its folder before the database learnt it, else once per state of the database."""
+        if self.in_flight(name, sel):
+            return {**compute(), "updated": time.strftime("%H:%M:%S"), "live": True}
+        return {**self.memo(key, compute), "updated": time.strftime("%H:%M:%S"), "live": False}
 
     def parallel(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import chart_options

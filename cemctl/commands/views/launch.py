@@ -182,7 +182,9 @@ class _Base:
         """A log line '12:01:03  3fa2c1d0  done  attn_steps=2  test loss 6.4884  in 1m05s' (or the reason). With a
         `width` (a terminal) the axes' values stand in columns under `ended_header`'s names, cut with '…' only if
         even they do not fit, so that the line fits and the result stays on it."""
-        took = F.duration((st.ended_time or time.time()) - st.started_time) if st.started_time else ""
+        wall = finished_wall_s(st.job.run_dir) if st.state == "done" else None  # the time a run took: its result's
+        took = F.duration(wall) if wall is not None else \
+            F.duration((st.ended_time or time.time()) - st.started_time) if st.started_time else ""  # as status
         note = _result_note(st.job.run_dir) if st.state == "done" else \
             (st.reason or "").strip().splitlines()[-1][:160] if st.reason else ""
         head = [time.strftime("%H:%M:%S"), self.short(st.job.run_id), st.state]

@@ -108,6 +108,66 @@
 
   function chartHeight() { return window.innerWidth < 600 ? 230 : 300; }
 
+  // One number format per axis: the decimals (or the unit) that tell its ticks apart, the same for every tick
+  // (never '80000' beside '100k').
+  function axisFormat(values) {
+    var vals = (values || []).filter(function (v) { return v !== null && v !== undefined && isFinite(v); });
+    var big = vals.reduce(function (m, v) { return Math.max(m, Math.abs(v)); }, 0);
+    if (big >= 1e18) return function (v) { return v.toExponential(1); };
+    if (big >= 1e4) {
+      var units = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]], u = units[units.length - 1];
+      for (var i = 0; i < units.length; i++) if (big >= units[i][0]) { u = units[i]; break; }
+      var d = 0;
+      while (d < 3 && new Set(vals.map(function (v) { return (v / u[0]).toFixed(d); })).size < new Set(vals).size) d++;
+      return function (v) { return (v / u[0]).toFixed(d).replace(/\.0+$/, "") + (v === 0 ? "" : u[1]); };
+    }
+    var nonzero = vals.filter(function (v) { return v !== 0; });
+    var small = nonzero.length ? Math.min.apply(null, nonzero.map(Math.abs)) : 1;
+    if (small < 1e-3 && big < 1e-2) return function (v) { return v === 0 ? "0" : v.toExponential(1); };
+    var dec = 0;
+    while (dec < 6 && vals.some(function (v) { return Math.abs(+v.toFixed(dec) - v) > Math.abs(v) * 1e-9 + 1e-12; })) dec++;
+    return function (v) { return v.toFixed(dec); };
+  }
+
+  // A log axis: a gridline and a label at 1, 2 and 5 times each power of ten (fewer when they crowd).
+  function logSplits(min, max, room) {
+    var out = [], steps = room < 140 ? [1] : room < 260 ? [1, 3] : [1, 2, 5];
+    for (var e = Math.floor(Math.log10(min)) - 1; e <= Math.ceil(Math.log10(max)) + 1; e++) {
+      steps.forEach(function (m) { var v = m * Math.pow(10, e); if (v >= min * 0.999 && v <= max * 1.001) out.push(+v.toPrecision(6)); });
+    }
+    return out;
+  }
+
+  function drawMarker(ctx, shape, x, y, r, color, hollow, outline) {
+    ctx.beginPath();
+    if (shape === "s") ctx.rect(x - r * 0.85, y - r * 0.85, r * 1.7, r * 1.7);
+    else if (shape === "^") { ctx.moveTo(x, y - r * 1.1); ctx.lineTo(x + r, y + r * 0.8); ctx.lineTo(x - r, y + r * 0.8); ctx.closePath(); }
+    else if (shape === "v") { ctx.moveTo(x, y + r * 1.1); ctx.lineTo(x + r, y - r * 0.8); ctx.lineTo(x - r, y - r * 0.8); ctx.closePath(); }
+    else if (shape === "D") { ctx.moveTo(x, y - r * 1.15); ctx.lineTo(x + r, y); ctx.lineTo(x, y + r * 1.15); ctx.lineTo(x - r, y); ctx.closePath(); }
+    else ctx.arc(x, y, r, 0, 2 * Math.PI);
+    ctx.fillStyle = hollow ? "#ffffff" : color;
+    ctx.fill();
+    ctx.strokeStyle = outline ? "#222" : color;
+    ctx.lineWidth = outline ? 0.8 : 1.5;
+    ctx.stroke();
+  }
+
+  // A legend swatch that shows what the chart draws: the line with its dash pattern, the marker, hollow or not.
+  function swatch(s) {
+    var c = document.createElement("canvas"), dpr = window.devicePixelRatio || 1, w = 30, h = 12;
+    c.width = w * dpr; c.height = h * dpr; c.className = "swatch";
+    var ctx = c.getContext("2d");
+    ctx.scale(dpr, dpr);
+    if (s.lines !== false) {
+      ctx.strokeStyle = s.color; ctx.lineWidth = 2;
+      ctx.setLineDash(s.dash || []);
+      ctx.beginPath(); ctx.moveTo(1, h / 2); ctx.lineTo(w - 1, h / 2); ctx.stroke();
+      ctx.setLineDash([]);
+    }
+    if (s.points || s.lines === false) drawMarker(ctx, s.marker || "o", w / 2, h / 2, 3.6, s.color, false, s.outline);
+    return c;
+  }
+
   function drawChart(parent, c) {
     var box = document.createElement("div");
     box.className = "chart-box";
@@ -119,7 +179,7 @@
       if (v === null || v === undefined) return "–";
       return cats ? (cats[Math.round(v)] !== undefined ? cats[Math.round(v)] : "") : fmt(v);
     }}];
-    var bands = [], hidden = [], whiskers = [];
+    var bands = [], hidden = [], marks = [], shown = [];
     var lo = Infinity, hi = -Infinity;
     function track(arr) {
       for (var k = 0; k < arr.length; k++) {
@@ -131,25 +191,25 @@
       var i = data.length;
       data.push(s.y);
       track(s.y);
-      var opts = {label: s.label, stroke: s.color, width: 1.6, spanGaps: true,
-                  points: {show: !!s.points || (!s.lines), size: 6, fill: s.color, stroke: s.color}};
+      var opts = {label: s.label, stroke: s.color, width: 1.6, spanGaps: true, points: {show: false}};
       if (s.dash) opts.dash = s.dash;
       if (s.lines === false) opts.paths = function () { return null; };
-      if (s.lo && s.hi && s.whiskers) {
-        var slo = s.lo, shi = s.hi, sn = s.n;
-        opts.value = function (u, v, si, di) {
+      if (s.whiskers) {
+        var slo = s.lo, shi = s.hi, sn = s.n, ssd = s.sd;
+        opts.value = function (u, v, si, di) {  // mean ± s.d. (n): the whiskers' numbers
           if (v === null || v === undefined) return "–";
           var t = fmt(v);
-          if (di !== null && di !== undefined && slo[di] !== null && shi[di] !== null) t += " [" + fmt(slo[di]) + ", " + fmt(shi[di]) + "]";
-          if (sn && di !== null && di !== undefined) t += " n=" + sn[di];
+          if (di !== null && di !== undefined && ssd && ssd[di] !== null && ssd[di] !== undefined) t += " ± " + fmt(ssd[di]);
+          if (sn && di !== null && di !== undefined && sn[di]) t += " (n=" + sn[di] + ")";
           return t;
         };
-        whiskers.push({i: i, lo: slo, hi: shi, color: s.color});
-        track(slo); track(shi);
+        if (slo && shi) { track(slo); track(shi); }
       } else {
         opts.value = function (u, v) { return fmt(v); };
       }
+      if (s.points || s.lines === false || s.whiskers) marks.push({i: i, s: s});
       series.push(opts);
+      shown.push({i: i, s: s});
       if (s.lo && s.hi && !s.whiskers) {
         data.push(s.hi, s.lo);
         track(s.hi); track(s.lo);
@@ -159,17 +219,22 @@
         bands.push({series: [i + 1, i + 2], fill: alpha(s.color, 0.16)});
         hidden.push(i + 1, i + 2);
       }
+      if (s.legend === false) hidden.push(i);
     });
+    var xs = c.x.filter(function (v) { return v !== null; });
+    var xmin = Math.min.apply(null, xs), xmax = Math.max.apply(null, xs);
+    var logX = c.log_x && xs.length && xs.every(function (v) { return v > 0; });
     var xScale = {time: false};
-    var logTicks = null;
-    if (c.log_x && c.x.every(function (v) { return v === null || v > 0; })) {
+    var ticks = c.ticks && c.ticks.length ? c.ticks : null;
+    if (cats) {
+      xScale.range = function () { return [-0.5, cats.length - 0.5]; };
+    } else if (ticks) {  // a point chart: room at both ends for a whole marker and its whiskers
+      var tmin = Math.min(xmin, Math.min.apply(null, ticks)), tmax = Math.max(xmax, Math.max.apply(null, ticks));
+      if (logX) { xScale.distr = 3; var f = Math.pow(tmax / tmin, 0.06) || 1.3; xScale.range = function () { return [tmin / f, tmax * f]; }; }
+      else { var pad = (tmax - tmin) * 0.06 || Math.abs(tmin) * 0.1 || 1; xScale.range = function () { return [tmin - pad, tmax + pad]; }; }
+    } else if (logX) {
       xScale.distr = 3;
-      var xs = c.x.filter(function (v) { return v !== null; });
-      var xmin = Math.min.apply(null, xs), xmax = Math.max.apply(null, xs);
-      xScale.range = function () { return [xmin / 1.25, xmax * 1.25]; };
-      if (xs.length <= 12) logTicks = xs;  // a grid's few values: a tick at each
     }
-    if (cats) xScale.range = function () { return [-0.5, cats.length - 0.5]; };
     var yScale = {};
     if (c.log_y && lo > 0) {
       yScale.distr = 3;
@@ -181,12 +246,23 @@
         return [a - pad, b + pad];
       };
     }
+    var integerX = !cats && xs.length && xs.every(function (v) { return Math.abs(v - Math.round(v)) < 1e-9; });
     var longCats = cats && (cats.length > 5 || cats.some(function (t) { return String(t).length > 10; }));
-    var xAxis = {label: c.x_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"},
-                 values: cats ? function (u, splits) { return splits.map(function (v) { return cats[v] !== undefined ? cats[v] : ""; }); }
-                              : function (u, splits) { return splits.map(function (v) { return v === null ? "" : fmt(v); }); }};
-    if (cats) xAxis.splits = function () { return cats.map(function (_, k) { return k; }); };
-    if (logTicks) xAxis.splits = function () { return logTicks; };
+    var xAxis = {label: c.x_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"}};
+    if (cats) {
+      xAxis.splits = function () { return cats.map(function (_, k) { return k; }); };
+      xAxis.values = function (u, splits) { return splits.map(function (v) { return cats[v] !== undefined ? cats[v] : ""; }); };
+    } else if (ticks) {  // a tick at each value the arms have, labelled as the grid writes it
+      var labels = c.tick_labels || ticks.map(fmt);
+      xAxis.splits = function () { return ticks; };
+      xAxis.values = function (u, splits) { return splits.map(function (v) { var k = ticks.indexOf(v); return k >= 0 ? labels[k] : ""; }); };
+      if (labels.length > 6 || labels.some(function (t) { return String(t).length > 7; })) { xAxis.rotate = -30; xAxis.size = 64; }
+    } else {
+      if (logX) xAxis.splits = function (u, ax, min, max) { return logSplits(min, max, u.bbox.width / devicePixelRatio); };
+      else if (integerX) xAxis.incrs = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4, 2.5e4, 5e4,
+                                       1e5, 2e5, 2.5e5, 5e5, 1e6, 2e6, 2.5e6, 5e6, 1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 2e9, 5e9, 1e10];
+      xAxis.values = function (u, splits) { var f = axisFormat(splits); return splits.map(function (v) { return v === null ? "" : f(v); }); };
+    }
     if (longCats) { xAxis.rotate = -28; xAxis.size = 80; }
     var yAxis = {label: c.y_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"},
                  size: function (u, values) {  // room for the longest tick value and the label beside it ('0.00205')
@@ -194,7 +270,8 @@
                    (values || []).forEach(function (v) { n = Math.max(n, String(v === null || v === undefined ? "" : v).length); });
                    return Math.max(62, Math.round(n * 7 + 46));
                  },
-                 values: function (u, splits) { return splits.map(function (v) { return v === null ? "" : fmt(v); }); }};
+                 values: function (u, splits) { var f = axisFormat(splits); return splits.map(function (v) { return v === null ? "" : f(v); }); }};
+    if (yScale.distr === 3) yAxis.splits = function (u, ax, min, max) { return logSplits(min, max, u.bbox.height / devicePixelRatio); };
     var opts = {
       width: Math.max(260, box.clientWidth || parent.clientWidth || 600),
       height: chartHeight(),
@@ -204,24 +281,28 @@
       bands: bands,
       cursor: {points: {size: 7}},
       legend: {live: true},
-      hooks: {draw: [function (u) {
-        if (!whiskers.length) return;
-        var ctx = u.ctx;
+      hooks: {draw: [function (u) {  // whiskers (mean ± 1 s.d.) and markers: hollow for a single seed
+        if (!marks.length) return;
+        var ctx = u.ctx, dpr = devicePixelRatio;
         ctx.save();
-        whiskers.forEach(function (w) {
-          if (!u.series[w.i].show) return;
-          ctx.strokeStyle = w.color;
-          ctx.lineWidth = 1.4 * devicePixelRatio;
-          var cap = 4 * devicePixelRatio;
+        ctx.beginPath(); ctx.rect(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height); ctx.clip();
+        marks.forEach(function (m) {
+          if (!u.series[m.i].show) return;
+          var s = m.s, ys = u.data[m.i];
           for (var k = 0; k < u.data[0].length; k++) {
-            if (w.lo[k] === null || w.hi[k] === null || u.data[0][k] === null) continue;
-            var x = u.valToPos(u.data[0][k], "x", true);
-            var y1 = u.valToPos(w.lo[k], "y", true), y2 = u.valToPos(w.hi[k], "y", true);
-            ctx.beginPath();
-            ctx.moveTo(x, y1); ctx.lineTo(x, y2);
-            ctx.moveTo(x - cap, y1); ctx.lineTo(x + cap, y1);
-            ctx.moveTo(x - cap, y2); ctx.lineTo(x + cap, y2);
-            ctx.stroke();
+            if (ys[k] === null || ys[k] === undefined || u.data[0][k] === null) continue;
+            var x = u.valToPos(u.data[0][k], "x", true), y = u.valToPos(ys[k], "y", true);
+            if (s.whiskers && s.lo && s.hi && s.lo[k] !== null && s.hi[k] !== null) {
+              var y1 = u.valToPos(s.lo[k], "y", true), y2 = u.valToPos(s.hi[k], "y", true), cap = 4 * dpr;
+              ctx.strokeStyle = s.color; ctx.lineWidth = 1.3 * dpr;
+              ctx.beginPath();
+              ctx.moveTo(x, y1); ctx.lineTo(x, y2);
+              ctx.moveTo(x - cap, y1); ctx.lineTo(x + cap, y1);
+              ctx.moveTo(x - cap, y2); ctx.lineTo(x + cap, y2);
+              ctx.stroke();
+            }
+            var hollow = s.whiskers && s.n && s.n[k] === 1;
+            drawMarker(ctx, s.marker || "o", x, y, (s.whiskers ? 4.2 : 2.8) * dpr, s.color, hollow, s.outline);
           }
         });
         ctx.restore();
@@ -230,29 +311,57 @@
     var u = new uPlot(opts, data, box);
     var rows = u.root.querySelectorAll(".u-legend .u-series");
     hidden.forEach(function (k) { if (rows[k]) rows[k].style.display = "none"; });
+    shown.forEach(function (e) {  // the swatch shows the dash and the marker (uPlot's is a plain square)
+      var row = rows[e.i], marker = row && row.querySelector(".u-marker");
+      if (marker) { marker.style.display = "none"; marker.parentNode.insertBefore(swatch(e.s), marker); }
+    });
+    (c.extra_legend || []).forEach(function (e) {
+      var item = textEl("span", "extra-legend", " " + e.label);
+      item.insertBefore(swatch({color: e.color, marker: e.marker, lines: false, outline: e.outline}), item.firstChild);
+      box.appendChild(item);
+    });
     charts.push({u: u, box: box});
   }
 
   function loadChart(el) {
     var url = el.getAttribute("data-chart");
-    el.textContent = "";
-    el.appendChild(textEl("p", "chart-note", "loading…"));
-    fetch(url, {headers: {"Accept": "application/json"}}).then(function (r) {
-      return r.json().then(function (j) { return {ok: r.ok, j: j}; });
-    }).then(function (res) {
-      el.textContent = "";
-      var j = res.j || {};
-      if (!res.ok || j.error) { el.appendChild(textEl("p", "chart-error", j.error || "could not load the chart")); return; }
-      if (!j.charts || !j.charts.length || !j.charts.some(function (c) { return c.series.length; })) {
-        el.appendChild(textEl("p", "chart-note", j.note || "nothing to draw yet"));
-        return;
-      }
-      j.charts.forEach(function (c) { if (c.series.length) drawChart(el, c); });
-      if (j.note) el.appendChild(textEl("p", "chart-note", j.note));
-    }).catch(function (e) {
-      el.textContent = "";
-      el.appendChild(textEl("p", "chart-error", "could not load the chart: " + e));
-    });
+    var last = null, timer = null, first = true;
+    if (first) { el.textContent = ""; el.appendChild(textEl("p", "chart-note", "loading…")); }
+    function load() {
+      if (document.hidden) { timer = setTimeout(load, 3000); return; }
+      fetch(url, {headers: {"Accept": "application/json"}, cache: "no-store"}).then(function (r) {
+        return r.text().then(function (t) { return {ok: r.ok, t: t}; });
+      }).then(function (res) {
+        var j = {};
+        try { j = JSON.parse(res.t); } catch (e) { j = {error: "could not read the chart's data"}; }
+        var live = !!j.live, updated = j.updated;
+        delete j.updated;
+        var same = JSON.stringify(j) === last;
+        last = JSON.stringify(j);
+        if (!same || first) {
+          charts = charts.filter(function (ch) { if (el.contains(ch.box)) { ch.u.destroy(); return false; } return true; });
+          el.textContent = "";
+          if (!res.ok || j.error) el.appendChild(textEl("p", "chart-error", j.error || "could not load the chart"));
+          else if (!j.charts || !j.charts.length || !j.charts.some(function (c) { return c.series.length; })) {
+            el.appendChild(textEl("p", "chart-note", j.note || "nothing to draw yet"));
+          } else {
+            j.charts.forEach(function (c) { if (c.series.length) drawChart(el, c); });
+            if (j.note) el.appendChild(textEl("p", "chart-note", j.note));
+          }
+          el.appendChild(textEl("p", "chart-note updated", ""));
+        }
+        var stamp = el.querySelector(".updated");
+        if (stamp && updated) stamp.textContent = "updated " + updated + (live ? " (redrawn while runs train)" : "");
+        first = false;
+        el.setAttribute("data-loaded", "1");
+        timer = setTimeout(load, live ? 5000 : 30000);
+      }).catch(function (e) {
+        el.textContent = "";
+        el.appendChild(textEl("p", "chart-error", "could not load the chart: " + e));
+        timer = setTimeout(load, 15000);
+      });
+    }
+    load();
   }
 
   var resizeTimer = null;
@@ -310,7 +419,7 @@
       var dpr = window.devicePixelRatio || 1;
       canvas.width = w * dpr; canvas.height = h * dpr;
       canvas.style.height = h + "px";
-      var left = 60, right = 60, top = 34, bottom = 26;
+      var left = 40, right = 60, top = 44, bottom = 20;
       geo = {w: w, h: h, dpr: dpr, top: top, bottom: bottom,
              xs: axes.map(function (_, k) { return left + (w - left - right) * (axes.length === 1 ? 0.5 : k / (axes.length - 1)); })};
       paint(null);
@@ -341,25 +450,35 @@
         ctx.save(); ctx.lineWidth = 3; ctx.strokeStyle = "rgba(255,255,255,0.92)"; ctx.lineJoin = "round";
         ctx.strokeText(s, x, y); ctx.restore(); ctx.fillText(s, x, y);
       }
+      var spacing = axes.length > 1 ? geo.xs[1] - geo.xs[0] : geo.w;
       axes.forEach(function (a, k) {
         var x = geo.xs[k];
         ctx.beginPath(); ctx.moveTo(x, yOf(1)); ctx.lineTo(x, yOf(0)); ctx.stroke();
-        ctx.fillText(a.label.length > 22 ? a.label.slice(0, 21) + "…" : a.label, x, 16);
+        // titles never overprint: cut to twice the spacing and set on two rows when they would touch
+        var title = a.label, room = Math.max(40, spacing * 2 - 8);
+        while (title.length > 4 && ctx.measureText(title).width > room) title = title.slice(0, -2) + "…";
+        var twoRows = axes.some(function (b) { return ctx.measureText(b.label).width > spacing - 6; });
+        ctx.fillText(title, x, twoRows && k % 2 ? 30 : 14);
         ctx.font = "11px system-ui, sans-serif";
+        var side = k === axes.length - 1 ? -1 : 1;  // values beside the axis, inside the chart at the last one
+        ctx.textAlign = side > 0 ? "left" : "right";
+        var lastY = -1e9;
+        function tick(text, y) {  // a value on an axis, left out where it would touch the one above
+          if (Math.abs(y - lastY) < 12) return;
+          lastY = y; label(text, x + side * 5, y + 4);
+        }
         if (a.categorical) {
-          a.categories.forEach(function (c, i) { var t = norm(k, i); var s = String(c); label(s.length > 14 ? s.slice(0, 13) + "…" : s, x, yOf(t) - 3); });
+          a.categories.forEach(function (c, i) { var s = String(c); tick(s.length > 14 ? s.slice(0, 13) + "…" : s, yOf(norm(k, i))); });
+        } else if (a.ticks && a.ticks.length) {  // a grid axis: the values its runs take (every one up to 12)
+          a.ticks.forEach(function (v, i) { tick(a.tick_labels ? a.tick_labels[i] : fmt(v), yOf(norm(k, v))); });
         } else {
-          var s = scales[k];
-          var distinct = {};
-          lines.forEach(function (l) { distinct[l.values[k]] = true; });
-          var vals = Object.keys(distinct).map(Number);
-          if (vals.length <= 8 && k !== metricIdx) {  // a grid axis: every value it takes
-            vals.forEach(function (v) { label(fmt(v), x + 22, yOf(norm(k, v)) + 4); });
-          } else {
-            var top = s.log ? Math.pow(10, s.max) : s.max, bot = s.log ? Math.pow(10, s.min) : s.min;
-            label(fmt(top), x, yOf(1) - 4); label(fmt(bot), x, yOf(0) + 13);
+          var s = scales[k], n = 5;
+          for (var i = 0; i <= n; i++) {
+            var t = i / n, v = s.log ? Math.pow(10, s.min + t * (s.max - s.min)) : s.min + t * (s.max - s.min);
+            tick(fmt(v), yOf(t));
           }
         }
+        ctx.textAlign = "center";
         if (brush[k]) {
           ctx.fillStyle = "rgba(42,111,219,0.18)";
           ctx.fillRect(x - 7, yOf(brush[k][1]), 14, yOf(brush[k][0]) - yOf(brush[k][1]));
@@ -432,6 +551,8 @@
 
   // ------------------------------------------------------------------ start
   function start() {
+    var log = document.getElementById("log");
+    if (log) log.scrollTop = log.scrollHeight;  // a log opens at its end: the lines written last
     var i, els = document.querySelectorAll("[data-fragment]");
     for (i = 0; i < els.length; i++) loadFragment(els[i]);
     els = document.querySelectorAll("[data-chart]");

@@ -127,6 +127,40 @@ def live_copy(src: "Source", records: Sequence[dict[str, Any]], now: float | Non
     return out
 
 
+def live_experiment(src: "Source", name: str, scale: str | None = None, now: float | None = None
+                    ) -> "tuple[RunRecords, list[dict[str, Any]]]":
+    """The experiment's records (as the database has them) and their copies brought up to the run folders: what
+    every table and chart of its page shows, so that they agree with each other and with `cemctl status`."""
+    recs = experiment_records(src, name, scale)
+    return recs, live_copy(src, recs.records, now)
+
+
+def frame_of(records: Sequence[dict[str, Any]]) -> "Any":
+    """Records as the report's runs frame (`cemctl.records.records_frame`)."""
+    from cemctl.records import records_frame
+
+    return records_frame(list(records))
+
+
+def arm_names(src: "Source", name: str, scale: str | None = None) -> dict[str, str]:
+    """{arm id: the name a reader reads} over the whole experiment (never the selection, so a name does not change
+    with a filter): `cemctl.report.generic.arm_names`, as the report's arms table names them."""
+    from cem_core.arms import config_of
+    from cemctl.report.generic import arm_names as names_of
+
+    recs = experiment_records(src, name, scale)
+    meta = recs.experiments.get(name)
+
+    def compute() -> dict[str, str]:
+        firsts: dict[str, dict[str, Any]] = {}
+        for r in recs.records:
+            if r.get("arm"):
+                firsts.setdefault(r["arm"], config_of(r))
+        return names_of(firsts, nuisance=meta.nuisance if meta else ("train.seed",), order=meta.axes if meta else ())
+
+    return src.cached(f"arm-names:{name}:{scale}", compute)
+
+
 def known_keys(records: Sequence[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(k for r in records[:50] for k in r if is_config(k)))
 
@@ -207,12 +241,16 @@ class Column:
     header: str
     help: str
     numeric: bool
+    sort: str = ""  # the field its header sorts by (default: its name)
+
+    def __post_init__(self) -> None:
+        self.sort = self.sort or self.name
 
 
 @dataclass
 class Table:
     columns: list[Column]
-    rows: list[dict[str, Any]]  # {"run_id", "state", "cells": [text per column], "experiment"}
+    rows: list[dict[str, Any]]  # {"run_id", "state", "cells": [text per column], "title": the arm's full label}
     total: int  # runs of the experiment
     matching: int  # runs meeting the selection
     counts: dict[str, int]  # states of the matching runs
@@ -222,14 +260,18 @@ class Table:
     note: str = ""
 
 
+ARM_COLUMN = "arm"  # the runs table's arm: its name (`arm_names`), sorted by its label
+
+
 def runs_table(src: "Source", name: str, sel: Selection, now: float | None = None) -> Table:
     """The live status table of an experiment: its runs meeting `sel.where`, as their folders show them now,
-    sorted by `sel.sort` (grid order by default), at most `sel.limit` rows (runs in flight first)."""
+    sorted by `sel.sort` (grid order by default), at most `sel.limit` rows (runs in flight first). Each run is named
+    by its arm's name (the fewest keys that tell the arms apart, its whole configuration in the cell's tooltip) and
+    its seed; the results come next, so that the numbers are in view on a laptop's screen."""
     from cemctl.records.progress import grid_eta_s
     from cemctl.services.status import sort_records
 
-    recs = experiment_records(src, name, sel.scale)
-    runs = live_copy(src, recs.records, now)
+    _, runs = live_experiment(src, name, sel.scale, now)
     chosen = select(runs, sel)
     order = sel.order()
     if order:
@@ -246,14 +288,21 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
             shown = [chosen[i] for i in sorted(idx[:sel.limit])]
         note = f"showing {len(shown):,} of {len(chosen):,} runs"
     axes = experiment_axes(src, name, sel.scale)
+    names_of = arm_names(src, name, sel.scale)
     tags = sorted({k for r in chosen for k in r if k.startswith("tag.")})
-    names = ["run_id", *axes, *RUN_COLUMNS, *tags, "note"]
-    always = {"run_id", "state", "progress", *axes}
+    seed = ["train.seed"] if "train.seed" in axes else []
+    names = ["run_id", ARM_COLUMN, *seed, *RUN_COLUMNS, *tags, "note"]
+    always = {"run_id", ARM_COLUMN, "state", "progress", *seed}
     names = [n for n in names if n in always or any(cell(n, r.get(n)) != "" for r in chosen)]  # as `cemctl status`:
     # a column no matching run has a value in (tokens/s and ETA once nothing trains, a note nobody wrote) is left out
-    columns = [Column(n, header(n), describe(n) if not is_config(n) else n, numeric(n)) for n in names]
+    columns = [Column(ARM_COLUMN, "arm", "the run's arm (every config value but the seed), named by the fewest keys "
+                      "that tell the arms apart; its whole configuration in the tooltip", False, "arm_label")
+               if n == ARM_COLUMN else Column(n, header(n), describe(n) if not is_config(n) else n, numeric(n))
+               for n in names]
     rows = [{"run_id": r["run_id"], "state": r["state"], "arm": r.get("arm"), "progress": r.get("progress"),
-             "cells": [cell(n, r.get(n)) for n in names]} for r in shown]
+             "title": r.get("arm_label") or "",
+             "cells": [names_of.get(r.get("arm") or "", r.get("arm_label") or "") if n == ARM_COLUMN
+                       else cell(n, r.get(n)) for n in names]} for r in shown]
     counts = _ordered_counts(Counter(r["state"] for r in chosen))
     in_flight = any(r["state"] in IN_FLIGHT for r in chosen)
     return Table(columns, rows, len(runs), len(chosen), counts, grid_eta_s(chosen),
@@ -265,46 +314,70 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
 @dataclass
 class ArmsTable:
     metric: str
-    columns: list[tuple[str, str | None]]  # (header, the field it sorts by, or None)
-    rows: list[dict[str, Any]]  # {"arm", "label", "cells": [...]}
+    columns: list[tuple[str, str | None, str]]  # (header, the field it sorts by or None, its meaning)
+    rows: list[dict[str, Any]]  # {"arm", "name", "label", "cells": [...]}
     sort: str
-    n_axes: int = 0  # the first columns: the arm's varying keys (its label says them too: left out on a phone)
+    keys: list[tuple[str, str]] = field(default_factory=list)  # (key, header): the arm's varying keys, to sort by
+    refresh_s: float = IDLE_REFRESH_S
+    note: str = ""
 
 
-def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: str = "") -> ArmsTable:
-    """One row per arm of the runs meeting `sel.where`: seeds done / planned, the metric's mean, s.d. and 95%
-    interval over the finished seeds (`cemctl.report.arms`), the arm's varying keys. `arm_sort`: a catalogue
-    field, `-` first for descending: the metric (by its mean), a config key, or arm_label."""
-    from cemctl.records import formats, records_frame
+def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: str = "",
+               now: float | None = None) -> ArmsTable:
+    """One row per arm of the runs meeting `sel.where`, as their folders show them now (the seeds done are those
+    `cemctl status` counts): the arm's name (`arm_names`; its whole configuration in the tooltip), then the numbers:
+    seeds done / planned, the metric's mean, s.d. and 95% interval over the finished seeds (`cemctl.report.arms`),
+    perplexity, parameters, tokens, speed and wall time. In the grid's axes' order (`arm_sort`: a catalogue field,
+    `-` first for descending: the metric (by its mean), a config key, or arm_label)."""
+    from cem_core.arms import config_of
+    from cemctl.records import formats
     from cemctl.records.fields import resolve
+    from cemctl.report.generic import arm_sort_key
     from cemctl.services.results import arms_table_of
 
-    recs = experiment_records(src, name, sel.scale)
-    chosen = select(recs.records, sel)
+    recs, live = live_experiment(src, name, sel.scale, now)
+    meta = recs.experiments.get(name)
+    chosen = select(live, sel)
+    in_flight = any(r["state"] in IN_FLIGHT for r in chosen)
+    refresh = LIVE_REFRESH_S if in_flight else IDLE_REFRESH_S
     if not chosen:
-        return ArmsTable(metric, [], [], arm_sort)
-    frame = records_frame(chosen)
-    table = arms_table_of(frame, metric=metric)
+        return ArmsTable(metric, [], [], arm_sort, refresh_s=refresh)
+    table = arms_table_of(frame_of(chosen), metric=metric)
     keys = [k for k in experiment_axes(src, name, sel.scale) if k in table.columns and k != "train.seed"]
+    names_of = arm_names(src, name, sel.scale)
+    configs = {r["arm"]: config_of(r) for r in chosen if r.get("arm")}
     fmt = formats.by_kind(_kind(metric))
+    ppl = metric.replace("_loss", "_ppl") if metric.endswith("_loss") else None
     rows = []
     for r in table.to_dict("records"):
         mean, sd = r[f"{metric} mean"], r[f"{metric} s.d."]
         lo, hi = r[f"{metric} 95% low"], r[f"{metric} 95% high"]
-        cells = [f"{r['seeds done']}/{r['seeds planned']}", fmt(mean), fmt(sd),
+        done = r["seeds done"]
+        cells = [f"{done}/{r['seeds planned']}", fmt(mean), fmt(sd),
                  f"[{fmt(lo)}, {fmt(hi)}]" if not (math.isnan(lo) or math.isnan(hi)) else ""]
-        ppl = metric.replace("_loss", "_ppl") if metric.endswith("_loss") else None
         if ppl:
             cells.append(formats.ppl(r.get(f"{ppl} mean")))
         cells += [formats.count(r.get("params")), formats.count(r.get("tokens")), formats.rate(r.get("tokens/s")),
                   formats.duration(r.get("wall time (s)"))]
-        rows.append({"arm": r["arm id"], "label": r["arm"], "cells": [formats.value(r.get(k)) for k in keys] + cells,
-                     "_sort": {"arm_label": r["arm"], metric: mean, **{k: r.get(k) for k in keys}}})
-    columns = [(header(k), k) for k in keys] + [("seeds done/planned", None), (f"{header(metric)} mean", metric),
-                                                 ("s.d.", None), ("95% interval", None)]
-    if metric.endswith("_loss"):
-        columns.append((f"{header(metric.replace('_loss', '_ppl'))} mean", None))
-    columns += [("params", None), ("tokens", None), ("tok/s", None), ("wall time", None)]
+        config = configs.get(r["arm id"], {})
+        rows.append({"arm": r["arm id"], "name": names_of.get(r["arm id"], r["arm"]), "label": r["arm"],
+                     "config": ", ".join(f"{k}={formats.value(v)}" for k, v in sorted(config.items())
+                                         if k not in (meta.nuisance if meta else ("train.seed",))),
+                     "cells": cells, "few": 0 < done < 3,
+                     "_sort": {"arm_label": r["arm"], metric: mean, **{k: r.get(k) for k in keys}},
+                     "_order": arm_sort_key(config, meta.axes if meta else keys)})
+    rows.sort(key=lambda row: row["_order"])  # the grid's axes' order: a visible order by default
+    fields = formats_help(metric)
+    columns = [("seeds", None, "seeds finished / planned"), (f"{header(metric)} mean", metric, fields["mean"]),
+               ("s.d.", None, "the sample standard deviation over the finished seeds (the charts' whiskers)"),
+               ("95% interval", None, "the 95% t interval of the mean over the finished seeds (fragile with "
+                                      "fewer than 3 seeds: marked *)")]
+    if ppl:
+        columns.append((f"{header(ppl)} mean", None, f"{ppl}: the mean over the finished seeds"))
+    columns += [("params", None, "parameters"), ("tokens", None, "tokens trained on (mean)"),
+                ("tok/s", None, "training tokens per second (mean)"),
+                ("wall time", None, "the training's wall time (result.json wall_time_s, mean): what status, launch "
+                                    "and the report show")]
     if arm_sort:
         desc = arm_sort.startswith("-")
         key = resolve(arm_sort.lstrip("-"), keys, what="arms sort")
@@ -314,7 +387,15 @@ def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: 
         rows = _sorted(rows, key, desc)
     for r in rows:
         r.pop("_sort")
-    return ArmsTable(metric, columns, rows, arm_sort, len(keys))
+        r.pop("_order")
+    few = any(r["few"] for r in rows)
+    note = ("*: fewer than 3 finished seeds: the s.d. and the interval rest on one or two values and may move "
+            "a lot with the next seed" if few else "")
+    return ArmsTable(metric, columns, rows, arm_sort, [(k, header(k)) for k in keys], refresh, note)
+
+
+def formats_help(metric: str) -> dict[str, str]:
+    return {"mean": f"{describe(metric)}: the mean over the finished seeds"}
 
 
 def _kind(name: str) -> str:
