@@ -222,7 +222,9 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
             raise ArmLabelCollision(f"two series would share a name: the varying keys {', '.join(ordered) or '(none)'} "
                                     f"do not tell them apart")
     chosen = [k for k in ordered if k in chosen]
-    if len(series) == 1 and not modal:  # one series: named by its architecture (what differs from the defaults)
+    if len(series) == 1 and not modal:  # one series: named by its architecture (what differs from the defaults),
+        if {"model.attention", "model.mlp"} & hidden and len(configs) > 1:  # unless the figure's x is the variant:
+            return ["all runs"] * len(configs)  # then it holds several (naming it by the first one's said 'Llama')
         return [single_name(series[0], exclude=hidden)] * len(configs)
     by_sid = {sid: render(c, chosen, plain) for sid, c in firsts.items()}
     return [by_sid[sid] for sid in sids]
