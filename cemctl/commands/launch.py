@@ -188,6 +188,14 @@ def _run(req, db, runs, as_json: bool, progress_every_s: float) -> None:  # type
             say(selection_line(s))
         if report.dry_run or not report.launched:
             say(report.summary())
+        elif req.executor == "local" and not req.gpus:  # what runs here already measured (cemctl.services.plan)
+            from cemctl.commands.views.plan import default_cpu_workers
+            from cemctl.services.plan import launch_estimate
+
+            line = launch_estimate(db_url(db), [s.run_dir for s in report.launched],
+                                   req.workers or default_cpu_workers())
+            if line:
+                say(line)
 
     def run() -> Any:
         return launch(req, db_url(db), runs_dir(runs), on_selected=show_selection, on_tick=view, on_data=say)

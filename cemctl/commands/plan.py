@@ -53,8 +53,10 @@ def plan_command(
                                         "from an H200: 6.5% at d_model 256 to 39% at 768, CEM models x 0.775)."),
     gpu_mem_gib: float = typer.Option(80.0, "--gpu-mem-gib", metavar="GiB", help="GPU memory for the micro-batch "
                                       "check (H100: 80, H200: 141)."),
-    cpu_gflops: float = typer.Option(30.0, "--cpu-gflops", help="Training GFLOP/s per CPU worker for the CPU-hours "
-                                     "estimate (30: measured with 2 workers on a 2-core machine)."),
+    cpu_gflops: Optional[float] = typer.Option(None, "--cpu-gflops", help="Training GFLOP/s per CPU worker for the "
+                                               "CPU-hours estimate (default: what runs of the same model size "
+                                               "measured on this host, else 30, measured with 2 workers on a "
+                                               "2-core machine)."),
     db: Optional[str] = DbOption,
     runs: Optional[str] = RunsDirOption,
 ) -> None:
@@ -67,7 +69,7 @@ def plan_command(
         report = plan_experiment(
             file, scale=scale, overrides=parse_overrides(set_ or []), db_url=db_url(db),
             runs_root=runs_dir(runs), gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops,
-            gpu_mem_gib=gpu_mem_gib, record=not dry_run, axes=parse_axes(axis or []),
+            gpu_mem_gib=gpu_mem_gib, record=not dry_run, axes=parse_axes(axis or []), calibrate_costs=True,
         )
     from cem_core.names import printable
 

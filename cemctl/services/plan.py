@@ -113,6 +113,67 @@ def grid_path(target: str | Path) -> Path:
     return found
 
 
+@dataclass
+class Calibration:
+    """What runs already finished on this host measured (`measured_rates`): training FLOP/s per worker by model size
+    and device kind ("cpu", "cuda"), from how long each took (its first start to its result), with how many runs."""
+
+    host: str
+    rates: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)  # (size, device) -> (FLOP/s, runs)
+
+    def rate(self, size: Any, device: str) -> float | None:
+        got = self.rates.get((str(size), device))
+        return got[0] if got else None
+
+    def describe(self, device: str, sizes: Any = None) -> str:
+        """'the throughput of 12 runs finished on this host (vm), on cpu: micro 11.8 GFLOP/s per worker'."""
+        items = sorted((s, r, n) for (s, d), (r, n) in self.rates.items() if d == device
+                       and (sizes is None or s in {str(x) for x in sizes}))
+        if not items:
+            return ""
+        runs = sum(n for _, _, n in items)
+        return (f"the throughput of {runs} run{'s' if runs != 1 else ''} finished on this host ({self.host}) on "
+                f"{device}: " + ", ".join(f"{s} {r / 1e9:.3g} GFLOP/s per worker" for s, r, _ in items))
+
+
+def measured_rates(db_url: str | None, *, host: str | None = None) -> Calibration | None:
+    """The training throughput of the runs this database recorded as finished on `host` (default: this machine),
+    per model size and device kind: the median of each run's training FLOPs over the seconds it took from its first
+    start to its result (a run started more than once: its recorded wall time). None without a database or runs."""
+    import socket
+    import statistics
+
+    from cemctl.db.engine import DatabaseError, open_readonly_db
+
+    if db_url is None:
+        return None
+    host = host or socket.gethostname()
+    try:
+        engine = open_readonly_db(db_url)
+        from cemctl.records import load_records
+
+        records = load_records(engine, None, arms=False).records
+    except (DatabaseError, OSError, ConfigError):
+        return None
+    except Exception:  # noqa: BLE001 - an estimate never stops a plan
+        return None
+    per: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        if r.get("state") != "done" or r.get("host") != host:
+            continue
+        flops, device, size = r.get("train_flops"), str(r.get("device") or ""), r.get("model.size")
+        start, end, wall = r.get("started_at"), r.get("finished_at"), r.get("wall_time_s")
+        took = end - start if (r.get("attempts") or 1) == 1 and isinstance(start, (int, float)) \
+            and isinstance(end, (int, float)) and end > start else wall
+        if not device or size is None or not isinstance(flops, (int, float)) or not isinstance(took, (int, float)) \
+                or not (took > 0 and flops > 0 and math.isfinite(took) and math.isfinite(flops)):
+            continue
+        per.setdefault((str(size), device.split(":")[0]), []).append(float(flops) / float(took))
+    if not per:
+        return None
+    return Calibration(host, {k: (statistics.median(v), len(v)) for k, v in per.items()})
+
+
 def cost_rows(plan: Plan, *, gpu_tflops: float, mfu: float | None,
               cpu_gflops: float = DEFAULT_CPU_GFLOPS) -> list[dict[str, Any]]:
     rows = []
@@ -217,31 +278,35 @@ def plan_experiment(
     runs_root: str | Path = "runs",
     gpu_tflops: float = DEFAULT_GPU_TFLOPS,
     mfu: float | None = DEFAULT_MFU,
-    cpu_gflops: float = DEFAULT_CPU_GFLOPS,
+    cpu_gflops: float | None = None,
     gpu_mem_gib: float = DEFAULT_GPU_MEM_GIB,
     record: bool = True,
     seeds: list[int] | None = None,
     add_seeds: int = 0,
     only: Callable[[Any], bool] | None = None,
     axes: dict[str, list[Any]] | None = None,
+    calibrate_costs: bool = False,
 ) -> PlanReport:
     """Validate and expand the grid (with the command line's `axes`, `--axis`), then (if `record`) write config.json
     files and record the runs (`only`: the planned runs it keeps, e.g. the arms a round of `launch --until-decided`
-    adds seeds to)."""
+    adds seeds to). `calibrate_costs`: the CPU- and GPU-hours from what runs of the same model size already
+    measured on this host (`measured_rates`; `cemctl plan` asks for it), where `cpu_gflops` / `mfu` are not given."""
     if not (gpu_tflops > 0 and math.isfinite(gpu_tflops)):
         raise ConfigError("--gpu-tflops", f"must be a positive, finite number, got {gpu_tflops}")
     if mfu is not None and not 0 < mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {mfu}")
     if not (gpu_mem_gib > 0 and math.isfinite(gpu_mem_gib)):
         raise ConfigError("--gpu-mem-gib", f"must be a positive, finite number, got {gpu_mem_gib}")
-    if not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
+    if cpu_gflops is not None and not (cpu_gflops > 0 and math.isfinite(cpu_gflops)):
         raise ConfigError("--cpu-gflops", f"must be a positive, finite number, got {cpu_gflops}")
     plan = load_grid(grid_path(path), scale, overrides, seeds=seeds, add_seeds=add_seeds, axes=axes)
     check_claims(plan, db_url, overrides=overrides or {}, axes=axes or {})
     if only is not None:
         plan.runs = [pr for pr in plan.runs if only(pr)]
-    rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops)
+    rows = cost_rows(plan, gpu_tflops=gpu_tflops, mfu=mfu, cpu_gflops=cpu_gflops or DEFAULT_CPU_GFLOPS)
     configs = [pr.config for pr in plan.runs]
+    calibrated = calibrate(rows, plan, measured_rates(db_url) if calibrate_costs else None, cpu_gflops=cpu_gflops,
+                           mfu=mfu)
     from cemctl.db.engine import shown_url
 
     report = PlanReport(plan, rows, claim_notes=claim_profile_notes(plan), notes=undeclared_flops(configs) + same_model_notes(plan.runs)
@@ -293,7 +358,85 @@ def plan_experiment(
         "mfu": mfu,  # None: measured by the model's width (cemctl/grid/estimate.py)
         "gpu_mem_gib": gpu_mem_gib,
         "cpu_hours": sum(r["cpu_hours"] for r in rows if r["new"] or r["state"] != "done"),
-        "cpu_gflops": cpu_gflops,
+        "cpu_gflops": cpu_gflops or DEFAULT_CPU_GFLOPS,
+        "calibrated": calibrated,  # {"cpu": "the throughput of ... on cpu: ...", "gpu": ...}: what the hours used
     }
+    overhead = gpu_overhead_note(rows, plan)
+    if overhead:
+        report.notes.append(overhead)
     return report
 
+
+def calibrate(rows: list[dict[str, Any]], plan: Plan, cal: "Calibration | None", *, cpu_gflops: float | None,
+              mfu: float | None) -> dict[str, str]:
+    """Replace the rows' CPU-hours (unless `--cpu-gflops` was given) and GPU-hours (unless `--mfu` was) with what
+    runs of the same model size already measured on this host (`measured_rates`), where there are some; returns
+    what each estimate used, for the totals line."""
+    out: dict[str, str] = {}
+    if cal is None:
+        return out
+    sizes = {pr.run_id: pr.config.model.size for pr in plan.runs}
+    used: dict[str, set[Any]] = {"cpu": set(), "cuda": set()}
+    for row in rows:
+        size = sizes.get(row["run_id"])
+        if cpu_gflops is None and (rate := cal.rate(size, "cpu")):
+            row["cpu_hours"] = row["train_flops"] / rate / 3600.0
+            used["cpu"].add(size)
+        if mfu is None and (rate := cal.rate(size, "cuda")):
+            row["gpu_hours"] = row["train_flops"] / rate / 3600.0
+            used["cuda"].add(size)
+    for device, key in (("cpu", "cpu"), ("cuda", "gpu")):
+        if used[device]:
+            missing = sorted({str(s) for s in sizes.values()} - {str(s) for s in used[device]})
+            out[key] = cal.describe(device, used[device]) + (f"; {', '.join(missing)}: not measured here, the "
+                                                             "default assumed" if missing else "")
+    return out
+
+
+def gpu_overhead_note(rows: list[dict[str, Any]], plan: Plan) -> str:
+    """A line when the GPU-hours of some runs are mostly the fixed overhead a run pays (start, compilation,
+    evaluation: `cemctl.grid.estimate.GPU_RUN_OVERHEAD_S`): such runs read alike whatever their FLOPs."""
+    from cemctl.grid.estimate import GPU_RUN_OVERHEAD_CEM_S, GPU_RUN_OVERHEAD_S, _has_cem
+
+    floor = {pr.run_id: (GPU_RUN_OVERHEAD_CEM_S if _has_cem(pr.config) else GPU_RUN_OVERHEAD_S) / 3600.0
+             for pr in plan.runs}
+    mostly = [r for r in rows if r["gpu_hours"] > 0 and floor.get(r["run_id"], 0) / r["gpu_hours"] > 0.5]
+    if not mostly:
+        return ""
+    return (f"note: the GPU-hours of {len(mostly)} of {len(rows)} runs are mostly the fixed cost of a run on a GPU "
+            f"({GPU_RUN_OVERHEAD_S:g} s, {GPU_RUN_OVERHEAD_CEM_S:g} s with CEM layers: start, compilation, "
+            "evaluation), so they read alike whatever their FLOPs")
+
+def launch_estimate(db_url: str | None, run_dirs: list[Path], workers: int) -> str:
+    """'estimate: about 6 min for 4 runs with 2 workers (at the throughput of 12 runs finished on this host ...)':
+    what a local launch without a GPU will take, from what runs of the same model sizes measured here, where some
+    did; '' when none of the launched sizes was measured here (the grid's ETA then follows its first runs)."""
+    from cem_core.runfiles.saved_config import read_run_config
+    from cemctl.grid.estimate import run_cost
+
+    cal = measured_rates(db_url)
+    if cal is None or not run_dirs:
+        return ""
+    seconds, sizes, unmeasured = 0.0, set(), 0
+    for d in run_dirs:
+        try:
+            cfg = read_run_config(d).config
+            flops = run_cost(cfg).train_flops
+        except Exception:  # noqa: BLE001 - an estimate never stops a launch
+            return ""
+        rate = cal.rate(cfg.model.size, "cpu")
+        if rate is None:
+            unmeasured += 1
+            continue
+        seconds += flops / rate
+        sizes.add(cfg.model.size)
+    if not sizes:
+        return ""
+    from cemctl.records.formats import duration
+
+    measured = len(run_dirs) - unmeasured
+    left_out = f"; {unmeasured} run{'s' if unmeasured != 1 else ''} of sizes not measured here not counted" \
+        if unmeasured else ""
+    return (f"estimate: about {duration(seconds / max(1, min(workers, measured)))} for {measured} "
+            f"run{'s' if measured != 1 else ''} with {workers} worker{'s' if workers != 1 else ''} "
+            f"(at {cal.describe('cpu', sizes)}{left_out})")

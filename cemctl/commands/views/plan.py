@@ -102,10 +102,13 @@ class PlanView:
     def totals_line(self) -> str:
         t, plan = self.report.totals, self.report.plan
         workers = default_cpu_workers()
+        cal = t.get("calibrated") or {}
+        gpu_at = (f"at {cal['gpu']}" if cal.get("gpu") else f"at {t['gpu_tflops']:g} TFLOP/s x "
+                  + (f"{t['mfu']:g} MFU" if t["mfu"] else "an MFU by model width from an H200"))
+        cpu_at = f"at {cal['cpu']}" if cal.get("cpu") else f"at {t['cpu_gflops']:g} GFLOP/s per worker"
         text = (f"total: {t['runs']} runs, {F.count(t['tokens'])} tokens, {F.count(t['train_flops'])} FLOPs, "
-                f"{F.hours(t['gpu_hours'])} GPU-hours at {t['gpu_tflops']:g} TFLOP/s x "
-                + (f"{t['mfu']:g} MFU; " if t["mfu"] else "an MFU by model width from an H200; ")
-                + (f"not done yet: {F.hours(t['cpu_hours'])} CPU-hours at {t['cpu_gflops']:g} GFLOP/s per worker, "
+                f"{F.hours(t['gpu_hours'])} GPU-hours {gpu_at}; "
+                + (f"not done yet: {F.hours(t['cpu_hours'])} CPU-hours {cpu_at}, "
                    + cpu_time_text(t["cpu_hours"], workers) if t["cpu_hours"] > 0 else "every run is done"))
         if plan.excluded:
             text += f"; {plan.excluded} excluded"
