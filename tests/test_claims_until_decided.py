@@ -85,12 +85,13 @@ class FakeLauncher:
                                summary=lambda: f"{len(started)} runs")
 
 
-def _run(tmp_path, fake, extra=CLAIM, **kw):
+def _run(tmp_path, fake, extra=CLAIM, write=True, **kw):
     from cemctl.services.launch.launcher import LaunchRequest
     from cemctl.services.launch.until_decided import until_decided
 
     grid = tmp_path / "ud.toml"
-    grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=extra))
+    if write:
+        grid.write_text(tiny_grid("ud", seeds="[0, 1, 2]", extra=extra))
     lines: list[str] = []
     report = until_decided(LaunchRequest(target=str(grid), scale="tiny"), f"sqlite:///{tmp_path / 'results.db'}",
                            tmp_path / "runs", launch_fn=fake, on_round=lines.append, **kw)
@@ -162,9 +163,43 @@ def test_a_round_cut_short_by_the_end_of_a_session_still_counts(tmp_path):
         [(0, 12, pytest.approx(12)), (1, 4, pytest.approx(2))]
 
 
-OWN = '''
+NO_LR_AXIS = '''
 [axes]
-"train.lr" = [0.0007, 0.001, 0.0014, 0.002]
+"model.attn_step_size" = [1.0, 0.5]
+
+[[claim]]
+id = "N"
+statement = "The step size makes no difference"
+[[claim.part]]
+name = "step 0.5 - step 1"
+arms = [{ "model.attn_step_size" = 0.5 }, { "model.attn_step_size" = 1.0 }]
+expect = "lower"
+margin = 0.0
+'''
+
+
+def test_a_grid_without_an_lr_axis_gets_seeds_like_any_other(tmp_path):
+    """Regression (issue 47): a grid whose learning rate is not an axis (one rate in [base]) never got seeds: the
+    loop's planned arms were filtered by the lr axis it did not have, and it stopped at once with a false "seed
+    cap"."""
+    def loss(cfg) -> float:  # noqa: ANN001
+        return 4.5 + float(np.random.default_rng([int(cfg.train.seed), int(cfg.model.attn_step_size * 10)])
+                           .normal(0, 0.02))
+
+    fake = FakeLauncher(loss=loss)
+    report, lines = _run(tmp_path, fake, extra=NO_LR_AXIS, max_seeds=7)
+    assert [len(x) for x in fake.launches] == [6, 4, 4]  # rounds of two seeds for both arms: 5, 7
+    assert report.stop == "seed cap" and "at the cap of 7 seeds" in report.message
+    assert set(report.seeds.values()) == {7}
+    assert lines[0].startswith("round 1: 1 part undecided; 4 runs: 2 arms to 5 seeds")
+
+
+def test_a_stage_1_part_gets_no_seeds_and_the_line_says_how_to_confirm_it(tmp_path):
+    from cem_core.errors import CemError
+
+    extra = '''
+[axes]
+"train.lr" = [0.001, 0.002, 0.004]
 "model.attn_step_size" = [1.0, 0.5]
 
 [[claim]]
@@ -172,77 +207,26 @@ id = "O"
 statement = "The step size makes no difference once each arm has its own learning rate"
 [[claim.part]]
 name = "step 0.5 - step 1 at their own optima"
-arms = [{ "model.attn_step_size" = 0.5, "train.lr" = 0.002 }, { "model.attn_step_size" = 1.0, "train.lr" = 0.002 }]
+arms = [{ "model.attn_step_size" = 0.5 }, { "model.attn_step_size" = 1.0 }]
 expect = "lower"
-margin = 0.0
 at = "own_optimum"
 '''
+    fake = FakeLauncher(loss=lambda cfg: 4.5)
+    with pytest.raises(CemError, match="decided by a confirmation on fresh seeds: `cemctl confirm ud --scale tiny`"):
+        _run(tmp_path, fake, extra=extra, max_seeds=5)
 
 
-def _own_loss(optima: dict[float, float], noise: float = 0.004):
-    """Loss curves in log2(lr) with each step size's optimum at `optima[step]`, equal minima (4.5), seed noise."""
-    def loss(cfg) -> float:  # noqa: ANN001
-        lr, step, seed = float(cfg.train.lr), float(cfg.model.attn_step_size), int(cfg.train.seed)
-        rng = np.random.default_rng([seed, int(lr * 1e5), int(step * 10)])
-        return 4.5 + 1.0 * math.log2(lr / optima[step]) ** 2 + float(rng.normal(0, noise))
-    return loss
-
-
-def test_a_part_whose_profile_lacks_rates_is_not_counted_as_decided(tmp_path):
-    """Regression: an own-optimum arm planned at two rates can never be estimated, and the loop counted its part
-    as decided ("every part is decided"); it must say that more seeds cannot decide it and which rate to add."""
-    extra = OWN + '''
-[[exclude]]
-"model.attn_step_size" = [0.5]
-"train.lr" = [0.0007, 0.001]
-'''
-    fake = FakeLauncher(loss=_own_loss({0.5: 0.0012, 1.0: 0.0012}))
-    report, _ = _run(tmp_path, fake, extra=extra, max_seeds=9)
-    assert report.stop == "cannot be decided by more seeds" and report.rounds == []
-    why = "cannot be decided by more seeds: arm 1's lr profile has 2 learning rates (0.0014, 0.002): extend the " \
-          "profile with train.lr = 0.001"
-    assert report.message == f"no part is decided; O. step 0.5 - step 1 at their own optima: {why}"
-    assert report.blocked == {"O. step 0.5 - step 1 at their own optima": why}
-    assert "every part is decided" not in report.summary() and why in report.summary()
-
-
-def test_an_optimum_at_the_edge_of_its_profile_extends_the_profile_in_the_next_round(tmp_path):
-    """Step 0.5's optimum (0.0026) lies beyond its profile's edge (0.002): round 1 adds 0.0028 for that arm only;
-    the optimum then lies between the two highest rates (not bracketed), so round 2 adds 0.004. That brackets it, but
-    with one rate beyond it, which an extension added: provisional (`tuned.edge_side`), so round 3 adds 0.0057 at the
-    cap's seeds, and then it is bracketed. Step 1's optimum (0.0012) is bracketed from the start. The new rates get
-    the round's seeds, the other arm none of them; the rates are recorded in the design and in the experiment's
-    plan key, so `launch ud` afterwards has nothing to start."""
-    from cemctl.db import get_experiment, open_db
-
-    fake = FakeLauncher(loss=_own_loss({0.5: 0.0026, 1.0: 0.0012}))
-    report, lines = _run(tmp_path, fake, extra=OWN, max_seeds=7)
-    assert report.stop == "seed cap" and len(report.rounds) == 3
-    design = json.loads(report.design_path.read_text())
-    assert [(e["round"], e["arm"], e["edge"], e["lr"]) for e in design["extensions"]] == \
-        [(1, 1, "high", 0.0028), (2, 1, "high", 0.004), (3, 1, "high", 0.0057)]
-    assert "the profile extended with train.lr = 0.0028 (arm 1 of O. step 0.5 - step 1 at their own optima)" \
-        in lines[0]
-    assert [len(x) for x in fake.launches] == [24, 8 * 2 + 5, 8 * 2 + 2 + 7, 7]
-    rates = [0.0007, 0.001, 0.0014, 0.002, 0.0028, 0.004, 0.0057]
-    assert fake.requests[3].axes == {"train.lr": rates}
-    assert list(report.seeds.values()) == [7] * 11  # every rate of both profiles at the cap, the three new ones too
-    assert cli(tmp_path, "export", "ud", "--out", str(tmp_path / "runs.csv")).returncode == 0
-    runs = pd.read_csv(tmp_path / "runs.csv")
-    new = runs[runs["train.lr"].isin([0.0028, 0.004, 0.0057])]
-    assert set(new["model.attn_step_size"]) == {0.5} and len(new) == 5 + 2 + 7 + 7
-    row = report.parts.iloc[0]
-    assert row["edges"] == ("", "") and 0.0023 < float(row["optima"].split(" / ")[0]) < 0.0029  # inside: 0.0026
-    exp = get_experiment(open_db(f"sqlite:///{tmp_path / 'results.db'}"), "ud")
-    assert json.loads(exp.overrides_json)["--axis"] == {"train.lr": rates}
-    res = cli(tmp_path, "launch", "ud", "--dry-run")
-    assert res.returncode == 0 and "would launch 0 of" in res.stdout, res.output
-
-
-def test_the_seed_cap_of_a_started_design_cannot_change(tmp_path):
+def test_the_seed_cap_of_a_started_design_cannot_change_and_is_refused_before_anything_trains(tmp_path):
+    """Regression (issue 47): `--max-seeds` changed mid-design trained the new runs and only then refused."""
     _run(tmp_path, FakeLauncher(), max_seeds=5)
+    grid = tmp_path / "ud.toml"  # one seed more in the grid: a launch would train it
+    grid.write_text(grid.read_text().replace("seeds = [0, 1, 2]", "seeds = [0, 1, 2, 3]"))
+    fake = FakeLauncher()
     with pytest.raises(ConfigError, match="started with --max-seeds 5"):
-        _run(tmp_path, FakeLauncher(), max_seeds=9)
+        _run(tmp_path, fake, write=False, max_seeds=9)
+    assert fake.requests == []  # nothing was launched
+    report, _ = _run(tmp_path, FakeLauncher())  # without --max-seeds: the design's cap
+    assert report.stop == "seed cap" and "cap of 5 seeds" in report.message
 
 
 @pytest.mark.parametrize("parts,kw,stop,arms", [
@@ -382,92 +366,6 @@ def test_until_decided_end_to_end_trains_only_the_undecided_arms(tmp_path):
     assert parts.loc["lr 0.01 - lr 0.0001", "verdict_holm"] == "holds"
     assert parts.loc["lr 0.0011 - lr 0.001", "sequential"].startswith("2 looks at 3, 5 of 5 seeds")
     assert math.isfinite(parts.loc["lr 0.01 - lr 0.0001", "effect"])
-
-
-OWN_E2E = '''
-[axes]
-"train.lr" = [0.005, 0.01, 0.02]
-"model.attn_step_size" = [1.0, 0.5]
-
-[[claim]]
-id = "E"
-statement = "Llama attention has no step size: each arm at its own learning rate, the two are the same"
-[[claim.part]]
-name = "step 0.5 - step 1, each at its own optimum"
-arms = [{ "model.attn_step_size" = 0.5, "train.lr" = 0.01 }, { "model.attn_step_size" = 1.0, "train.lr" = 0.01 }]
-expect = "lower"
-margin = 0.0
-at = "own_optimum"
-'''
-
-
-@pytest.mark.slow
-def test_until_decided_end_to_end_with_an_own_optimum_part(tmp_path):
-    """A claim of our own whose primary contrast is each arm at its own optimum, trained on the CPU through
-    `cemctl launch --until-decided` on a terminal of 80 columns: two arms that train identically (Llama attention
-    ignores the step size) on a 3-rate profile (0.005-0.02) with 2 seeds, so nothing can be decided and the loop
-    runs to the cap of 3 seeds. Six steps want a high rate: both optima sit at the profile's top, so round 1
-    brings every rate to 3 seeds and adds 0.032 for both arms (12 runs); then the optimum lies between the two
-    highest rates, not bracketed, and round 2 adds 0.045 for both at the cap's 3 seeds (6 runs; before a fix the
-    loop stopped at the cap and left that rate to the user). A second session (120 columns) finds the design at
-    its cap, starts nothing, and counts the first session's run-hours as spent."""
-    from tests.helpers import on_pty
-
-    grid = tmp_path / "own.toml"
-    grid.write_text(tiny_grid("own", seeds="[0, 1]", extra=OWN_E2E))
-    args = ["launch", str(grid), "--until-decided", "--max-seeds", "3", "--workers", "2"]
-    screen = on_pty(args, tmp_path, cols=80, rows=60, timeout_s=1500)
-    screen.assert_clean()
-    assert all(len(line) <= 80 for line in screen.lines)
-    text = " ".join(screen.text.split())
-    design = json.loads((tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())
-    assert [(e["arm"], e["edge"], e["lr"], e["round"]) for e in design["extensions"]] == \
-        [(1, "high", 0.032, 1), (2, "high", 0.032, 1), (1, "high", 0.045, 2), (2, "high", 0.045, 2)]
-    assert "stopped after 2 rounds: seed cap: 1 part undecided at the cap of 3 seeds per arm" in text
-    assert "round 1: 1 part undecided; 12 runs: 8 arms to 3 seeds; the profile extended with train.lr = 0.032" in text
-    assert "round 2: 1 part undecided; 6 runs: 2 arms to 3 seeds; the profile extended with train.lr = 0.045" in text
-    assert [(r["round"], len(r["runs"])) for r in design["rounds"]] == [(0, 12), (1, 12), (2, 6)]
-    assert [len(look["runs"]) for look in design["looks"]] == [12, 24, 30]
-    seeds = [ln for ln in screen.lines if "seeds" in ln and ln.strip()[:1].isdigit()]
-    assert len(seeds) == 10 and all(int(line.split()[0]) == 3 for line in seeds)  # every rate of both profiles
-    res = cli(tmp_path, "claims", "--out", str(tmp_path / "c"))
-    assert res.returncode == 0, res.output
-    row = pd.read_csv(tmp_path / "c" / "claims.csv").iloc[0]
-    assert row["at"] == "own optimum" and row["method"].endswith("jackknife t, sequential")
-    assert row["effect"] == pytest.approx(0.0, abs=1e-6) and row["verdict_holm"] == "inconclusive"
-    assert row["sequential"] == "2 looks at 2, 3 of 3 seeds (revised once: the same seeds, more learning rates)"
-    assert row["declared"].startswith("confirmatory (declared ")
-    assert len(row["runs"].split(",")) == 30 and pd.isna(row["censored"]) and pd.isna(row["advice"])  # bracketed
-    again = on_pty(["launch", "own", "--until-decided", "--max-seeds", "3"], tmp_path, cols=120, rows=40)
-    again.assert_clean()
-    assert all(len(line) <= 120 for line in again.lines)
-    text = " ".join(again.text.split())
-    assert "stopped after 0 rounds: seed cap" in text and "(0.00 in this session)" in text
-    spent = sum(r["hours"] for r in json.loads(
-        (tmp_path / "runs" / ".claims" / "sequential" / "own@tiny.json").read_text())["rounds"])
-    assert spent > 0 and f"{spent:.2f} run-hours spent by its rounds in all" in text
-
-
-def test_an_unbracketed_optimum_is_extended_even_when_its_arms_are_at_the_seed_cap(tmp_path):
-    """Regression (the cpu-scale re-decision, 2026-11-27): every arm had its 3 seeds, the seed cap was 3, and a part
-    whose optimum sat between its profile's two lowest rates stopped at once ("seed cap", 0 rounds) instead of
-    adding the rate the page asked for. The round trains only the new rate, for that arm, at the cap's seeds."""
-    fake = FakeLauncher(loss=_own_loss({0.5: 0.0026, 1.0: 0.0012}))
-    report, lines = _run(tmp_path, fake, extra=OWN, max_seeds=3)
-    design = json.loads(report.design_path.read_text())
-    assert [(e["round"], e["arm"], e["edge"], e["lr"]) for e in design["extensions"]][:1] == [(1, 1, "high", 0.0028)]
-    assert len(report.rounds) >= 1 and [len(x) for x in fake.launches][:2] == [24, 3]  # 0.0028 x seeds 0, 1, 2
-    assert "3 runs: 1 arm to 3 seeds; the profile extended with train.lr = 0.0028" in lines[0]
-    assert report.stop == "seed cap" and set(report.seeds.values()) == {3}
-    # Regression (same day): the page kept the look taken before the extension (same seeds, so not a new look),
-    # whose optimum was unbracketed: the interval printed as `[-, -]` and the new rates decided nothing. The
-    # estimate at the same seeds with the longer profile is a revision of that look (it replaces its estimate).
-    row = report.parts.iloc[0]
-    assert math.isfinite(row["ci95_low"]) and math.isfinite(row["ci95_high"]), (row["ci95_low"], row["ci95_high"])
-    assert row["edges"] == ("", "")
-    # 0.0028, 0.004, then 0.0057: the bracket 0.004 made came from an extension, provisional until one more rate ran
-    assert row["sequential"] == "1 look at 3 of 3 seeds (revised 3 times: the same seeds, more learning rates)"
-    assert row["ci95_low"] < row["effect"] < row["ci95_high"]
 
 
 def test_an_imported_experiment_is_refused_before_anything_launches_and_the_line_says_what_to_do(tmp_path):

@@ -33,6 +33,7 @@ SHORT_HELP = {
     "serve": "Serve a live, read-only results dashboard in the browser.",
     "report": "Write an experiment's figures, tables and index.",
     "claims": "Test the grids' claims on the finished runs.",
+    "confirm": "Make a claim's confirmation grid from its lr profiles.",
     "compare": "Show runs or arms side by side: what differs, the metrics.",
     "export": "Export runs or curves: CSV, Parquet, JSON lines, TensorBoard.",
     "tag": "Set or remove tags on a run or an experiment's runs.",
@@ -78,6 +79,8 @@ METAVARS = {
     ("report", "--format"): "png,pdf,svg",
     ("export", "--out"): "FILE|DIR",
     ("archive", "--out"): "FILE.tar.gz",
+    ("confirm", "--out"): "FILE.toml",
+    ("confirm", "--power"): "0..1",
     ("*", "--out"): "DIR",
 }
 _SUFFIXES = (("-s", "SECONDS"), ("-min", "MINUTES"), ("-gb", "GB"), ("-hours", "HOURS"), ("-dir", "DIR"))

@@ -1,10 +1,12 @@
 """`cemctl claims [--scale S] [--out DIR] [--power]`: do the claims the grids declare hold on the runs there are?
 
 Prints one verdict per claim and scale (holds / contradicted / partly / inconclusive /
-not run, from the adjusted part verdicts), then every part: its effect, 95% interval,
-label, and verdict before and after the adjustment over the page (80 columns: the
-part's name above its numbers); notes for parts whose own-optimum and fixed-lr
-contrasts disagree, that are not converged, or whose lr profile should be extended;
+not run, from the adjusted part verdicts), then every part: its effect with its 95%
+interval (rounded to what the interval supports), whether it is confirmatory or
+exploratory, and its verdict after the adjustment over the page (a stage-1 row's label in
+brackets: exploratory, never a verdict; 80 columns: the part's name above its numbers);
+notes for parts that could not be evaluated, are exploratory (and why), are not
+converged, or whose lr profile should be extended before confirming;
 with `--power`, the seeds each undecided part needs for 80% power at its margin and
 adjusted level, over the 80% interval of its s.d. Writes claims.md (the statistical
 plan and every part), claims.csv, claims_robustness.csv, claims_summary.csv and
@@ -37,12 +39,6 @@ INDENT = "   "
 MIN_PART = 28  # below this many characters for the part's name, each part takes two lines
 
 
-def _num(v: float) -> str:
-    if not isinstance(v, float) or math.isnan(v):
-        return "-"
-    return ("+inf" if v > 0 else "-inf") if math.isinf(v) else f"{v:+.3f}"
-
-
 class ClaimsView:
     """The claims' verdicts, then one row per part (effect, 95% interval, label, verdict before and after the
     adjustment), fitted to the terminal: a part's name beside its numbers when there is room, above them
@@ -64,15 +60,26 @@ class ClaimsView:
         scales = len(set(parts["scale"])) > 1 if not parts.empty else False
         self.names = [f"{r.claim}. {printable(r.part)}" + (f" ({r.scale})" if scales else "")
                       for r in parts.itertuples()]
+        from cemctl.report.claims import effect_text
+        from cemctl.services.claims import evidence
+
+        def mark(r: object) -> str:
+            text = evidence(r)
+            return "confirmatory" if text.startswith("confirmatory") else "exploratory"
+
+        def verdict(r: object) -> str:
+            if r.stage == "stage 1" and r.verdict != "not run":  # type: ignore[attr-defined]
+                return f"({r.label})"  # type: ignore[attr-defined]
+            return r.verdict_holm if r.verdict_holm not in ("holds", "contradicted") else \
+                f"{r.label_holm}: {r.verdict_holm}"  # type: ignore[attr-defined]
+
         self.part_rows = [{
-            "part": Cell(name), "effect": Cell(_num(r.effect)),
-            "ci95": Cell(f"[{_num(r.ci95_low)}, {_num(r.ci95_high)}]" if math.isfinite(r.effect) else ""),
-            "label": Cell(r.label), "verdict": Cell(r.verdict, VERDICT_STYLES.get(r.verdict, "")),
-            "adjusted": Cell(r.verdict_holm, VERDICT_STYLES.get(r.verdict_holm, ""))}
+            "part": Cell(name), "effect": Cell(effect_text(r.effect, r.ci95_low, r.ci95_high, r.unit)),
+            "evidence": Cell(mark(r) if r.verdict != "not run" else "-"),
+            "adjusted": Cell(verdict(r), VERDICT_STYLES.get(r.verdict_holm, "") if r.stage != "stage 1" else "dim")}
             for name, r in zip(self.names, parts.itertuples())]
-        numbers = [Column("effect", "effect", required=True, align="right"),
-                   Column("ci95", "95% interval", required=True), Column("label", "label", required=True),
-                   Column("verdict", "verdict", required=True), Column("adjusted", "adjusted", required=True)]
+        numbers = [Column("effect", "effect [95% interval]", required=True),
+                   Column("evidence", "evidence", required=True), Column("adjusted", "verdict", required=True)]
         wide = fit([Column("part", "part", required=True)] + numbers,
                    [{**r, "part": Cell("")} for r in self.part_rows], None)
         room = None if width is None else width - sum(w for _, w in wide.columns) - 2 * len(wide.columns)
@@ -83,11 +90,18 @@ class ClaimsView:
             part_col = Column("part", "part", required=room is None, shrink_to=MIN_PART, priority=1)
             self.part_layout = fit([part_col] + numbers, self.part_rows, width)
         self.notes = [f"  to decide more: {n}" for n in sorted({n for n in parts.get("next", []) if n})]
+        if any(r.stage == "stage 1" and r.verdict != "not run" for r in parts.itertuples()):
+            self.notes.append("  (label): stage 1, exploratory: the contrast at rates chosen on these seeds, never a "
+                              "verdict; confirm on fresh seeds with " + ", ".join(sorted(
+                                  {f"`cemctl confirm {r.experiment} --scale {r.scale}`"
+                                   for r in parts.itertuples() if r.stage == "stage 1" and r.verdict != "not run"})))
         unconverged = [r for r in parts.itertuples() if getattr(r, "convergence", "") == "not converged"]
         for r in parts.itertuples():
-            if getattr(r, "disagree", False) is True:
-                self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {r.at} says {r.label}, {r.other_at} says "
-                                  f"{r.other_label}")
+            why = getattr(r, "error", None)
+            if isinstance(why, str) and why:
+                self.notes.append(f"  claim {r.claim}, {printable(r.part)}: not evaluated: {printable(why)}")
+            if r.stage != "stage 1" and r.verdict != "not run" and mark(r) == "exploratory":
+                self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {printable(evidence(r))}")
             if getattr(r, "advice", ""):
                 self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {r.advice}")
         if len(unconverged) > 3:  # one line for many
@@ -181,3 +195,36 @@ def register(app: typer.Typer) -> None:
                                    power=power)
         _, width = output_width()
         print_view(ClaimsView(result, width, power))
+
+    @app.command("confirm")
+    def confirm(
+        experiment: str = typer.Argument(..., help="The experiment whose claim parts to confirm (stage 1: its runs)."),
+        scale: Optional[str] = ScaleFilterOption,
+        max_seeds: int = typer.Option(16, "--max-seeds", help="At most this many fresh seeds per cell."),
+        budget_hours: Optional[float] = typer.Option(None, "--budget-hours", help="At most this many run-hours (by "
+                                                     "stage 1's run times): fewer seeds if the power asks for more."),
+        power: float = typer.Option(0.8, "--power", help="The power at each part's margin the seeds are planned for."),
+        seeds: Optional[str] = typer.Option(None, "--seeds", help="The fresh seeds (default: from the power, after "
+                                            "the largest stage-1 seed); never a stage-1 seed."),
+        at_edge: bool = typer.Option(False, "--at-edge", help="Confirm an arm whose chosen rate is the edge of its "
+                                     "profile (by default refused: extend the profile first)."),
+        out: Optional[str] = typer.Option(None, "--out", "-o", help="The grid file to write (default: "
+                                          "<experiment>-confirm.toml beside the experiment's grid)."),
+        db: Optional[str] = DbOption,
+        runs: Optional[str] = RunsDirOption,
+    ) -> None:
+        """Make a claim's stage 2 from its lr profiles: a grid of each arm at its chosen rate on fresh seeds, planned
+        for power, recorded and registered before it trains."""
+        with cli_errors():
+            from cemctl.grid.expand import parse_seeds
+            from cemctl.services.confirm import confirm_design
+
+            result = confirm_design(db_url(db), experiment, scale=scale, runs_root=runs_dir(runs), out=out,
+                                    max_seeds=max_seeds, budget_hours=budget_hours, power=power,
+                                    seeds=parse_seeds(seeds) if seeds is not None else None, at_edge=at_edge)
+        from cem_core.names import printable
+        from cemctl.commands.common import stdout_console
+
+        console = stdout_console()
+        for line in result.lines:
+            console.print(printable(line), markup=False, highlight=False, soft_wrap=not console.is_terminal)

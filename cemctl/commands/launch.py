@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         sbatch: Optional[List[str]] = typer.Option(None, "--sbatch", help="slurm: extra sbatch flag key=value or key (repeatable)."),
         heartbeat_timeout_s: Optional[float] = HeartbeatTimeoutOption,
         until: bool = typer.Option(False, "--until-decided", help="Then seeds in rounds for the arms of undecided claim parts until every part is decided (alpha spending; docs/claims.md)."),
-        max_seeds: int = typer.Option(16, "--max-seeds", help="--until-decided: the seed cap per arm (the design's maximum)."),
+        max_seeds: Optional[int] = typer.Option(None, "--max-seeds", help="--until-decided: the seed cap per arm (the design's maximum; default 16, a confirmation grid's its registered seeds)."),
         budget_hours: Optional[float] = typer.Option(None, "--budget-hours", help="--until-decided: stop before a round would pass this many run-hours."),
         as_json: bool = typer.Option(False, "--json", help="Print the launch report as JSON."),
         progress_every_s: float = typer.Option(60.0, "--progress-every-s", min=1.0, help="local, without a terminal "

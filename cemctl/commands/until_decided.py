@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 
-def run_until_decided(req: Any, url: str, runs_root: Any, max_seeds: int, budget_hours: float | None,
+def run_until_decided(req: Any, url: str, runs_root: Any, max_seeds: int | None, budget_hours: float | None,
                       as_json: bool) -> None:
     from cem_core.names import printable
     from cemctl.commands.common import stderr_console, stdout_console
@@ -29,7 +29,6 @@ def run_until_decided(req: Any, url: str, runs_root: Any, max_seeds: int, budget
         print(json.dumps({"experiment": report.experiment, "scale": report.scale, "stop": report.stop,
                           "message": report.message, "rounds": len(report.rounds), "seeds": report.seeds,
                           "spent_hours": report.spent_hours, "session_hours": report.session_hours,
-                          "cannot_be_decided": report.blocked, "extended": report.extended,
                           "design": str(report.design_path) if report.design_path else None}))
     else:
         say(report.summary())

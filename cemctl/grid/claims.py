@@ -10,27 +10,30 @@
     expect = "lower"                  # lower | higher | close (the statistic's sign, or within +-margin)
     margin = "1%"                     # % of the reference arm's loss, a number in the statistic's unit,
                                       # or "0.5 octave" for an lr_optimum
-    at = "own_optimum"                # the primary contrast: each arm at its own optimal lr (its lr profile:
-                                      # the runs matching the selector without train.lr) | "fixed" (default:
-                                      # the selectors' train.lr); the other one is shown beside it
-    variance = "pooled"               # paired | pooled (within the declared arms) | welch; default: the rule
+    at = "own_optimum"                # each arm at the rate stage 1 chooses from its lr profile (the runs
+                                      # matching the selector without train.lr) | "fixed" (default: the
+                                      # selectors' train.lr)
+    choose = "best_sampled"           # stage 1's rule: the sampled rate of lowest mean validation loss
+                                      # (default) | "interpolated" (the Akima optimum, on the rate ladder)
+    variance = "paired"               # paired | pooled | welch (default: welch)
     changes = ["model.attn_steps", "model.attn_step_size"]   # a part whose arms differ in more than one key
                                       # (an interaction: two) must say so
     reference = 2                     # the arm a relative margin is taken from (default: the last)
 
 Statistics: `difference` = loss(arm 1) - loss(arm 2); `interaction` = (a1 - a2) - (a3 - a4);
 `lr_optimum` = log2 of arm 1's optimal learning rate - arm 2's (each arm selects a
-learning-rate sweep: train.lr is not pinned); `optimal_loss` = the loss at arm 1's optimum
+learning-rate profile: train.lr is not pinned); `optimal_loss` = the loss at arm 1's optimum
 - at arm 2's. Each `arms` entry is a selector (config keys and values); at evaluation
 time it must match exactly one arm per setting (`cemctl.report.claims`).
 
-The variance rule (`variance_model`), from the design and never from the results: a declared `variance`
-(or the older `paired = true`, which means "paired") is used as declared; otherwise arms that differ in a
-sublayer kind (`model.attention`, `model.mlp`: different models may differ in their seed-to-seed spread) or
-that are each tuned to their own optimum (each arm's optimum carries its own tuning noise) are compared by
-Welch; arms of one kind at a fixed learning rate pool their within-arm variance over the declared arms. The
-cpu archive's seed effect correlates 0.03 across arms, so pairing by seed would halve the degrees of freedom
-for nothing: a grid pairs only by saying so.
+Two stages (docs/claims.md): a part that chooses a rate (`at = "own_optimum"`, `optimal_loss`, `lr_optimum`)
+is exploratory on the runs that chose it (stage 1); `cemctl confirm` writes a confirmation grid
+(`[confirm]`, `ConfirmSpec`) whose parts carry the chosen `rates` and are decided on fresh seeds (stage 2).
+
+The variance model (`variance_model`), from the declaration and never from the results: a declared `variance`
+(or the older `paired = true`) is used as declared; otherwise Welch (each arm its own variance: a rule that holds
+whatever the arms' spreads, which the page's simulations check at ninefold unequal noise; pooling assumes them
+equal, pairing a seed effect the arms share).
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ STATISTICS = {"difference": 2, "interaction": 4, "lr_optimum": 2, "optimal_loss"
 EXPECTS = ("lower", "higher", "close")
 AT = ("own_optimum", "fixed")
 VARIANCE = ("paired", "pooled", "welch")
+CHOOSE = ("best_sampled", "interpolated")  # stage 1's rules (`cemctl.report.claims.choose_rate`)
 CLAIM_KEYS = ("id", "statement", "part")
-PART_KEYS = ("name", "statistic", "arms", "expect", "margin", "paired", "reference", "at", "variance", "changes")
+PART_KEYS = ("name", "statistic", "arms", "expect", "margin", "paired", "reference", "at", "choose", "variance",
+             "changes", "rates")
+CONFIRM_KEYS = ("of", "stage1_seeds", "choose", "alpha", "power", "registered")
 LR = "train.lr"
 SWEEP_STATISTICS = ("lr_optimum", "optimal_loss")  # statistics of learning-rate profiles (train.lr not pinned)
 # The settings of a sublayer: when the arms differ in the sublayer's kind, they come with it (Llama attention has
@@ -84,11 +90,22 @@ class PartSpec:
     at: str = "fixed"  # the primary contrast: "own_optimum" (each arm at its own optimal lr) | "fixed"
     variance: str = ""  # declared variance model ("" = the rule decides: `variance_model`)
     changes: tuple[str, ...] = ()  # the keys the grid says its arms differ in (when more than one)
+    choose: str = "best_sampled"  # stage 1's rule for each arm's rate (`CHOOSE`)
+    # a confirmation grid's part (stage 2): per setting (model size), the rate of each arm (an lr_optimum: the two
+    # rates both arms are tested at, lower first); None for a part of an ordinary grid
+    rates: dict[str, tuple[float, ...]] | None = None
+    confirm: "ConfirmSpec | None" = None  # the [confirm] table of the grid that declares a stage-2 part
+    confirmation: "PartSpec | None" = None  # a stage-1 part: its stage-2 part (`cemctl.services.claims`)
 
     @property
     def tuned(self) -> bool:
-        """Each arm at its own optimum (an lr profile per arm) is the primary contrast."""
+        """Each arm at the rate stage 1 chooses from its lr profile (a loss contrast)."""
         return self.at == "own_optimum" or self.statistic == "optimal_loss"
+
+    @property
+    def chooses(self) -> bool:
+        """Stage 1 chooses a rate per arm from its profile: a tuned loss contrast or an lr_optimum."""
+        return self.rates is None and (self.tuned or self.statistic == "lr_optimum")
 
     @property
     def fixed_lr(self) -> float | None:
@@ -97,18 +114,53 @@ class PartSpec:
         return float(lrs.pop()) if len(lrs) == 1 and None not in lrs else None  # type: ignore[arg-type]
 
     def declaration(self) -> dict[str, Any]:
-        """What the grid declares for this part (its hash says whether the declaration changed)."""
-        return {"name": self.name, "statistic": self.statistic, "arms": self.arms, "expect": self.expect,
-                "margin": [self.margin.value, self.margin.relative], "reference": self.reference, "at": self.at,
-                "variance": self.variance or ("paired" if self.paired else ""), "changes": sorted(self.changes)}
+        """What the grid declares for this part (its hash says whether the declaration changed; keys added since
+        appear only when set, so an older registration keeps its hash)."""
+        out = {"name": self.name, "statistic": self.statistic, "arms": self.arms, "expect": self.expect,
+               "margin": [self.margin.value, self.margin.relative], "reference": self.reference, "at": self.at,
+               "variance": self.variance or ("paired" if self.paired else ""), "changes": sorted(self.changes)}
+        if self.choose != "best_sampled":
+            out["choose"] = self.choose
+        if self.rates is not None:
+            out["rates"] = {k: list(v) for k, v in sorted(self.rates.items())}
+        return out
 
     @property
     def unit(self) -> str:
-        return "log2(lr)" if self.statistic == "lr_optimum" else "nats"
+        return "log2(lr)" if self.statistic == "lr_optimum" and self.rates is None else "nats"
 
     @property
     def coefs(self) -> tuple[float, ...]:
-        return (1.0, -1.0, -1.0, 1.0) if self.statistic == "interaction" else (1.0, -1.0)
+        four = self.statistic == "interaction" or (self.statistic == "lr_optimum" and self.rates is not None)
+        return (1.0, -1.0, -1.0, 1.0) if four else (1.0, -1.0)
+
+    def selectors_at(self, setting: str) -> list[dict[str, Any]] | None:
+        """A stage-2 part's arms at one setting, each with its rate pinned (an lr_optimum: arm 1 at the lower and
+        the higher rate, then arm 2 at both: the preference interaction, docs/claims.md); None where its design has
+        no rates for the setting."""
+        if self.rates is None or setting not in self.rates:
+            return None
+        free = [{k: v for k, v in sel.items() if k != LR} for sel in self.arms]
+        rates = self.rates[setting]
+        if self.statistic == "lr_optimum":
+            lo, hi = rates
+            return [dict(free[0], **{LR: lo}), dict(free[0], **{LR: hi}), dict(free[1], **{LR: lo}),
+                    dict(free[1], **{LR: hi})]
+        return [dict(sel, **{LR: r}) for sel, r in zip(free, rates)]
+
+
+@dataclass
+class ConfirmSpec:
+    """A confirmation grid's `[confirm]` table (stage 2, written by `cemctl confirm`): the experiment whose
+    profiles chose the rates, the seeds that chose them (never trained again here), the rule, the level and the
+    power the seeds were planned for, and when the design was made."""
+
+    of: str
+    stage1_seeds: tuple[int, ...]
+    choose: str = "best_sampled"
+    alpha: float = 0.05
+    power: float = 0.8
+    registered: str = ""
 
 
 @dataclass
@@ -130,22 +182,13 @@ def changed_keys(selectors: list[dict[str, Any]]) -> list[str]:
     return sorted(differ)
 
 
-def variance_model(part: "PartSpec", tuned: bool | None = None) -> tuple[str, str]:
-    """(model, why) of a part's contrast by the rule in the module docstring: declared, else from the design.
-    `tuned`: of its own-optimum (True) or fixed-lr (False) contrast (default: the primary one)."""
-    tuned = part.tuned if tuned is None else tuned
-    if part.statistic == "lr_optimum":
-        return "bootstrap", "an optimum's location is bootstrapped over seeds"
+def variance_model(part: "PartSpec") -> tuple[str, str]:
+    """(model, why) of a part's contrast: declared, else Welch (the module docstring)."""
     if part.variance:
         return part.variance, "declared"
     if part.paired:
         return "paired", "declared (paired = true)"
-    kinds = [k for k in KIND_KEYS if len({repr(sel.get(k, "<unset>")) for sel in part.arms}) > 1]
-    if kinds:
-        return "welch", f"rule: the arms differ in {' and '.join(kinds)}"
-    if tuned:
-        return "welch", "rule: each arm tuned to its own optimum"
-    return "pooled", "rule: arms of one kind at one learning rate"
+    return "welch", "the rule: each arm its own variance"
 
 
 def _err(key: str, message: str, path: str, **kw: Any) -> ConfigError:
@@ -178,10 +221,12 @@ def _selector(item: Any, where: str, path: str) -> dict[str, Any]:
     return out
 
 
-def parse_claims(value: Any, path: str, *, strict: bool = True) -> list[ClaimSpec]:
+def parse_claims(value: Any, path: str, *, strict: bool = True, confirm: "ConfirmSpec | None" = None
+                 ) -> list[ClaimSpec]:
     """The `[[claim]]` tables of a grid file, checked (one line naming the key and the allowed values).
     `strict=False` (a grid recorded by an older cemctl, `recorded_claims`): a part changing more than one key
-    without saying so is read, not refused (the refusal is for planning)."""
+    without saying so is read, not refused (the refusal is for planning). `confirm`: the grid's [confirm] table
+    (its parts carry `rates`, and only its parts may)."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -208,12 +253,12 @@ def parse_claims(value: Any, path: str, *, strict: bool = True) -> list[ClaimSpe
             raise _err(f"{where}.part", "needs at least one [[claim.part]]", path)
         claim = ClaimSpec(str(cid), statement.strip(), source=path)
         for j, p in enumerate(parts):
-            claim.parts.append(_part(p, f"{where}.part[{j}]", path, strict))
+            claim.parts.append(_part(p, f"{where}.part[{j}]", path, strict, confirm))
         claims.append(claim)
     return claims
 
 
-def _part(raw: Any, where: str, path: str, strict: bool = True) -> PartSpec:
+def _part(raw: Any, where: str, path: str, strict: bool = True, confirm: "ConfirmSpec | None" = None) -> PartSpec:
     if not isinstance(raw, dict):
         raise _err(where, "must be a table", path)
     for k in raw:
@@ -241,8 +286,6 @@ def _part(raw: Any, where: str, path: str, strict: bool = True) -> PartSpec:
     paired = raw.get("paired", False)
     if not isinstance(paired, bool):
         raise _err(f"{where}.paired", "must be true or false", path)
-    if paired and statistic == "lr_optimum":
-        raise _err(f"{where}.paired", "an lr_optimum is bootstrapped over seeds, not paired", path)
     reference = raw.get("reference", len(selectors))
     if not isinstance(reference, int) or isinstance(reference, bool) or not 1 <= reference <= len(selectors):
         raise _err(f"{where}.reference", f"must be an arm number from 1 to {len(selectors)}", path)
@@ -256,8 +299,6 @@ def _part(raw: Any, where: str, path: str, strict: bool = True) -> PartSpec:
     variance = raw.get("variance", "")
     if variance != "" and variance not in VARIANCE:
         raise _err(f"{where}.variance", f"unknown variance model {variance!r}", path, allowed=VARIANCE)
-    if variance and statistic == "lr_optimum":
-        raise _err(f"{where}.variance", "an lr_optimum is bootstrapped over seeds; it takes no variance model", path)
     if variance and paired and variance != "paired":
         raise _err(f"{where}.variance", f"says {variance!r} but paired = true; give one of them", path)
     changes = raw.get("changes", [])
@@ -265,6 +306,12 @@ def _part(raw: Any, where: str, path: str, strict: bool = True) -> PartSpec:
         raise _err(f"{where}.changes", "must be a list of config keys, e.g. [\"model.attn_steps\"]", path)
     for k in changes:
         check_field(k, path, f"{where}.changes")
+    choose = raw.get("choose", "best_sampled")
+    if choose not in CHOOSE:
+        raise _err(f"{where}.choose", f"unknown rule {choose!r}", path, allowed=CHOOSE)
+    rates = _rates(raw.get("rates"), statistic, len(selectors), f"{where}.rates", path, confirm)
+    if rates is not None:  # a stage-2 part: the rates are its own, never the selectors'
+        selectors = [{k: v for k, v in sel.items() if k != LR} for sel in selectors]
     differ = changed_keys(selectors)
     if changes and sorted(set(changes)) != differ:
         raise _err(f"{where}.changes", f"lists {sorted(set(changes))} but the arms differ in {differ}", path)
@@ -274,16 +321,85 @@ def _part(raw: Any, where: str, path: str, strict: bool = True) -> PartSpec:
                    f"changes {one}: split the part, or say so with changes = {_toml_list(differ)}", path)
     return PartSpec(name.strip(), statistic, selectors, expect, margin, paired or variance == "paired",
                     reference - 1, at=at, variance=variance or ("paired" if paired else ""),
-                    changes=tuple(sorted(set(changes))))
+                    changes=tuple(sorted(set(changes))), choose=choose, rates=rates, confirm=confirm)
+
+
+def _rates(value: Any, statistic: str, arms: int, where: str, path: str, confirm: "ConfirmSpec | None"
+           ) -> dict[str, tuple[float, ...]] | None:
+    """A stage-2 part's `rates = { micro = [0.0014, 0.004] }`: per model size, each arm's rate (an lr_optimum: the
+    lower and the higher rate both arms are tested at)."""
+    if value is None:
+        if confirm is not None:
+            raise _err(where, "a part of a confirmation grid ([confirm]) needs the rates stage 1 chose, e.g. "
+                       "rates = { micro = [0.0014, 0.004] } (`cemctl confirm` writes them)", path)
+        return None
+    if confirm is None:
+        raise _err(where, "only a confirmation grid ([confirm], written by `cemctl confirm`) pins each arm's "
+                   "rate; an ordinary grid's selectors pin train.lr, or at = \"own_optimum\" lets stage 1 choose", path)
+    want = 2 if statistic == "lr_optimum" else arms
+    if not isinstance(value, dict) or not value:
+        raise _err(where, "must be a table of model sizes, each a list of learning rates", path)
+    out = {}
+    for size, lrs in value.items():
+        if not (isinstance(lrs, list) and len(lrs) == want and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in lrs)):
+            raise _err(f"{where}.{size}", f"must be {want} positive learning rates, got {lrs!r}", path)
+        if statistic == "lr_optimum" and not lrs[0] < lrs[1]:
+            raise _err(f"{where}.{size}", "an lr_optimum is tested at two rates, the lower first", path)
+        out[str(size)] = tuple(float(v) for v in lrs)
+    return out
+
+
+def parse_confirm(value: Any, path: str) -> ConfirmSpec | None:
+    """A grid's `[confirm]` table (a confirmation grid, stage 2), checked; None without one."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _err("confirm", "must be a table ([confirm])", path)
+    for k in value:
+        if k not in CONFIRM_KEYS:
+            raise _err(f"confirm.{k}", "unknown key", path, allowed=CONFIRM_KEYS)
+    of, seeds = value.get("of"), value.get("stage1_seeds")
+    if not isinstance(of, str) or not of.strip():
+        raise _err("confirm.of", "must name the experiment whose lr profiles chose the rates", path)
+    if not (isinstance(seeds, list) and seeds and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                      for x in seeds)):
+        raise _err("confirm.stage1_seeds", "must list the seeds that chose the rates, e.g. [0, 1, 2]", path)
+    choose = value.get("choose", "best_sampled")
+    if choose not in CHOOSE:
+        raise _err("confirm.choose", f"unknown rule {choose!r}", path, allowed=CHOOSE)
+    nums = {}
+    for key, default in (("alpha", 0.05), ("power", 0.8)):
+        v = value.get(key, default)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1):
+            raise _err(f"confirm.{key}", f"must be a number between 0 and 1, got {v!r}", path)
+        nums[key] = float(v)
+    registered = value.get("registered", "")
+    if not isinstance(registered, str):
+        raise _err("confirm.registered", "must be a date, e.g. \"2026-11-28\"", path)
+    return ConfirmSpec(of.strip(), tuple(sorted(set(seeds))), choose, nums["alpha"], nums["power"], registered)
+
+
+def check_fresh_seeds(confirm: ConfirmSpec | None, seeds: Any, path: str) -> None:
+    """A confirmation grid trains fresh seeds only: one line (exit 2) naming the stage-1 seeds it would reuse."""
+    if confirm is None or seeds is None:
+        return
+    reused = sorted(set(int(s) for s in seeds) & set(confirm.stage1_seeds))
+    if reused:
+        raise ConfigError("seeds", f"would train seed{'s' if len(reused) > 1 else ''} "
+                          f"{', '.join(map(str, reused))} again, which chose the rates in stage 1 ({confirm.of}: "
+                          f"seeds {', '.join(map(str, confirm.stage1_seeds))}); a confirmation trains fresh seeds "
+                          "only", source=path or None)
 
 
 def recorded_claims(text: str, path: str = "") -> list[ClaimSpec]:
     """The [[claim]] tables of a recorded grid's text, read as `cemctl claims` and reports read them: leniently
-    ([] when the text has none or cannot be read now)."""
+    ([] when the text has none or cannot be read now); a confirmation grid's parts carry its [confirm] table."""
     import tomllib
 
     try:
-        return parse_claims(tomllib.loads(text or "").get("claim"), path, strict=False)
+        doc = tomllib.loads(text or "")
+        return parse_claims(doc.get("claim"), path, strict=False, confirm=parse_confirm(doc.get("confirm"), path))
     except (tomllib.TOMLDecodeError, ConfigError):
         return []
 
@@ -417,6 +533,12 @@ def clashes(claims: list[ClaimSpec], others: list[tuple[str, str, list[ClaimSpec
                     return ConfigError(f"claim[{i}].id", f"claim {claim.id!r} is already declared by {where} with "
                                        f"another statement ({other.statement!r}); claim ids are unique across the "
                                        "project: give this claim its own id")
+                ours_confirm = claim.parts[0].confirm if claim.parts else None
+                theirs_confirm = other.parts[0].confirm if other.parts else None
+                if ours_confirm is not None and ours_confirm.of == name:
+                    continue  # a confirmation grid declares the parts of the experiment it confirms
+                if theirs_confirm is not None and ours_confirm is None:
+                    continue  # a stage-1 grid re-planned beside its confirmation
                 names = {p.name for p in other.parts}
                 for j, part in enumerate(claim.parts):
                     if part.name in names:

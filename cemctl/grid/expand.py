@@ -211,6 +211,9 @@ def load_grid(
     add_axes(spec, axes or {}, overrides or {})
     chosen = with_seeds(spec, seeds, add_seeds)
     if chosen is not None:
+        from cemctl.grid.claims import check_fresh_seeds
+
+        check_fresh_seeds(spec.confirm, chosen, "--seeds" if seeds is not None else "--add-seeds")
         spec.seeds = chosen
     plan = expand(spec, overrides, max_runs=max_runs)
     plan.seeds = chosen

@@ -39,11 +39,12 @@ from cem_core.errors import ConfigError
 from cem_core.names import check_experiment_name
 from cem_core.plugins import canonical, load_grid_plugins, parse_names
 from cem_core.runfiles import RunFileError, read_bytes
-from cemctl.grid.claims import parse_claims
+from cemctl.grid.claims import check_fresh_seeds, parse_claims, parse_confirm
 from cemctl.grid.fields import Scalar, check_field, check_scalar
 from cemctl.grid.kinds import DEFAULT_SCALE, FIGURE_KINDS, SCALES
 
-TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "claim", "seeds", "scale", "slurm")
+TOP_KEYS = ("experiment", "base", "axes", "zip", "extra", "exclude", "mark", "claim", "confirm", "seeds", "scale",
+            "slurm")
 EXPERIMENT_KEYS = ("name", "description", "figure", "x", "hue", "metric", "nuisance", "plugins")
 METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse")  # what a report may plot
 SCALE_KEYS = ("base", "axes", "seeds", "exclude")
@@ -83,6 +84,7 @@ class GridSpec:
     marks: list[MarkSpec] = field(default_factory=list)
     report: "ReportOptions" = field(default_factory=lambda: ReportOptions())
     claims: list[Any] = field(default_factory=list)  # cemctl.grid.claims.ClaimSpec
+    confirm: Any = None  # a confirmation grid's [confirm] table (cemctl.grid.claims.ConfirmSpec), else None
     plugins: tuple[str, ...] = ()  # `[experiment] plugins`: modules loaded (and given every run as "plugins")
     cli_axes: list[str] = field(default_factory=list)  # axes the command line added (`--axis`), for error sources
 
@@ -263,8 +265,9 @@ def experiment_name(path: str | Path) -> str:
     return check_experiment_name(exp.get("name", Path(path).stem), str(path))
 
 
-def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
-    """Read and structurally check a grid file, with the `[scale.<scale>]` overrides applied."""
+def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE, *, strict_claims: bool = True) -> GridSpec:
+    """Read and structurally check a grid file, with the `[scale.<scale>]` overrides applied (`strict_claims=False`:
+    a recorded grid's claims read as `cemctl.grid.claims.recorded_claims` reads them)."""
     spath = str(path)
     doc, text = parse_toml(path)
     _check_keys(doc, TOP_KEYS, "", spath)
@@ -340,12 +343,15 @@ def parse_grid(path: str | Path, scale: str = DEFAULT_SCALE) -> GridSpec:
 
     excludes = _excludes(doc.get("exclude", []), spath, "exclude")
     excludes += _excludes(preset.get("exclude", []), spath, f"scale.{scale}.exclude")
+    confirm = parse_confirm(doc.get("confirm"), spath)
+    check_fresh_seeds(confirm, seeds, spath)
     return GridSpec(
         path=spath, text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), name=name.strip(),
         description=description, figure=figure, scale=scale, base=base, axes=axes, zips=zips,
         extras=extras, excludes=excludes, seeds=seeds, scales_defined=list(scales),
         marks=_marks(doc.get("mark", []), spath), report=report_options(exp, spath),
-        claims=parse_claims(doc.get("claim"), spath), plugins=plugins,
+        claims=parse_claims(doc.get("claim"), spath, strict=strict_claims, confirm=confirm), plugins=plugins,
+        confirm=confirm,
     )
 
 

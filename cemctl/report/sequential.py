@@ -30,13 +30,6 @@ The design (docs/claims.md says why this one):
   looks only fall, and the procedure is monotone in them).
 - Rounds. Only the arms of parts still undecided get more seeds; the loop stops when every part of the
   experiment is decided, when the next round would pass the seed cap N or the budget of run-hours.
-- Revisions. An own-optimum part whose optimum is not bracketed gets the next learning rate of its profile,
-  also at the seed cap (same seeds, one more rate). The part's estimate at the same seeds with the longer
-  profile is a revision of that look, not a new look: it spends no alpha of its own, and it replaces the look's
-  estimate (the look at n seeds is estimated on every rate those seeds have). Not a union of the versions:
-  each would be a test at the look's level, and an independent review measured the union's extra error.
-  Simulated under the global null (`tests/test_claims_sequential.py`) the family-wise error stays at alpha;
-  on flat, noisy profiles an extension can stop at a bracket that is noise, which docs/claims.md measures.
 """
 
 from __future__ import annotations
@@ -168,39 +161,29 @@ def _to_z(x: Any, df: Any) -> np.ndarray:
     return out
 
 
-def label_statistics(effect: Any, se: Any, margin: float, censored: Any = "") -> dict[str, np.ndarray]:
+def label_statistics(effect: Any, se: Any, margin: float) -> dict[str, np.ndarray]:
     """The t-scale distance of each label's region from the estimate: a label holds at critical value c when its
     statistic exceeds c (lower: -e/se; higher: e/se; close: the nearer of the two margins; not close: the
-    farther one, past the margin). `censored` ('' | low | high | both, or an array of them): the side an
-    interval is open on (an arm's optimum at the edge of its profile); a label that needs the bound on that side
-    has no statistic (NaN: never decided), as the fixed design's `TEstimate.p_above`/`p_below` refuse it."""
+    farther one, past the margin)."""
     e, s = np.asarray(effect, dtype=float), np.asarray(se, dtype=float)
-    cen = np.asarray(censored, dtype=object)
-    low_open = np.isin(cen, ("low", "both"))  # the effect may be lower still: no lower bound
-    high_open = np.isin(cen, ("high", "both"))
     with np.errstate(divide="ignore", invalid="ignore"):
-        above, below = (e - margin) / s, (-margin - e) / s  # past +margin (needs the low bound), past -margin
-        out = {"lower": np.where(high_open, np.nan, -e / s), "higher": np.where(low_open, np.nan, e / s)}
+        out = {"lower": -e / s, "higher": e / s}
         if margin > 0:
-            out["close"] = np.where(low_open | high_open, np.nan, np.minimum((margin - e) / s, (margin + e) / s))
-            out["not close"] = np.fmax(np.where(low_open, np.nan, above), np.where(high_open, np.nan, below))
+            out["close"] = np.minimum((margin - e) / s, (margin + e) / s)
+            out["not close"] = np.maximum((e - margin) / s, (-margin - e) / s)
     bad = ~(np.isfinite(s) & (s > 0))
     return {k: np.where(bad, np.nan, v) for k, v in out.items()}
 
 
-def label_levels(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float], censored: Any = ""
-                 ) -> dict[str, np.ndarray]:
+def label_levels(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float]) -> dict[str, np.ndarray]:
     """Each label's least deciding level at each look (last axis; shapes (..., K) broadcast, K = len(info))."""
-    return {label: look_levels(_to_z(x, df), info)
-            for label, x in label_statistics(effect, se, margin, censored).items()}
+    return {label: look_levels(_to_z(x, df), info) for label, x in label_statistics(effect, se, margin).items()}
 
 
-def sequential_label_ps(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float], censored: Any = ""
-                        ) -> dict[str, np.ndarray]:
+def sequential_label_ps(effect: Any, se: Any, df: Any, margin: float, info: Sequence[float]) -> dict[str, np.ndarray]:
     """Each label's p-value over the looks (last axis) so far: min over looks of the least level that decides
-    it. Shapes (..., K) broadcast; `info` has K fractions; `censored` as for `label_statistics` (per look)."""
-    return {label: levels.min(axis=-1)
-            for label, levels in label_levels(effect, se, df, margin, info, censored).items()}
+    it. Shapes (..., K) broadcast; `info` has K fractions."""
+    return {label: levels.min(axis=-1) for label, levels in label_levels(effect, se, df, margin, info).items()}
 
 
 PRECEDENCE = {"lower": ("lower", "higher", "close"), "higher": ("higher", "lower", "close"),
@@ -305,7 +288,6 @@ class Look:
     df: float
     n: int  # seeds per arm at this look
     method: str = ""
-    censored: str = ""  # the side this look's interval is open on (an own-optimum arm at its profile's edge)
 
 
 @dataclass
@@ -315,8 +297,6 @@ class SeqEstimate:
     looks: list[Look]
     max_seeds: int
     method: str = ""
-    censored: str = ""
-    revised: int = 0  # how many times the last look was estimated again at its seeds (module docstring: Revisions)
     info: tuple[float, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -347,7 +327,7 @@ class SeqEstimate:
 
     def label_ps(self, expect: str, margin: float) -> dict[str, float]:
         e, s, d = self._arrays()
-        ps = sequential_label_ps(e, s, d, margin, self.info, np.array([lk.censored for lk in self.looks], dtype=object))
+        ps = sequential_label_ps(e, s, d, margin, self.info)
         if expect != "close":
             ps.pop("not close", None)
         return {k: float(v) for k, v in ps.items() if math.isfinite(float(v))}
@@ -359,19 +339,15 @@ class SeqEstimate:
         e, s, d = self._arrays()
         c = critical_values(self.info, round(1 - level, 12))
         lo, hi = -math.inf, math.inf
-        for ej, sj, dj, cj, lk in zip(e, s, d, c, self.looks):
+        for ej, sj, dj, cj in zip(e, s, d, c):
             if not (np.isfinite(cj) and sj > 0 and dj > 0):
                 continue
             ct = float(t.isf(norm.sf(cj), dj))
-            if lk.censored not in ("low", "both"):  # a look open below bounds nothing below
-                lo = max(lo, ej - ct * sj)
-            if lk.censored not in ("high", "both"):
-                hi = min(hi, ej + ct * sj)
-        if lo > hi:  # the looks disagree beyond their joint level: show the last look's, open where it is open
-            ej, sj, dj, cj, last = e[-1], s[-1], d[-1], c[-1], self.looks[-1]
+            lo, hi = max(lo, ej - ct * sj), min(hi, ej + ct * sj)
+        if lo > hi:  # the looks disagree beyond their joint level: show the last look's
+            ej, sj, dj, cj = e[-1], s[-1], d[-1], c[-1]
             ct = float(t.isf(norm.sf(cj), dj)) if np.isfinite(cj) else math.inf
-            lo = -math.inf if last.censored in ("low", "both") else ej - ct * sj
-            hi = math.inf if last.censored in ("high", "both") else ej + ct * sj
+            lo, hi = ej - ct * sj, ej + ct * sj
         return (lo if math.isfinite(lo) else math.nan, hi if math.isfinite(hi) else math.nan)
 
     def p_above(self, threshold: float) -> float:  # for callers that ask one side (power): the last look's

@@ -2,8 +2,7 @@
 
     est = paired_estimate(diffs)                                  # the same model at initialisation, paired by seed
     est = pooled_estimate(groups, pooled_var, pooled_df)          # other parts: the stratum's pooled variance
-    est = welch_estimate(groups)                                  # when there is nothing to pool
-    est = BootEstimate(effect, samples)                           # the learning-rate optimum, bootstrapped over seeds
+    est = welch_estimate(groups)                                  # each arm its own variance (the default)
     d = decide(est, expect="lower", margin=0.014, alpha=0.05)     # label, verdict, p
     adjusted = holm([d.p for d in decisions])                     # Holm's step-down adjusted p-values
     seeds_for_power(...)                                          # seeds per arm for 80% power at the margin
@@ -35,7 +34,8 @@ class TEstimate:
     df: float
     method: str  # "paired t" | "pooled t" | "Welch" | "... jackknife t" (an own-optimum contrast)
     n: int  # seeds per arm (the smallest), or pairs
-    censored: str = ""  # "" | "low" | "high" | "both": the side(s) the interval is open on (an optimum at an edge)
+    censored: str = ""  # "" | "low" | "high" | "both": the side(s) the interval is open on (a stage-1 rate at the
+    # edge of its profile: the arm may do better beyond it)
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
         if not (self.se > 0 and self.df > 0 and math.isfinite(self.se)):
@@ -66,37 +66,7 @@ class TEstimate:
         return t_cdf((self.effect - threshold) / self.se, self.df)
 
 
-@dataclass
-class BootEstimate:
-    """effect with its bootstrap distribution (percentile intervals); bounds censored at a sweep's edge."""
-
-    effect: float
-    samples: np.ndarray
-    method: str = "bootstrap"
-    n: int = 0
-    censored: str = ""  # "" | "low" | "high": the effect is only known to be at most / at least its value
-
-    def interval(self, level: float = 0.95) -> tuple[float, float]:
-        s = self.samples[np.isfinite(self.samples)]
-        if s.size < 20:
-            return (math.nan, math.nan)
-        lo, hi = np.quantile(s, [0.5 - level / 2, 0.5 + level / 2])
-        return float(lo), float(hi)
-
-    def p_above(self, threshold: float) -> float:
-        s = self.samples[np.isfinite(self.samples)]
-        if s.size and self.censored in ("low", "both"):
-            return 1.0
-        return (float(np.sum(s <= threshold)) + 1) / (s.size + 1) if s.size else math.nan
-
-    def p_below(self, threshold: float) -> float:
-        s = self.samples[np.isfinite(self.samples)]
-        if s.size and self.censored in ("high", "both"):
-            return 1.0
-        return (float(np.sum(s >= threshold)) + 1) / (s.size + 1) if s.size else math.nan
-
-
-Estimate = Any  # TEstimate | BootEstimate | cemctl.report.sequential.SeqEstimate (anything with `label_ps`)
+Estimate = Any  # TEstimate | cemctl.report.sequential.SeqEstimate (anything with `label_ps`)
 
 
 def _arrays(values: Sequence[Any]) -> list[np.ndarray]:

@@ -61,7 +61,8 @@ def finished_runs(engine: Any, scale: str | None) -> Any:
 
 
 def part_run_ids(part: Any, runs: Any) -> list[str]:
-    """The finished runs any of the part's arms could use (its selectors; without train.lr for an lr profile)."""
+    """The finished runs any of the part's arms could use (its selectors; without train.lr for an lr profile; a
+    confirmation part: each arm at its registered rate, on seeds that did not choose it)."""
     from cemctl.grid.claims import LR, SWEEP_STATISTICS, selector_matches
     from cemctl.report.arms import config_of
 
@@ -69,12 +70,61 @@ def part_run_ids(part: Any, runs: Any) -> list[str]:
         return []
     free = part.tuned or part.statistic in SWEEP_STATISTICS
     selectors = [{k: v for k, v in sel.items() if not (free and k == LR)} for sel in part.arms]
+    stage1 = set(part.confirm.stage1_seeds) if part.confirm is not None else set()
     out = []
     for row in runs.to_dict("records"):
         cfg = config_of(row)
+        if part.rates is not None:
+            if int(cfg.get("train.seed") or 0) in stage1:
+                continue
+            selectors = part.selectors_at(str(cfg.get("model.size"))) or []
         if any(selector_matches(cfg, sel) for sel in selectors):
             out.append(str(row["run_id"]))
     return out
+
+
+def check_confirm_grid(engine: Any, grid: Path | str, runs_root: Path | str, scale: str | None) -> None:
+    """Before a launch plans anything: a confirmation grid file changed after one of its runs finished is refused
+    (ConfigError, one line naming the file); any other grid passes."""
+    from cem_core.errors import ConfigError
+    from cemctl.grid.spec import parse_grid
+
+    try:
+        spec = parse_grid(grid, scale or "tiny") if scale else None
+    except ConfigError:
+        return  # the launch's own planning says what is wrong
+    if spec is None or spec.confirm is None or engine is None:
+        return
+    why = confirm_change(engine, spec.name, spec.text, spec.sha256, runs_root, scale)
+    if why:
+        raise ConfigError("confirm", why, source=str(grid))
+
+
+def confirm_change(engine: Any, experiment: str, grid_text: str, grid_sha256: str, runs_root: Path | str,
+                   scale: str | None) -> str:
+    """Why a confirmation grid ([confirm]) may not be launched as it is now: its text differs from every one
+    registered for the experiment and some of its runs have finished ('' when it may: not a confirmation grid,
+    registered as it is, or nothing finished yet, in which case the launch registers it anew)."""
+    from cemctl.grid.claims import recorded_claims
+
+    claims = recorded_claims(grid_text, experiment)
+    parts = [p for c in claims for p in c.parts if p.confirm is not None]
+    if not parts:
+        return ""
+    mine = [r for r in read_registry(runs_root) if r.get("experiment") == experiment]
+    if not mine or any(r.get("grid_sha256") == grid_sha256 for r in mine):
+        return ""
+    if Path(runs_root).is_dir():  # what finished is what the run folders say, not what was last synced
+        from cemctl.db.ingest import sync_runs
+
+        sync_runs(engine, runs_root)
+    runs = finished_runs(engine, scale)
+    done = sorted({rid for p in parts for rid in part_run_ids(p, runs)})
+    if not done:
+        return ""
+    return (f"the confirmation design {experiment!r} changed after {len(done)} of its runs finished (registered "
+            f"{_date(float(mine[-1]['time']))}); a registered design is not edited: make a new one with `cemctl "
+            f"confirm {parts[0].confirm.of} -o OTHER.toml`, or put the registered file back")
 
 
 def register_claims(engine: Any, experiment: str, runs_root: Path | str, *, scale: str | None = None,
@@ -91,10 +141,19 @@ def register_claims(engine: Any, experiment: str, runs_root: Path | str, *, scal
     if not claims:
         return 0
     scale = scale or exp.scale or ""
-    known = {(r["experiment"], p["claim"], p["part"], p["sha256"])
-             for r in read_registry(runs_root) for p in r.get("parts", [])}
+    why = confirm_change(engine, experiment, exp.grid_text, exp.grid_sha256, runs_root, scale)
+    if why:
+        from cem_core.errors import ConfigError
+
+        raise ConfigError("confirm", why, source=exp.grid_path or None)
+    records = read_registry(runs_root)
+    known = {(r["experiment"], p["claim"], p["part"], p["sha256"]) for r in records for p in r.get("parts", [])}
     declared = [{"id": c.id, "statement": c.statement, "parts": [p.declaration() for p in c.parts]} for c in claims]
     new = [(c, p) for c in claims for p in c.parts if (experiment, c.id, p.name, _sha(p.declaration())) not in known]
+    confirm = any(p.confirm is not None for c in claims for p in c.parts)
+    if confirm and not any(r.get("experiment") == experiment and r.get("grid_sha256") == exp.grid_sha256
+                           for r in records):  # a confirmation design is its whole file: seeds and cells too
+        new = [(c, p) for c in claims for p in c.parts]
     if not new:
         return 0
     runs = finished_runs(engine, scale)
@@ -158,12 +217,31 @@ def declared_labels(runs_root: Path | str | None, claims: Iterable[Any]) -> dict
     out = {}
     for claim in claims:
         for part in claim.parts:
-            source = part.source or claim.source
-            out[(source, claim.id, part.name)] = declared_label(records, source, claim.id, part)
+            for p in (part, part.confirmation):
+                if p is not None:
+                    source = p.source or claim.source
+                    out[(source, claim.id, p.name)] = declared_label(records, source, claim.id, p)
     return out
 
 
 # ---------------------------------------------------------------------------------------------- designs
+
+
+def state_token(runs_root: Path | str | None) -> str:
+    """Changes whenever the registrations or the until-decided designs may have (the sizes and mtimes of
+    `.claims/registry.jsonl` and `.claims/sequential/*.json`): with the database's state, the key of a cached
+    claims page (the dashboard), so it can never show a verdict these files have moved on from."""
+    if runs_root is None:
+        return "-"
+    folder = Path(runs_root) / FOLDER
+    out = []
+    for path in [folder / REGISTRY, *sorted((folder / SEQUENTIAL).glob("*.json"))]:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out.append(f"{path.name}:{st.st_mtime_ns}:{st.st_size}")
+    return hashlib.sha256("|".join(out).encode()).hexdigest()[:16]
 
 
 def design_path(runs_root: Path | str, experiment: str, scale: str) -> Path:

@@ -23,42 +23,41 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from cem_core.errors import CemError
+from cemctl.report.claims import effect_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
 VERDICT_COLORS = {"holds": "#2ca02c", "contradicted": "#d62728", "inconclusive": "#7f7f7f", "not run": "#c7c7c7"}
-CSV_COLUMNS = ("claim", "part", "experiment", "scale", "statistic", "unit", "expect", "margin", "at", "variance", "variance_rule",
-               "effect", "ci95_low", "ci95_high", "method", "df", "n", "p", "p_of", "label", "verdict", "p_holm",
-               "holm_level", "holm_low", "holm_high", "label_holm", "verdict_holm", "censored", "other_at",
-               "other_effect", "other_low", "other_high", "other_label", "disagree", "optima", "seed_optima",
-               "advice", "robustness", "fall_per_10pct", "convergence", "declared", "sequential", "why_not_run",
-               "runs")
+EXPLORATORY_COLOR = "#9467bd"  # a stage-1 row: exploratory, never a verdict
+CSV_COLUMNS = ("claim", "part", "experiment", "scale", "statistic", "stage", "evidence", "confirmed_by", "unit",
+               "expect", "margin", "rates", "variance", "variance_rule", "effect", "ci95_low", "ci95_high", "open",
+               "method", "df", "n", "sizes", "p", "p_of", "label", "verdict", "p_holm", "holm_level", "holm_low",
+               "holm_high", "label_holm", "verdict_holm", "stage1_rates", "stage1_effect", "stage1_low",
+               "stage1_high", "stage1_label", "advice", "robustness", "trend", "trend_low", "trend_high",
+               "fall_per_10pct", "convergence", "declared", "sequential", "why_not_run", "runs")
 PLAN = (
     "How each part is decided (fixed before the numbers; `cemctl/report/claims.py`, docs/claims.md): a part names "
     "its arms by selectors that must each match exactly one arm (every config value but the seed) per scale and "
-    "size, and its arms may differ only in what the selectors set apart, so no two configurations are pooled; a "
-    "part that changes more than one key (an interaction: two) says so in its grid. Its primary contrast is "
-    "declared: each arm at its own optimal learning rate (`own optimum`: the Akima optimum of the arm's seed-mean "
-    "lr profile, with a jackknife over seeds that carries the noise of choosing the rate; an optimum at the edge of "
-    "a profile leaves the interval open on that side) or at the learning rate the selectors pin; the other "
-    "contrast is shown beside it and a part where the two labels differ is flagged. The variance model is "
-    "declared or follows the rule, from the design: Welch when the arms differ in a sublayer kind or are each "
-    "tuned, the within-arm variance pooled over the part's own arms otherwise, paired by seed only when declared. "
-    "Learning-rate optima are bootstrapped over seeds once every rate of both sweeps has two finished seeds. A 95% "
-    "interval below 0 reads `lower` (the first arm's loss is lower: better), above 0 `higher`, within +-margin "
-    "`close`, wholly beyond it `not close`, anything else `inconclusive`. A part `holds` when that label is the "
-    "expected one; it is `contradicted` by the opposite label, or, for a directional part, by `close` (no "
-    "difference as large as the margin). Margins are ours, not the paper's (it gives none): a % of the reference "
-    "arm's test loss, or stated units. Multiplicity: a step-down procedure over every part's label hypotheses at "
-    "one scale (Holm's, counting the hypotheses that can still be true: Shaffer's S1; family-wise error 5%); the "
-    "claim verdicts use the adjusted part verdicts. A part whose experiment was launched `--until-decided` is "
-    "analysed over its recorded looks with Lan-DeMets O'Brien-Fleming alpha spending (repeated confidence "
-    "intervals). Robustness rows (the same contrast under another value of one key the part pins) and the other "
-    "contrast are sensitivity checks, outside the family. A part whose arms' validation loss still falls faster "
-    "than its margin per 10% of the training budget is `not converged`. A part is `confirmatory` when its "
-    "declaration was registered at a launch before any of its runs finished, `exploratory` when it changed after.")
+    "size, and its arms may differ only in what the selectors set apart, so no two configurations are pooled. A "
+    "part at a fixed rate (`fixed`) is decided on its runs. A part about designs chooses each arm's rate in two "
+    "stages: stage 1 takes the rate its grid's rule picks from the arm's lr profile (the sampled rate of lowest "
+    "mean validation loss, or the interpolated optimum on the half-octave ladder) and shows the contrast at those "
+    "rates as exploratory, never as a verdict (the seeds that chose a rate flatter it); stage 2, a confirmation "
+    "grid written by `cemctl confirm` and registered before its runs, trains each arm at its chosen rate on "
+    "fresh seeds (an lr_optimum part: both arms at both chosen rates, and the part asks which arm loses more at the "
+    "lower one) and decides. The variance model is declared, else Welch. A 95% interval below 0 reads `lower` "
+    "(the first arm's loss is lower: better), above 0 `higher`, within +-margin `close`, wholly beyond it `not "
+    "close`, anything else `inconclusive`; a part `holds` when that is the expected label, is `contradicted` by "
+    "the opposite or, for a directional part, by `close`. Margins are ours, not the paper's. Multiplicity: a "
+    "step-down over every decisive part's label hypotheses at one scale (Holm's, counting the hypotheses that can "
+    "still be true: Shaffer's S1; family-wise error 5%, measured by simulation of the whole page); a part of an "
+    "experiment launched `--until-decided` is analysed over its looks with Lan-DeMets O'Brien-Fleming alpha "
+    "spending. A part is `confirmatory` when its declaration was registered at a launch before any of its runs "
+    "finished (stage 2: on seeds that chose nothing), `exploratory` otherwise. Robustness rows, the gap's trend "
+    "over the last third of training and the size ladder are outside the family: they qualify a verdict, never "
+    "make one.")
 
 
 @dataclass
@@ -69,6 +68,7 @@ class ClaimsResult:
     files: list[Path] = field(default_factory=list)
     code_notes: list[str] = field(default_factory=list)  # runs trained by older code; parts mixing code versions
     robustness: "pd.DataFrame | None" = None  # the same contrasts under other settings (secondary rows)
+    ladder: "pd.DataFrame | None" = None  # each part's gap per model size (two sizes or more)
 
 
 MARGIN_COLOR = "#fbe7a1"  # pale yellow: never a verdict's colour
@@ -115,8 +115,9 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
             ax.text(0, y, "not run", ha="center", va="center", fontsize=7, color="0.45", style="italic")
             drawn.add("not run")
             continue
-        color = VERDICT_COLORS.get(r.verdict_holm, "0.3")
-        drawn.add(r.verdict_holm)
+        exploratory = getattr(r, "stage", "") == "stage 1"
+        color = EXPLORATORY_COLOR if exploratory else VERDICT_COLORS.get(r.verdict_holm, "0.3")
+        drawn.add("exploratory" if exploratory else r.verdict_holm)
 
         def segment(lo: float, hi: float, **kw: Any) -> None:
             a = -math.inf if not math.isfinite(lo) else lo / k
@@ -155,6 +156,9 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
     ax.set_xlabel("effect (nats of test loss" + ("; learning-rate parts: log2(lr) / 10" if lr_parts else "") + ")")
     handles = [Line2D([], [], color=c, marker="o", linewidth=1.4, label=f"{v} (95% interval)")
                for v, c in VERDICT_COLORS.items() if v in drawn and v != "not run"]
+    if "exploratory" in drawn:
+        handles.append(Line2D([], [], color=EXPLORATORY_COLOR, marker="o", linewidth=1.4,
+                              label="stage 1, exploratory (rates chosen on these seeds)"))
     if "holm" in drawn:
         handles.append(Patch(fill=False, edgecolor="black", linewidth=0.9, label="adjusted interval (step-down level)"))
     if "margin" in drawn:
@@ -170,16 +174,44 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
     return fig
 
 
+def ladder_figure(ladder: "pd.DataFrame") -> "Figure":
+    """Each part's gap (95% interval) against its model size's non-embedding parameters (log axis), with the
+    weighted line whose slope the page quotes; titled directional."""
+    import numpy as np
+
+    from cemctl.report import style
+
+    groups = list(ladder.groupby(["claim", "part", "scale"], sort=False))
+    fig, (ax,) = style.new_figure(1, panel_w=7.5, panel_h=4.2)
+    for i, ((claim, part, _), g) in enumerate(groups):
+        color = f"C{i % 10}"
+        x = g["params_non_embedding"].to_numpy(float)
+        y = g["effect"].to_numpy(float)
+        lo, hi = g["ci95_low"].to_numpy(float), g["ci95_high"].to_numpy(float)
+        ax.errorbar(x * (1 + 0.02 * (i - len(groups) / 2)), y, yerr=[y - lo, hi - y], fmt="o", color=color,
+                    capsize=3, label=f"{claim}. {part}"[:70])
+        slope = float(g["slope_per_doubling"].iloc[0])
+        if math.isfinite(slope):
+            lx = np.log2(x)
+            w = 1 / np.maximum(((hi - lo) / 3.92) ** 2, 1e-12)
+            mx, my = float(np.sum(w * lx) / np.sum(w)), float(np.sum(w * y) / np.sum(w))
+            grid = np.linspace(lx.min(), lx.max(), 20)
+            ax.plot(2 ** grid, my + slope * (grid - mx), color=color, linewidth=1, alpha=0.7)
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("non-embedding parameters")
+    ax.set_ylabel("gap (nats of test loss)")
+    style.suptitle(fig, "The gap against model size (directional: a trend over this range, not a forecast)")
+    ax.legend(fontsize=7, frameon=False, loc="best")
+    return fig
+
+
 def _fmt(v: float, digits: int = 4) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if math.isinf(v):
         return "+inf" if v > 0 else "-inf"
     return f"{v:+.{digits}f}"
-
-
-def _interval(lo: float, hi: float) -> str:
-    return f"[{_fmt(lo)}, {_fmt(hi)}]" if math.isfinite(lo) or math.isfinite(hi) else ""
 
 
 def code_summary(runs: "pd.DataFrame") -> str:
@@ -198,7 +230,11 @@ def code_notes(engine: Any, runs: "pd.DataFrame", parts: "pd.DataFrame") -> list
 
     notes: list[str] = []
     used = sorted({rid for ids in parts.get("runs", []) for rid in str(ids or "").split(",") if rid})
-    stale = outdated_runs(engine, used)
+    if "outdated" in runs.columns:  # the record's judgement (`cemctl.records`): not judged a second time
+        flags = dict(zip(runs["run_id"].astype(str), runs["outdated"]))
+        stale = [rid for rid in used if flags.get(rid) is True]
+    else:
+        stale = list(outdated_runs(engine, used))
     if stale:
         notes.append(outdated_note(len(stale)).replace("were trained", "used here were trained")
                      .replace("was trained", "used here was trained"))
@@ -213,12 +249,6 @@ def code_notes(engine: Any, runs: "pd.DataFrame", parts: "pd.DataFrame") -> list
     return notes
 
 
-def _df(d: Any, method: str) -> str:
-    if method == "bootstrap":
-        return "boot"
-    return f"{d:.1f}".rstrip("0").rstrip(".") if isinstance(d, (int, float)) and math.isfinite(d) else "-"
-
-
 def _seeds(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
@@ -229,159 +259,282 @@ def _power_cell(r: Any) -> str:
     """'25 (14-100)': seeds per arm for 80% power at the part's adjusted level, over the 80% interval of its s.d."""
     need = getattr(r, "seeds_for_80pct_power", None)
     lo, hi = _seeds(getattr(r, "seeds_low", None)), _seeds(getattr(r, "seeds_high", None))
-    main = _seeds(need) or ("> 1000" if getattr(r, "method", "") not in ("", "bootstrap") else "")
+    main = _seeds(need)
     if not main:
         return ""
     return main + (f" ({lo or '?'}-{hi or '> 1000'})" if lo or hi else "")
 
 
+def evidence(row: Any) -> str:
+    """confirmatory / exploratory (why), the one mark the page, the terminal and the dashboard show per part."""
+    declared = str(getattr(row, "declared", "") or "")
+    stage = str(getattr(row, "stage", ""))
+    if stage == "stage 1":
+        return "exploratory (rates chosen on these seeds)"
+    if declared.startswith("confirmatory"):
+        return declared
+    if declared.startswith("exploratory"):
+        return declared
+    return "exploratory (" + (declared or "not registered") + ")"
+
+
+def verdict_text(r: Any) -> str:
+    """'not close: contradicted (adjusted)', 'exploratory: not close', 'not run: why'."""
+    if r.verdict == "not run":
+        why = str(getattr(r, "why_not_run", "") or "")
+        return "not run" + (f": {why}" if why else "")
+    if r.stage == "stage 1":
+        return f"exploratory: {r.label}"
+    return f"{r.label_holm}: {r.verdict_holm}" if r.verdict_holm in DECIDED else \
+        f"{r.verdict_holm} ({r.label} before the adjustment)" if r.label not in ("inconclusive", "not run") \
+        else r.verdict_holm
+
+
+DECIDED = ("holds", "contradicted")
+
+
+def _trend(r: Any) -> str:
+    t = getattr(r, "trend", math.nan)
+    text = effect_text(t, getattr(r, "trend_low", math.nan), getattr(r, "trend_high", math.nan)) \
+        if isinstance(t, float) and math.isfinite(t) else "-"
+    conv = str(getattr(r, "convergence", "") or "")
+    return f"{text}; {conv}" if conv and text != "-" else (conv or text)
+
+
+def claim_lines(parts: "pd.DataFrame", verdicts: "pd.DataFrame") -> list[str]:
+    """One line per claim and scale: the verdict, the part that decides it (or the first) with its effect and
+    interval, the scale, model size and seeds, and whether it is confirmatory."""
+    out = []
+    for v in verdicts.itertuples():
+        g = parts[(parts["claim"].astype(str) == str(v.claim)) & (parts["scale"] == v.scale)]
+        if g.empty:
+            continue
+        lead = next((r for r in g.itertuples() if r.verdict_holm in DECIDED), None) or \
+            next((r for r in g.itertuples() if r.verdict != "not run"), None) or next(g.itertuples())
+        where = ", ".join(x for x in (v.scale or "-", str(getattr(lead, "model", "") or ""),
+                                      f"{int(lead.n)} seeds" if lead.n else "") if x)
+        unit = "" if lead.unit == "log2(lr)" and lead.stage == "stage 1" else f" {lead.unit}"
+        more = f" (+{len(g) - 1} more part{'s' if len(g) > 2 else ''})" if len(g) > 1 else ""
+        text = f"- **Claim {v.claim}** ({where}): **{v.verdict}**. {lead.part}: " + \
+            (effect_text(lead.effect, lead.ci95_low, lead.ci95_high, lead.unit) + unit
+             if lead.verdict != "not run" else "not run") + f", {evidence(lead)}{more}."
+        if lead.stage == "stage 1" and lead.verdict != "not run":
+            text += f" Confirm it: `cemctl confirm {lead.experiment} --scale {lead.scale}`."
+        out.append(text)
+    return out
+
+
 def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[tuple[str, str]], *,
-                    notes: Sequence[str] = (), robustness: "pd.DataFrame | None" = None) -> str:
+                    notes: Sequence[str] = (), robustness: "pd.DataFrame | None" = None,
+                    ladder: "pd.DataFrame | None" = None) -> str:
     from cem_core.names import printable
     from cemctl.report.tables import to_markdown
 
     out = ["# Does CEM hold up? The claims, decided", ""]
     out += [f"- **{k}**: {printable(v)}" for k, v in header]
-    out += ["", PLAN, "", "## Verdicts (adjusted for every part of the page)", ""]
-    out.append(to_markdown(claims[["claim", "scale", "verdict", "statement"]]).rstrip())
+    out += ["", "## The claims, one line each", ""] + [printable(x) for x in claim_lines(parts, claims)]
+    body = parts.assign(
+        evidence=[evidence(r) for r in parts.itertuples()],
+        effect=[effect_text(r.effect, r.ci95_low, r.ci95_high, r.unit) +
+                (f" {r.unit}" if r.unit != "log2(lr)" or r.stage != "stage 1" else "") if r.verdict != "not run"
+                else "" for r in parts.itertuples()],
+        verdict=[verdict_text(r) for r in parts.itertuples()],
+        trend=[_trend(r) for r in parts.itertuples()],
+        checks=["; ".join(x for x in (getattr(r, "robustness", ""), getattr(r, "sequential", ""),
+                                      f"rates {r.rates}" if getattr(r, "rates", "") else "") if x) or "-"
+                for r in parts.itertuples()],
+        part=[f"{r.part} ({r.scale})" if parts["scale"].nunique() > 1 else r.part for r in parts.itertuples()],
+    ).rename(columns={"effect": "effect [95% interval]", "verdict": "verdict (adjusted)",
+                      "trend": "gap trend per 10% of training (last third)"})
     out += ["", "## Every part", ""]
+    out.append(to_markdown(body[["claim", "part", "evidence", "effect [95% interval]", "verdict (adjusted)",
+                                 "gap trend per 10% of training (last third)", "checks"]]).rstrip())
+    out += ["", "`evidence`: `confirmatory` when the part's declaration was registered before any of its runs "
+            "finished (stage 2: on seeds that chose nothing), `exploratory` otherwise (a stage-1 row: the "
+            "contrast at rates chosen on its own seeds, never a verdict). `effect`: the first arm minus the second "
+            "(an interaction: the difference of differences), rounded to two significant digits of its interval's "
+            "half-width; `(-inf` / `+inf)`: open on that side (an arm's chosen rate at the edge of its profile). "
+            "`verdict (adjusted)`: the label and verdict after the step-down over every decisive part of the page. "
+            "`gap trend`: the contrast of the arms' validation-loss slopes over the last third of training, per "
+            "10% of the budget, with its 95% interval (negative: the gap moves toward the first arm), and whether "
+            "the fastest arm still falls faster than the margin. `checks`: the sign under other settings "
+            "(robustness rows below; the step size of a T >= 2 arm), the sequential looks, each arm's rate. "
+            "Everything else (p-values, levels, df, methods, runs) is in `claims.csv`."]
+    if "stage1_effect" in parts.columns and parts["stage1_effect"].notna().any():
+        both = parts[parts["stage1_effect"].notna()]
+        table = both.assign(
+            stage1=[f"{effect_text(r.stage1_effect, r.stage1_low, r.stage1_high)} at {r.stage1_rates}"
+                    for r in both.itertuples()],
+            stage2=[f"{effect_text(r.effect, r.ci95_low, r.ci95_high)} at {r.rates}" if r.verdict != "not run"
+                    else f"not run ({r.why_not_run})" for r in both.itertuples()])
+        out += ["", "## Stage 1 beside stage 2", "",
+                "Stage 1 chose the rates on its own seeds (exploratory); stage 2 decided on fresh seeds at those "
+                "rates (its row above).", ""]
+        out.append(to_markdown(table[["claim", "part", "confirmed_by", "stage1", "stage2"]].rename(
+            columns={"confirmed_by": "confirmation", "stage1": "stage 1 (exploratory)",
+                     "stage2": "stage 2"})).rstrip())
+    if ladder is not None and not ladder.empty:
+        lines = []
+        for (claim, part, scale), g in ladder.groupby(["claim", "part", "scale"], sort=False):
+            first = g.iloc[0]
+            gaps = "; ".join(f"{r.size} ({r.params_non_embedding / 1e6:.2g}M): "
+                             f"{effect_text(r.effect, r.ci95_low, r.ci95_high)}"
+                             + (f", Llama at {_ratio(r.compute_x, r.compute_x_low, r.compute_x_high)} its compute"
+                                if math.isfinite(r.compute_x) else "") for r in g.itertuples())
+            slope = effect_text(first.slope_per_doubling, first.slope_low, first.slope_high)
+            lines.append({"claim": claim, "part": part, "scale": scale, "gap per size": gaps,
+                          "slope per doubling of parameters": slope})
+        import pandas as pd
 
-    def col(name: str, default: Any = "") -> list[Any]:
-        return list(parts[name]) if name in parts.columns else [default] * len(parts)
-
-    table = parts.assign(
-        effect=[_fmt(v) for v in parts["effect"]],
-        ci95=[_interval(lo, hi) for lo, hi in zip(parts["ci95_low"], parts["ci95_high"])],
-        holm=[_interval(lo, hi) for lo, hi in zip(parts["holm_low"], parts["holm_high"])],
-        margin=[f"{m:.4f}" if math.isfinite(m) else "" for m in parts["margin"]],
-        p=[f"{p:.3g}" if math.isfinite(p) else "" for p in parts["p"]],
-        p_holm=[f"{p:.3g}" if math.isfinite(p) else "" for p in parts["p_holm"]],
-        df=[_df(d, m) for d, m in zip(parts["df"], parts["method"])],
-        at=col("at"), p_of=col("p_of"),
-        unadjusted=[f"{lab}: {v}" for lab, v in zip(parts["label"], parts["verdict"])],
-        adjusted=[f"{lab}: {v}" for lab, v in zip(parts["label_holm"], parts["verdict_holm"])],
-    )
-    cols = ["claim", "part"] + (["experiment"] if "experiment" in parts.columns else []) + ["scale", "at", "expect", "unit", "margin", "effect", "ci95", "method", "df", "n", "p",
-            "p_of", "unadjusted", "holm", "p_holm", "adjusted"]
-    if "seeds_for_80pct_power" in parts.columns:
-        table = table.assign(seeds_needed=[_power_cell(r) for r in parts.itertuples()])
-        cols.append("seeds_needed")
-    out.append(to_markdown(table[cols]).rstrip())
-    out += ["", "`at`: the primary contrast (`own optimum`: each arm at its own optimal learning rate; `lr x`: the "
-            "arms at that rate; `optima`: the optima's locations). `df`: the degrees of freedom of the part's t "
-            "test (Satterthwaite's for Welch; a sequential part's at its last look); `boot`: a bootstrap over "
-            "seeds, which has none. `p`: the smallest p-value over the part's label tests, and `p_of` names that "
-            "test: `lower` / `higher` the two-sided t test of the effect against 0, `close` the two one-sided "
-            "tests against -margin and +margin, `not close` the effect beyond the margin (for a sequential part, "
-            "the least level at which its alpha-spending boundaries are crossed at some look). `unadjusted`: "
-            "label and verdict at the part's own 95% interval; `adjusted`: after the step-down over the page "
-            "(the interval `holm` is at the level the part was decided at, `p_holm` its adjusted p-value). "
-            "`margin` in the part's unit. The runs each part used are listed in `claims.csv`."
-            + (" `seeds_needed`: seeds per arm for 80% power at the margin, at the part's adjusted level (in "
-               "brackets: at the ends of the 80% confidence interval of the s.d. it rests on)."
-               if "seeds_needed" in cols else "")]
-    checks = parts.assign(
-        variance=[f"{m} ({why})" if m else "" for m, why in zip(col("variance"), col("variance_rule"))],
-        other=[f"{a}: {_fmt(e)} {_interval(lo, hi)} {lab}".strip() if a and isinstance(e, float) and math.isfinite(e)
-               else (f"{a}: not run" if a else "") for a, e, lo, hi, lab in
-               zip(col("other_at"), col("other_effect", math.nan), col("other_low", math.nan),
-                   col("other_high", math.nan), col("other_label"))],
-        flag=["DIFFERS" if d is True else "" for d in col("disagree", False)],
-        converged=[(f"{c} ({f:+.4f} per 10%)" if isinstance(f, float) and math.isfinite(f) else c) if c else "-"
-                   for c, f in zip(col("convergence"), col("fall_per_10pct", math.nan))],
-        declared=[d or "-" for d in col("declared")],
-        design=[sq or "fixed" for sq in col("sequential")],
-        robustness=[r or "-" for r in col("robustness")],
-    )
-    out += ["", "## How each part was decided, and what checks it", ""]
-    out.append(to_markdown(checks[["claim", "part", "scale", "variance", "other", "flag", "robustness", "converged",
-                                   "declared", "design"]]).rstrip())
-    out += ["", "`variance`: the model and whether it was declared or follows the rule. `other`: the contrast that "
-            "is not primary (own optimum or fixed learning rate), with its 95% interval and label; `DIFFERS` where "
-            "its label differs from the primary one. `robustness`: whether the sign of the effect holds where the "
-            "runs hold the same contrast under another value of one key the part pins (the rows are below). "
-            "`converged`: the fastest fall of any arm's validation loss per 10% of the training budget at the end "
-            "of training (negative: still rising), against the part's margin. `declared`: when the part's "
-            "declaration was registered (at a launch) and whether results existed then. `design`: fixed, or the "
-            "looks of an until-decided launch."]
+        lo, hi = ladder["params_non_embedding"].min(), ladder["params_non_embedding"].max()
+        b = float(ladder["llama_per_compute_doubling"].iloc[0]) if "llama_per_compute_doubling" in ladder else math.nan
+        llama = (f"The Llama baseline's test loss falls {-b:.3g} nats per doubling of its training compute over these "
+                 "sizes." if math.isfinite(b) and b < 0 else
+                 "The Llama baseline's loss does not fall with its compute over these sizes (or it ran at one size): "
+                 "no compute equivalent.")
+        out += ["", "## The size ladder (directional)", "",
+                f"Each part's gap at each model size ({lo / 1e6:.2g}M-{hi / 1e6:.2g}M non-embedding parameters), "
+                "the weighted slope of the gap per doubling of parameters with its 95% interval, and the compute "
+                "at which the Llama baseline's loss (its line of test loss against log2 training FLOPs over the "
+                "sizes) would be as much higher: 'Llama at 0.8x its compute' means the arm matches Llama "
+                "trained on 0.8 of the compute (the interval is the gap's; the line's own error is not in it). "
+                "Directional: the slope says which way a gap moves over this range, not its size at 86M-162M, "
+                f"{86e6 / hi:.0f}x beyond the largest rung; small-scale proxies pick the large-scale winner in "
+                "about 80% of comparisons at best, and rankings can flip with scale. " + llama, ""]
+        out.append(to_markdown(pd.DataFrame(lines)).rstrip())
     if robustness is not None and not robustness.empty:
         rob = robustness.assign(setting=[f"{k}={v}" for k, v in zip(robustness["key"], robustness["value"])],
-                                effect=[_fmt(v) for v in robustness["effect"]],
-                                ci95=[_interval(lo, hi) for lo, hi in zip(robustness["ci95_low"],
-                                                                         robustness["ci95_high"])])
+                                effect=[effect_text(e, lo, hi) if lab != "not run" else "not run"
+                                        for e, lo, hi, lab in zip(robustness["effect"], robustness["ci95_low"],
+                                                                  robustness["ci95_high"], robustness["label"])])
         out += ["", "## Robustness: the same contrast under other settings", "",
                 "Secondary rows, each with its own 95% interval (not adjusted, not in the family): the part's "
-                "contrast with one key it pins set to another value the runs hold.", ""]
-        out.append(to_markdown(rob[["claim", "part", "scale", "setting", "effect", "ci95", "method", "n",
-                                    "label"]]).rstrip())
-    advice = [f"{r.claim}. {r.part} ({r.scale}): {r.advice}" for r in parts.itertuples()
-              if getattr(r, "advice", "")]
+                "contrast with one key it pins set to another value the runs hold; for a part with a T >= 2 arm, "
+                "the step size at the other of eta = 1 and 1/T (declared: `not run` says it is missing).", ""]
+        out.append(to_markdown(rob[["claim", "part", "scale", "setting", "effect", "n", "label"]].rename(
+            columns={"effect": "effect [95% interval]"})).rstrip())
+    advice = [f"{r.claim}. {r.part} ({r.scale}): {r.advice}" for r in parts.itertuples() if getattr(r, "advice", "")]
     if advice:
-        out += ["", "Extend the profile (learning rates to add to the grid; nothing was edited):", ""] + \
-            [f"- {printable(a)}" for a in advice]
+        out += ["", "Extend a profile before confirming (learning rates to add to the grid; nothing was edited):", ""] \
+            + [f"- {printable(a)}" for a in advice]
+    confirm = sorted({f"cemctl confirm {r.experiment} --scale {r.scale}" for r in parts.itertuples()
+                      if r.stage == "stage 1" and r.verdict != "not run"})
+    if confirm:
+        out += ["", "To decide the stage-1 parts (a confirmation grid on fresh seeds, registered before it trains):",
+                ""] + [f"- `{c}`" for c in confirm]
     why = [f"{r.claim}. {r.part} ({r.scale}): {r.why_not_run}" for r in parts.itertuples()
-           if getattr(r, "why_not_run", "") and not math.isfinite(r.effect)]
+           if getattr(r, "why_not_run", "") and r.verdict == "not run"]
     if why:
         out += ["", "Not run:", ""] + [f"- {printable(w)}" for w in why]
-    censored = [f"{r.claim}. {r.part}: an optimum is not bracketed (at the edge of its sweep or profile, in an end "
-                "interval, or next to a rate an extension added): the interval is open "
-                + ("on both sides" if r.censored == "both" else f"on the {r.censored} side")
-                for r in parts.itertuples() if r.censored]
-    if censored:
-        out += ["", "Censored optima:", ""] + [f"- {printable(n)}" for n in censored]
     if notes:
         out += ["", "Code versions:", ""] + [f"- {printable(n)}" for n in notes]
-    out += ["", "![claims](claims.png)", ""]
+    out += ["", PLAN, "", "![claims](claims.png)", ""]
     return "\n".join(out)
+
+
+def _ratio(x: float, lo: float, hi: float) -> str:
+    k = max(1, min(3, 1 - math.floor(math.log10(max(1e-9, (hi - lo) / 2))))) if math.isfinite(lo) and \
+        math.isfinite(hi) and hi > lo else 2
+    return f"{x:.{k}f}x [{lo:.{k}f}, {hi:.{k}f}]" if math.isfinite(lo) else f"{x:.{k}f}x"
 
 
 def val_slopes(engine: Any, runs: "pd.DataFrame") -> dict[str, float]:
     """Each finished run's change of the validation loss per 10% of its training budget at the end of training:
-    the least-squares slope over the evaluations in the last quarter of its steps (at least the last two)."""
+    the least-squares slope over the evaluations in the last third of its steps (at least the last two). One
+    query for the columns it needs, one vectorised pass (grouped sums), no per-run frame."""
     import numpy as np
-    import pandas as pd
+    from sqlalchemy import select
 
-    from cemctl.db.frames import metrics_frame
+    from cemctl.db.models import Metric
+    from cemctl.db.engine import read_session
 
     done = runs[runs["state"] == "done"] if "state" in runs.columns else runs
-    ids = [str(r) for r in done["run_id"]]
-    if not ids:
+    if done.empty:
         return {}
-    budget = "steps" if "steps" in done.columns else "total_steps"  # the result's steps, or the run's planned ones
-    total = {str(r): s for r, s in zip(done["run_id"], done.get(budget, pd.Series([None] * len(done))))}
-    frames = [metrics_frame(engine, ids[i:i + 500], kind="val") for i in range(0, len(ids), 500)]
-    metrics = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    out: dict[str, float] = {}
-    if metrics.empty:
-        return out
-    for rid, g in metrics.dropna(subset=["val_loss"]).groupby("run_id", sort=False):
-        steps = total.get(str(rid))
-        steps = float(steps) if steps is not None and not pd.isna(steps) and float(steps) > 0 else float(g["step"].max())
-        tail = g[g["step"] >= 0.75 * steps]
-        if len(tail) < 2:
-            tail = g.tail(2)
-        if len(tail) < 2 or tail["step"].nunique() < 2:
-            continue
-        slope = float(np.polyfit(tail["step"].astype(float), tail["val_loss"].astype(float), 1)[0])
-        out[str(rid)] = slope * 0.1 * steps
+    budget_col = "steps" if "steps" in done.columns else "total_steps"  # the result's steps, or the planned ones
+    budget = dict(zip(done["run_id"].astype(str), done[budget_col] if budget_col in done.columns else [None] * len(done)))
+    ids = list(budget)
+    rid, step, val = [], [], []
+    with read_session(engine) as s:
+        for i in range(0, len(ids), 500):
+            q = select(Metric.run_id, Metric.step, Metric.val_loss).where(
+                Metric.kind == "val", Metric.run_id.in_(ids[i:i + 500]), Metric.val_loss.is_not(None))
+            for r, st, v in s.execute(q):
+                rid.append(r)
+                step.append(st)
+                val.append(v)
+    if not rid:
+        return {}
+    names, codes = np.unique(np.asarray(rid).astype(str), return_inverse=True)
+    x, y = np.asarray(step, dtype=float), np.asarray(val, dtype=float)
+    ok = np.isfinite(y)
+    x, y, codes = x[ok], y[ok], codes[ok]
+    order = np.lexsort((x, codes))
+    x, y, codes = x[order], y[order], codes[order]
+    k = len(names)
+    last = np.zeros(k)
+    np.maximum.at(last, codes, x)
+    total = np.array([_budget(budget.get(str(n)), last[j]) for j, n in enumerate(names)])
+    start = np.searchsorted(codes, np.arange(k))
+    count = np.bincount(codes, minlength=k)
+    rank_from_end = (start + count)[codes] - np.arange(len(codes))  # 1 for each run's last evaluation
+    keep = (x >= total[codes] * (2 / 3)) | (rank_from_end <= 2)
+    x, y, c = x[keep], y[keep], codes[keep]
+    n = np.bincount(c, minlength=k).astype(float)
+    sx, sy = np.bincount(c, x, k), np.bincount(c, y, k)
+    sxx, sxy = np.bincount(c, x * x, k), np.bincount(c, x * y, k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        den = n * sxx - sx * sx
+        slope = (n * sxy - sx * sy) / den
+    out = {}
+    for j, name in enumerate(names):
+        if n[j] >= 2 and den[j] > 1e-12 * max(1.0, n[j] * sxx[j]):
+            out[str(name)] = float(slope[j]) * 0.1 * total[j]
     return out
 
 
+def _budget(steps: Any, last_step: float) -> float:
+    try:
+        v = float(steps)
+    except (TypeError, ValueError):
+        return float(last_step)
+    return v if math.isfinite(v) and v > 0 else float(last_step)
+
+
 def gather_claims(engine: Any) -> list[Any]:
-    """Every recorded experiment's [[claim]] tables; parts of one claim id from several grids are one claim."""
+    """Every recorded experiment's [[claim]] tables; parts of one claim id from several grids are one claim; a
+    confirmation grid's part ([confirm], stage 2) is attached to the part it confirms (the same claim and name in
+    the experiment its [confirm] names) rather than listed again, or listed as its own part where that part is
+    gone."""
     from cemctl.db.runs import list_experiments
     from cemctl.grid.claims import ClaimSpec, recorded_claims
 
     merged: dict[str, ClaimSpec] = {}
+    confirming: list[tuple[Any, Any]] = []
     for exp in list_experiments(engine):
         for claim in recorded_claims(exp.grid_text, exp.grid_path or exp.name):
             for part in claim.parts:
                 part.source = exp.name
+            if claim.parts and claim.parts[0].confirm is not None:
+                confirming.append((claim, exp))
+                continue
             if claim.id in merged:
                 merged[claim.id].parts += claim.parts
             else:
                 claim.source = exp.name
                 merged[claim.id] = claim
+    for claim, exp in confirming:
+        target = merged.get(claim.id)
+        for part in claim.parts:
+            stage1 = next((p for p in (target.parts if target else []) if p.name == part.name
+                           and p.source == part.confirm.of), None)
+            if stage1 is not None:
+                stage1.confirmation = part
+            elif target is not None:
+                target.parts.append(part)
+            else:
+                claim.source = exp.name
+                merged[claim.id] = target = ClaimSpec(claim.id, claim.statement, [part], source=exp.name)
     return sorted(merged.values(), key=lambda c: (not c.id.isdigit(), int(c.id) if c.id.isdigit() else 0, c.id))
 
 
@@ -389,12 +542,10 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                   runs_root: Path | str | None = None, sync: bool = True, power: bool = False,
                   formats: tuple[str, ...] = ("png", "pdf")) -> ClaimsResult:
     from cemctl.db.engine import is_readonly, open_existing_db
+    from cemctl.db.runs import resolve_runs_root
     from cemctl.records import load_records
     from cemctl.report.claims import claim_verdicts, evaluate_page
     from cemctl.services.claim_plans import declared_labels, load_designs
-    from cemctl.report.index import git_commit
-
-    from cemctl.db.runs import resolve_runs_root
 
     engine = open_existing_db(db_url)
     if runs_root is not None:
@@ -418,13 +569,15 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                          slopes=val_slopes(engine, runs), declared=declared_labels(runs_root, claims),
                          designs=load_designs(runs_root, scale))
     parts = page.parts
-    parts["next"] = [f"cemctl launch {r.experiment} --scale {r.scale}" if r.verdict == "not run" and r.scale else ""
-                     for r in parts.itertuples()]
+    parts["evidence"] = [evidence(r) for r in parts.itertuples()]
+    parts["next"] = [f"cemctl launch {r.experiment} --scale {r.scale}" if r.verdict == "not run" and r.scale
+                     and not isinstance(getattr(r, "error", None), str) else "" for r in parts.itertuples()]
     verdicts = claim_verdicts(parts)
-    result = ClaimsResult(parts, verdicts, robustness=page.robustness)
+    result = ClaimsResult(parts, verdicts, robustness=page.robustness, ladder=page.ladder)
     result.code_notes = code_notes(engine, runs, parts)
     if out_dir is None:
         return result
+    from cemctl.report.index import git_commit
     from cemctl.report.outdir import check_output_dir, new_build_dir, swap_in
     from cemctl.report.tables import write_csv
 
@@ -440,17 +593,24 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                   ("grids (sha256)", grids or "-"),
                   ("model code", code_summary(runs))]
         (tmp / "claims.md").write_text(claims_markdown(parts, verdicts, header, notes=result.code_notes,
-                                                       robustness=page.robustness))
+                                                       robustness=page.robustness, ladder=page.ladder))
         csv_cols = [c for c in CSV_COLUMNS if c in parts.columns] + \
             [c for c in ("seeds_for_80pct_power", "seeds_unadjusted", "seeds_low", "seeds_high", "next")
              if c in parts.columns]
         write_csv(page.robustness, tmp / "claims_robustness.csv")
+        if page.ladder is not None and not page.ladder.empty:
+            write_csv(page.ladder, tmp / "claims_ladder.csv")
         write_csv(parts[csv_cols], tmp / "claims.csv")  # text cells with their control characters escaped
         write_csv(verdicts, tmp / "claims_summary.csv")
         fig = claims_figure(parts)
         for fmt in formats:
             fig.savefig(tmp / f"claims.{fmt}", dpi=150, format=fmt)
         fig.clear()
+        if page.ladder is not None and not page.ladder.empty:
+            lad = ladder_figure(page.ladder)
+            for fmt in formats:
+                lad.savefig(tmp / f"claims_ladder.{fmt}", dpi=150, format=fmt)
+            lad.clear()
         swap_in(tmp, out, what="claims")
     finally:
         if tmp.exists():

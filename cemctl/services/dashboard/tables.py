@@ -426,9 +426,18 @@ def metric_choices(records: Sequence[dict[str, Any]], meta: "ExperimentMeta | No
 
 # ----------------------------------------------------------------------------------------------- claims
 
+def _claims_key(src: "Source") -> str:
+    """The claims' cache key: with the database's state (`Source.cached`), the state of the registrations and
+    designs beside the runs, which the page reads too."""
+    from cemctl.services.claim_plans import state_token
+
+    return f"claims:{state_token(src.runs_root)}"
+
+
 def claims_result(src: "Source") -> Any:
     """`cemctl.services.claims.claims_report` on the read-only database (no sync, nothing written), cached per
-    state of the database; None when no recorded grid declares a claim or no run is recorded."""
+    state of the database and the claims files; None when no recorded grid declares a claim or no run is
+    recorded."""
     def compute() -> Any:
         from cemctl.services.claims import claims_report
 
@@ -437,13 +446,13 @@ def claims_result(src: "Source") -> Any:
         except CemError:
             return None
 
-    return src.cached("claims", compute)
+    return src.cached(_claims_key(src), compute)
 
 
 def claims_by_experiment(src: "Source", compute: bool = True) -> dict[str, str]:
     """{experiment: '2 holds, 1 inconclusive'}: the adjusted verdicts (docs/claims.md) of the claim parts it declares (with
     `compute=False`: only if the claims of this state of the database were computed already, else {})."""
-    result = claims_result(src) if compute else src.peek("claims")
+    result = claims_result(src) if compute else src.peek(_claims_key(src))
     if result is None or result.parts.empty or "experiment" not in result.parts.columns:
         return {}
     out: dict[str, str] = {}
@@ -493,22 +502,33 @@ def claim_parts(src: "Source", experiment: str | None = None) -> list[ClaimPart]
     def f(v: Any, digits: int = 4) -> str:
         return f"{v:+.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else ""
 
+    from cemctl.report.claims import effect_text
+
     out = []
     for r in parts.to_dict("records"):
         lo, hi = r.get("ci95_low"), r.get("ci95_high")
         hlo, hhi = r.get("holm_low"), r.get("holm_high")
         df = r.get("df")
+        # the page's text (`cemctl claims`): rounded to what the interval supports, open where open; a part not
+        # evaluated says why; the evidence mark (confirmatory / exploratory) with the method
+        why = r.get("why_not_run") if isinstance(r.get("why_not_run"), str) else ""
+        text = effect_text(_finite(r.get("effect")), _finite(lo, True), _finite(hi, True), str(r.get("unit", "")))
         out.append(ClaimPart(
             str(r.get("claim", "")), str(r.get("part", "")), str(r.get("scale", "")), str(r.get("expect", "")),
-            f(r.get("effect")), f"[{f(lo)}, {f(hi)}]" if f(lo) or f(hi) else "",
+            text.split(" ", 1)[0] if r.get("verdict") != "not run" else "",
+            (text.split(" ", 1)[1] if " " in text else "") if r.get("verdict") != "not run" else f"not run: {why}",
             f"[{f(hlo)}, {f(hhi)}]" if f(hlo) or f(hhi) else "",
-            str(r.get("method", "")) + (f", df {df:.0f}" if isinstance(df, float) and math.isfinite(df) else ""),
+            "; ".join(x for x in (str(r.get("evidence", "")), str(r.get("method", "")) + (
+                f", df {df:.0f}" if isinstance(df, float) and math.isfinite(df) else "")) if x),
             str(r.get("n", "")), str(r.get("verdict_holm", "")),
             _finite(lo), _finite(hi), _finite(r.get("effect")), _finite(r.get("margin")), str(r.get("unit", ""))))
     return out
 
 
-def _finite(v: Any) -> float:
+def _finite(v: Any, open_: bool = False) -> float:
+    """v as a float, NaN when not finite (`open_`: an infinite end of an interval open on that side is kept)."""
+    if open_ and isinstance(v, (int, float)) and math.isinf(v):
+        return float(v)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
 

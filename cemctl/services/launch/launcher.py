@@ -267,6 +267,10 @@ def launch(
     runs_root = resolve_runs_root(engine, runs_root).resolve()
     if not req.dry_run:  # the jobs import the plugin copy: it is what the sources are now
         refresh_plugin_copy(runs_root)
+    if not req.dry_run and Path(str(req.target)).is_file():  # a registered confirmation design is never edited
+        from cemctl.services.claim_plans import check_confirm_grid
+
+        check_confirm_grid(engine, req.target, runs_root, req.scale)
     target = resolve_target(engine, url, runs_root, req)
     if not req.dry_run:  # the claims' declarations, registered before their runs (cemctl.services.claim_plans)
         from cemctl.services.claim_plans import register_claims

@@ -5,25 +5,24 @@
 
 The loop (the statistics: `cemctl.report.sequential`; docs/claims.md):
 
-1. launch the grid as it is (its seeds), through the ordinary launcher;
+1. launch the grid as it is (its seeds; a confirmation grid: the first 3 of its registered seeds), through the
+   ordinary launcher;
 2. record a look: the finished runs at the scale, in `<runs>/.claims/sequential/<experiment>@<scale>.json`
    with the design (alpha, spending, the seed cap N, the experiment's parts) fixed at the first look;
 3. evaluate every claim of the page at the scale (`cemctl.report.claims.evaluate_page`: this experiment's
    parts over their looks with alpha spending, the step-down over every part);
-4. decide (`cemctl.report.sequential.next_round`, pure): stop when every part of the experiment is decided or
-   cannot be decided by more seeds (an own-optimum arm whose planned lr profile has fewer than 3 rates: the stop
-   says which rates to add), when the next round would pass the seed cap or the budget of run-hours; otherwise
-   bring the arms of the undecided parts (each learning rate of an own-optimum profile is an arm) to
-   `round_seeds` more seeds and launch only those runs (the plan records only them), then go to 2. An
-   own-optimum arm whose optimum is not bracketed (at the edge of its profile, or between its two outermost rates:
-   `cemctl.report.tuned.edge_side`; or with only one rate beyond it on a side an extension reached: provisional)
-   gets the next half-octave rate beyond that edge in the same round (`Profiles`: an `--axis train.lr=...` of the round's plan, recorded in the design), also when its other
-   rates are at the seed cap: then the round trains only the new rate, at the cap's seeds.
+4. decide (`cemctl.report.sequential.next_round`, pure): stop when every part of the experiment is decided, when
+   the next round would pass the seed cap or the budget of run-hours; otherwise bring the arms of the undecided
+   parts to `round_seeds` more seeds and launch only those runs (the plan records only them), then go to 2.
 
-Only the local executor waits for its runs, so only it can run rounds. The budget is a total over every session
-of the design: each round's runs (round 0: the grid's own launch) are recorded in the design with their
-run-hours (their own wall times), and a round is not started if its estimate (its runs x the mean wall time of
-the finished runs) would take the recorded total past it. The last `--budget-hours` given holds until another is.
+The parts it decides are the decisive ones: fixed parts and a confirmation grid's (stage 2); a stage-1 part
+(each arm's rate chosen on its own seeds) is exploratory and never decided by more of the same seeds
+(`cemctl confirm` makes its stage 2). A confirmation grid's rounds take its registered seeds in order,
+never a stage-1 seed, and its cap is their number. Only the local executor waits for its runs, so only it can run
+rounds. The budget is a total over every session of the design: each round's runs (round 0: the grid's own
+launch) are recorded in the design with their run-hours (their own wall times), and a round is not started if its
+estimate (its runs x the mean wall time of the finished runs) would take the recorded total past it. The last
+`--budget-hours` given holds until another is.
 """
 
 from __future__ import annotations
@@ -32,14 +31,14 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from cem_core.errors import CemError, ConfigError
+from cemctl.grid.kinds import DEFAULT_SCALE
 from cemctl.services.launch.launcher import LaunchRequest, launch
 
 ROUND_SEEDS = 2
 DEFAULT_MAX_SEEDS = 16
-CANNOT = "cannot be decided by more seeds"
 
 
 @dataclass
@@ -55,7 +54,7 @@ class Round:
 class UntilDecidedReport:
     experiment: str
     scale: str
-    stop: str = ""  # decided | cannot be decided by more seeds | seed cap | budget | nothing to run
+    stop: str = ""  # decided | seed cap | budget | nothing to run
     message: str = ""
     rounds: list[Round] = field(default_factory=list)
     seeds: dict[str, int] = field(default_factory=dict)  # arm label -> finished seeds
@@ -63,8 +62,6 @@ class UntilDecidedReport:
     session_hours: float = 0.0  # of those, this invocation's
     parts: Any = None  # the last page's rows of this experiment's parts
     design_path: Path | None = None
-    blocked: dict[str, str] = field(default_factory=dict)  # part -> why more seeds cannot decide it
-    extended: list[str] = field(default_factory=list)  # the profile extensions this invocation made
 
     def summary(self) -> str:
         return (f"{self.experiment} ({self.scale}): stopped after {len(self.rounds)} round"
@@ -90,11 +87,15 @@ def _planned_arms(plan_runs: list[Any]) -> dict[str, dict[str, Any]]:
 
 
 def _part_arms(part: Any, arms: dict[str, dict[str, Any]]) -> list[str]:
-    from cemctl.grid.claims import LR, SWEEP_STATISTICS, selector_matches
+    """The planned arms a decisive part compares (a confirmation part: each arm at its registered rate)."""
+    from cemctl.grid.claims import selector_matches
 
-    free = part.tuned or part.statistic in SWEEP_STATISTICS
-    selectors = [{k: v for k, v in sel.items() if not (free and k == LR)} for sel in part.arms]
-    return sorted(key for key, cfg in arms.items() if any(selector_matches(cfg, sel) for sel in selectors))
+    out = []
+    for key, cfg in arms.items():
+        selectors = part.selectors_at(str(cfg.get("model.size"))) if part.rates is not None else part.arms
+        if any(selector_matches(cfg, sel) for sel in selectors or []):
+            out.append(key)
+    return sorted(out)
 
 
 def _has_grid_file(exp: Any) -> bool:
@@ -132,14 +133,14 @@ def until_decided(req: LaunchRequest, url: str, runs_root: Path | str, **kw: Any
         return _until_decided(req, url, runs_root, **kw)
 
 
-def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_seeds: int = DEFAULT_MAX_SEEDS,
+def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_seeds: int | None = None,
                   budget_hours: float | None = None, round_seeds: int = ROUND_SEEDS, alpha: float = 0.05,
                   launch_fn: Callable[..., Any] = launch, on_round: Callable[[str], None] | None = None,
                   on_launch: Callable[[Any], None] | None = None, launch_kw: dict[str, Any] | None = None
                   ) -> UntilDecidedReport:
     """Launch the experiment, then rounds of seeds for the arms of its undecided parts until every part is
-    decided (or cannot be decided by more seeds), the seed cap or the budget is reached (see the module
-    docstring)."""
+    decided, the seed cap or the budget is reached (see the module docstring). `max_seeds`: the cap (default 16;
+    a confirmation grid's is its registered seed count, and a design started with a cap keeps it)."""
     from cemctl.db.engine import open_db
     from cemctl.db.runs import get_experiment, resolve_runs_root
     from cemctl.report.claims import evaluate_page
@@ -153,23 +154,50 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
                           "at once (use the local executor)")
     if req.dry_run:
         raise ConfigError("--until-decided", "decides from results; it has no dry run (plan with --dry-run first)")
-    if not 3 <= max_seeds <= 1000:
+    if max_seeds is not None and not 3 <= max_seeds <= 1000:
         raise ConfigError("--max-seeds", f"must be from 3 to 1000, got {max_seeds}")
     if budget_hours is not None and not budget_hours > 0:
         raise ConfigError("--budget-hours", f"must be a positive number of run-hours, got {budget_hours}")
     say = on_round or (lambda line: None)
     kw = dict(launch_kw or {})
     session = time.time()
-    if not Path(str(req.target)).is_file():  # a name: refuse before launching anything if its grid is no file here
+    # everything that can refuse is checked before the first launch trains anything
+    known = _known_experiment(url, req)
+    if known is not None and not _has_grid_file(known):
+        raise CemError(no_grid_file(str(req.target), known.grid_path))
+    grid = Path(str(req.target)) if Path(str(req.target)).is_file() else (
+        grid_path(known.grid_path) if known is not None else None)
+    scale = req.scale or (known.scale if known is not None else None) or DEFAULT_SCALE
+    spec = _spec(grid, scale, req) if grid is not None else None
+    confirm = spec.confirm if spec is not None else None
+    grid_seeds = list(spec.seeds) if spec is not None and spec.seeds is not None else [0]
+    if confirm is not None:
+        if max_seeds is not None and max_seeds != len(grid_seeds):
+            raise ConfigError("--max-seeds", f"a confirmation grid's cap is its registered seeds ({len(grid_seeds)} in "
+                              f"{grid}); give --max-seeds {len(grid_seeds)} or leave it out")
+        max_seeds = len(grid_seeds)
+        if req.seeds is not None or req.add_seeds:
+            raise ConfigError("--seeds", "a confirmation grid trains its registered seeds, in order; its rounds choose "
+                              "how many (leave --seeds and --add-seeds out)")
+    record = None
+    if spec is not None:
         from cemctl.db.engine import DatabaseError, open_existing_db
 
         try:
-            known = get_experiment(open_existing_db(url), str(req.target))
+            root0 = resolve_runs_root(open_existing_db(url), runs_root)
         except DatabaseError:
-            known = None
-        if known is not None and not _has_grid_file(known):
-            raise CemError(no_grid_file(str(req.target), known.grid_path))
-    first = launch_fn(req, url, runs_root, **kw)
+            root0 = Path(runs_root)
+        record = read_design(root0, spec.name, scale)
+    if record is not None and max_seeds is not None and int(record["design"].get("max_seeds", -1)) != max_seeds:
+        raise ConfigError("--max-seeds", f"the until-decided design of {spec.name} ({scale}) was started with "  # type: ignore[union-attr]
+                          f"--max-seeds {record['design']['max_seeds']}; its alpha spending is planned for that "
+                          "cap, so give the same (or leave it out)")
+    if max_seeds is None:
+        max_seeds = int(record["design"]["max_seeds"]) if record is not None else DEFAULT_MAX_SEEDS
+    first_req = req
+    if confirm is not None:
+        first_req = dataclasses.replace(req, seeds=grid_seeds[:min(3, len(grid_seeds))], add_seeds=0)
+    first = launch_fn(first_req, url, runs_root, **kw)
     if on_launch is not None:
         on_launch(first)
     experiment = first.experiment
@@ -180,21 +208,16 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
     if exp is None or not _has_grid_file(exp):
         raise CemError(no_grid_file(experiment, exp.grid_path if exp is not None else ""))
     scale = req.scale or exp.scale
-    claims = [c for c in gather_claims(engine) if any(p.source == experiment for p in c.parts)]
-    # an lr_optimum part (a bootstrap over seeds) has no sequential analysis: it is decided on the runs there are
-    # and gets no seeds from the loop (its arms are whole sweeps)
-    family = [(experiment, c.id, p.name) for c in claims for p in c.parts
-              if p.source == experiment and p.statistic != "lr_optimum"]
-    specs = {f"{c.id}. {p.name}": p for c in claims for p in c.parts if (experiment, c.id, p.name) in family}
+    claims = gather_claims(engine)
+    specs = {f"{c.id}. {p.name}": p for c in claims for q in c.parts for p in (q, q.confirmation)
+             if p is not None and p.source == experiment and not p.chooses}
+    family = [(experiment, key.split(". ", 1)[0], p.name) for key, p in specs.items()]
     report = UntilDecidedReport(experiment, scale)
     if not family:
         raise CemError(f"launch --until-decided: {experiment!r} declares no [[claim]] part it can decide in rounds "
-                       "(an lr_optimum part is bootstrapped on the runs there are)")
+                       "(a part that chooses each arm's rate is decided by a confirmation on fresh seeds: `cemctl "
+                       f"confirm {experiment} --scale {scale}`)")
     record = read_design(root, experiment, scale)
-    if record is not None and int(record["design"].get("max_seeds", -1)) != max_seeds:
-        raise ConfigError("--max-seeds", f"the until-decided design of {experiment} ({scale}) was started with "
-                          f"--max-seeds {record['design']['max_seeds']}; its alpha spending is planned for that "
-                          "cap, so give the same")
     if record is None:
         record = {"design": {"experiment": experiment, "scale": scale, "alpha": alpha, "spending": SPENDING,
                              "max_seeds": max_seeds, "round_seeds": round_seeds, "budget_hours": budget_hours,
@@ -204,12 +227,11 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
         budget_hours = record["design"].get("budget_hours")
     record["design"]["budget_hours"] = budget_hours
     record.setdefault("rounds", [])
-    record.setdefault("extensions", [])
     _note_round(record, 0, None, sorted(launched_ids), session)
     grid = grid_path(exp.grid_path)
-    profiles = Profiles(grid, scale, req)
-    arms = profiles.arms(record)
+    arms = _planned_arms(_load(grid, scale, req, grid_seeds[:1]).runs)
     part_arms = {key: _part_arms(p, arms) for key, p in specs.items()}
+    stage1 = set(confirm.stage1_seeds) if confirm is not None else set()
     number = 0
     while True:
         runs = finished_runs(engine, scale)
@@ -222,61 +244,37 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
         report.session_hours = sum(walls.get(r, 0.0) for r in launched_ids) / 3600
         report.design_path = write_design(root, experiment, scale, record)
         page = evaluate_page(runs, gather_claims(engine), scales=[scale], designs=load_designs(root, scale))
-        mine = page.parts[[(experiment, str(r.claim), r.part) in family for r in page.parts.itertuples()]] \
+        mine = page.parts[[f"{r.claim}. {r.part}" in specs for r in page.parts.itertuples()]] \
             if not page.parts.empty else page.parts
         report.parts = mine
         rows = {f"{r.claim}. {r.part}": r for r in mine.itertuples()}
         decided = {k: r.label_holm not in ("inconclusive", "not run") for k, r in rows.items()}
-        # a part whose planned lr profile lacks rates cannot be decided by more seeds: it takes none
-        blocked = {k: why for k, p in specs.items() if not decided.get(k, False) and (why := _short_profile(p, arms))}
-        report.blocked = blocked
         seeds: dict[str, int] = {}
         for row in runs.to_dict("records") if not runs.empty else []:
-            key = _arm_key({k: v for k, v in _config(row).items() if k != "train.seed"})
+            cfg = _config(row)
+            if int(cfg.get("train.seed") or 0) in stage1:
+                continue  # a stage-1 run at a confirmed rate is not one of the confirmation's seeds
+            key = _arm_key({k: v for k, v in cfg.items() if k != "train.seed"})
             seeds[key] = seeds.get(key, 0) + 1
         hours_per_run = (sum(walls.values()) / len(walls) / 3600) if walls else 0.0
         labels = _labels(runs)
-
-        def decide(part_arms: dict[str, list[str]]) -> Any:
-            return next_round([{"key": k, "decided": decided.get(k, False), "blocked": blocked.get(k, ""),
-                                "arms": v} for k, v in part_arms.items()],
+        decision = next_round([{"key": k, "decided": decided.get(k, False), "arms": v} for k, v in part_arms.items()],
                               arm_seeds=seeds, max_seeds=max_seeds, round_seeds=round_seeds, spent_hours=spent,
                               budget_hours=budget_hours, hours_per_run=hours_per_run)
-
-        decision = decide(part_arms)
         report.seeds = {labels.get(a, a): seeds.get(a, 0) for a in sorted({a for v in part_arms.values() for a in v})}
-        # an own-optimum arm whose optimum is not bracketed: the round adds the next rate beyond that edge, also when
-        # its arms are at the seed cap (the new rate starts with none); a budget stop stays a stop
-        extra = [] if decision.stop not in ("", "seed cap") else \
-            [e for k in decision.undecided for e in profiles.extensions(k, specs[k], rows.get(k), arms)]
-        if extra:
-            wider = profiles.arms(record, extra)
-            wider_parts = {key: _part_arms(p, wider) for key, p in specs.items()}
-            wider_decision = decide(wider_parts)
-            if not wider_decision.stop:
-                arms, part_arms, decision = wider, wider_parts, wider_decision
-                number_next = number + 1
-                for e in extra:
-                    e.update(round=number_next, time=time.time())
-                    record["extensions"].append(e)
-                    report.extended.append(f"{e['part']}, arm {e['arm']}: train.lr = {e['lr']:g} "
-                                           f"(its optimum at or next to the {e['edge']} edge)")
-            else:
-                extra = []
         if decision.stop:
             report.stop, report.message = decision.stop, decision.message
             break
         number += 1
-        ext = "" if not extra else "; the profile extended with " + ", ".join(
-            f"train.lr = {e['lr']:g} (arm {e['arm']} of {e['part']})" for e in extra)
         say(f"round {number}: {len(decision.undecided)} part{'s' if len(decision.undecided) != 1 else ''} "
-            f"undecided; {decision.message}{ext}")
+            f"undecided; {decision.message}")
         wanted = set(decision.arms)
-        sub = dataclasses.replace(req, target=str(grid), scale=scale, seeds=list(range(decision.seeds)), add_seeds=0,
-                                  axes=profiles.axes(record),
-                                  keep_run=lambda pr, wanted=wanted: _arm_key(_planned_config(pr)) in wanted)
+        sub = dataclasses.replace(req, target=str(grid), scale=scale, seeds=_seed_list(grid_seeds, decision.seeds,
+                                                                                        confirm is not None),
+                                  add_seeds=0, keep_run=lambda pr, wanted=wanted: _arm_key(_planned_config(pr)) in wanted)
         # the round and its runs are on record before they train: a session that ends mid-round still counts them
-        entry = _note_round(record, number, decision.seeds, sorted(set(profiles.run_ids(sub)) - set(ids)), session)
+        planned = [pr.run_id for pr in _load(grid, scale, sub, sub.seeds).runs if sub.keep_run(pr)]
+        entry = _note_round(record, number, decision.seeds, sorted(set(planned) - set(ids)), session)
         report.design_path = write_design(root, experiment, scale, record)
         result = launch_fn(sub, url, runs_root, **kw)
         if on_launch is not None:
@@ -297,6 +295,42 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
                          "seeds": report.seeds, "spent_hours": report.spent_hours}
     report.design_path = write_design(root, experiment, scale, record)
     return report
+
+
+def _known_experiment(url: str, req: LaunchRequest) -> Any:
+    """The recorded experiment a name (not a grid file) launches, or None."""
+    from cemctl.db.engine import DatabaseError, open_existing_db
+    from cemctl.db.runs import get_experiment
+
+    if Path(str(req.target)).is_file():
+        return None
+    try:
+        return get_experiment(open_existing_db(url), str(req.target))
+    except DatabaseError:
+        return None
+
+
+def _spec(grid: Path, scale: str, req: LaunchRequest) -> Any:
+    from cemctl.grid.spec import parse_grid
+
+    return parse_grid(grid, scale)
+
+
+def _load(grid: Path, scale: str, req: LaunchRequest, seeds: list[int]) -> Any:
+    from cemctl.grid import load_grid
+
+    return load_grid(grid, scale, req.overrides, seeds=seeds, axes=req.axes)
+
+
+def _seed_list(grid_seeds: list[int], n: int, confirm: bool) -> list[int]:
+    """The first n seeds of a round: the grid's in order, then (an ordinary grid) the next integers after its
+    largest; a confirmation grid never goes past its registered seeds."""
+    out = list(grid_seeds[:n])
+    nxt = max(grid_seeds) + 1
+    while len(out) < n and not confirm:
+        out.append(nxt)
+        nxt += 1
+    return out
 
 
 def _note_round(record: dict[str, Any], number: int, seeds: int | None, runs: list[str], session: float
@@ -325,133 +359,6 @@ def _spent(record: dict[str, Any], walls: dict[str, float]) -> float:
         entry["hours"] = sum(walls.get(r, 0.0) for r in entry["runs"]) / 3600
         seen.update(entry["runs"])
     return sum(walls.get(r, 0.0) for r in seen) / 3600
-
-
-def _free_selectors(part: Any) -> list[dict[str, Any]]:
-    from cemctl.grid.claims import LR, SWEEP_STATISTICS
-
-    free = part.tuned or part.statistic in SWEEP_STATISTICS
-    return [{k: v for k, v in sel.items() if not (free and k == LR)} for sel in part.arms]
-
-
-def _rates(selector: dict[str, Any], arms: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
-    """{setting: the planned learning rates} of the arms a selector without train.lr matches."""
-    from cemctl.grid.claims import LR, selector_matches
-
-    out: dict[str, set[float]] = {}
-    for cfg in arms.values():
-        if selector_matches(cfg, selector):
-            out.setdefault(str(cfg.get("model.size", "")), set()).add(float(cfg.get(LR) or 0))
-    return {k: sorted(v) for k, v in out.items()}
-
-
-def _short_profile(part: Any, arms: dict[str, dict[str, Any]]) -> str:
-    """Why more seeds cannot decide an own-optimum part: an arm whose planned profile has fewer rates than a
-    profile needs (and the rates to add), else ''."""
-    from cemctl.grid.claims import MIN_PROFILE, profile_advice
-
-    if not part.tuned or part.statistic == "lr_optimum":
-        return ""
-    for k, selector in enumerate(_free_selectors(part)):
-        by_setting = _rates(selector, arms)
-        for setting, lrs in sorted(by_setting.items()):
-            if len(lrs) < MIN_PROFILE:
-                add = ", ".join(f"{v:g}" for v in profile_advice(lrs))
-                where = f" ({setting})" if len(by_setting) > 1 else ""
-                return (f"{CANNOT}: arm {k + 1}'s lr profile{where} has "
-                        f"{len(lrs)} learning rate{'s' if len(lrs) != 1 else ''} "
-                        f"({', '.join(f'{v:g}' for v in lrs)}): extend the profile with train.lr = {add}")
-    return ""
-
-
-class Profiles:
-    """The learning rates the loop plans: the grid's train.lr axis at the scale, and the rates it added beyond the
-    edge of an own-optimum arm's profile (recorded in the design as `extensions`, given to every round's plan as
-    `--axis train.lr=...`, so the experiment's plan key records them and `launch EXPERIMENT` relaunches the same
-    runs). A grid whose train.lr is not one of its axes (a zip or an [[extra]] sets it, or --set does) is not
-    extended: the claims page says which rates to add."""
-
-    def __init__(self, grid: Path, scale: str, req: LaunchRequest) -> None:
-        from cemctl.grid.claims import LR
-        from cemctl.grid.expand import add_axes
-        from cemctl.grid.spec import parse_grid
-
-        self.grid, self.scale, self.req = grid, scale, req
-        spec = parse_grid(grid, scale)
-        add_axes(spec, dict(req.axes), dict(req.overrides))
-        settable = LR in spec.axes and LR not in req.overrides and not any(
-            LR in z for z in spec.zips) and not any(LR in x.overrides or LR in x.axes for x in spec.extras)
-        self.lr_axis: list[float] | None = [float(v) for v in spec.axes[LR]] if settable else None
-
-    def axes(self, record: dict[str, Any], extra: Sequence[dict[str, Any]] = ()) -> dict[str, list[Any]]:
-        from cemctl.grid.claims import LR
-
-        added = [float(e["lr"]) for e in list(record.get("extensions", [])) + list(extra)]
-        if not added or self.lr_axis is None:
-            return dict(self.req.axes)
-        rates = sorted(set(self.lr_axis) | set(added))
-        return {**self.req.axes, LR: rates}
-
-    def run_ids(self, req: LaunchRequest) -> list[str]:
-        """The run ids a round's request plans (its seeds, axes and kept arms: the plan the launch makes)."""
-        from cemctl.grid import load_grid
-
-        plan = load_grid(self.grid, self.scale, req.overrides, seeds=req.seeds, axes=req.axes)
-        return [pr.run_id for pr in plan.runs if req.keep_run is None or req.keep_run(pr)]
-
-    def arms(self, record: dict[str, Any], extra: Sequence[dict[str, Any]] = ()) -> dict[str, dict[str, Any]]:
-        """The planned arms: the grid's, and each added rate for the arm it was added to (the --axis plans it for
-        every arm; the rounds launch only these)."""
-        import math
-
-        from cemctl.grid import load_grid
-        from cemctl.grid.claims import LR, selector_matches
-
-        added = list(record.get("extensions", [])) + list(extra)
-        plan = load_grid(self.grid, self.scale, self.req.overrides, seeds=[0], axes=self.axes(record, extra))
-        own = self.lr_axis or []
-
-        def kept(cfg: dict[str, Any]) -> bool:
-            lr = float(cfg.get(LR) or 0)
-            if any(math.isclose(lr, v, rel_tol=1e-9) for v in own):
-                return True
-            return any(math.isclose(lr, float(e["lr"]), rel_tol=1e-9) and selector_matches(cfg, e["selector"])
-                       for e in added)
-
-        return {k: cfg for k, cfg in _planned_arms(plan.runs).items() if kept(cfg)}
-
-    def extensions(self, key: str, part: Any, row: Any, arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-        """The rate beyond the edge each arm of an undecided own-optimum part sits at, where the profile the page
-        used reaches the planned edge and the grid plans the arm at the new rate (its [[exclude]] may not)."""
-        import math
-
-        from cemctl.grid.claims import LR, half_octave, selector_matches
-
-        if self.lr_axis is None or row is None or not part.tuned:
-            return []
-        edges, used = tuple(getattr(row, "edges", ()) or ()), tuple(getattr(row, "profiles", ()) or ())
-        out = []
-        for k, (where, selector) in enumerate(zip(edges, _free_selectors(part))):
-            if not where or k >= len(used) or not used[k]:
-                continue
-            edge = where.split()[-1]  # at the edge rate, or in the end interval ('near high'): not bracketed
-            planned = _rates(selector, arms)
-            if len(planned) != 1:
-                continue  # several sizes: the page gives no one profile
-            lrs = next(iter(planned.values()))
-            at = max(used[k]) if edge == "high" else min(used[k])
-            if not math.isclose(at, max(lrs) if edge == "high" else min(lrs), rel_tol=1e-9):
-                continue  # the planned edge has no finished profile yet: its seeds come first
-            new = half_octave(at, 1 if edge == "high" else -1)
-            entry = {"part": key, "arm": k + 1, "edge": edge, "lr": new, "from": at, "selector": selector}
-            try:
-                wider = self.arms({"extensions": [entry]})
-            except ConfigError:
-                continue
-            if any(selector_matches(cfg, selector) and math.isclose(float(cfg.get(LR) or 0), new, rel_tol=1e-9)
-                   for cfg in wider.values()):
-                out.append(entry)
-        return out
 
 
 def _config(row: dict[str, Any]) -> dict[str, Any]:
