@@ -150,9 +150,16 @@ def key_docs() -> list[KeyDoc]:
             kind = getattr(hints.get(f.name), "__name__", "str")
             default = f.default if f.default is not dataclasses.MISSING else None
             help_, rng, unit = _DOCS.get(key, ("", "", ""))
-            allowed = ", ".join(regs[key].names()) if key in regs else rng
+            allowed = ", ".join(regs[key].names()) if key in regs else _sizes() if key == "model.size" else rng
             out.append(KeyDoc(key, kind, default, help_, allowed, unit, tuple(readers.get(key, ()))))
     return out
+
+
+def _sizes() -> str:
+    """The size presets (`cem_core.sizes.SIZES`), as a wrong value's error lists them."""
+    from cem_core.sizes import SIZES
+
+    return ", ".join(SIZES)
 
 
 def key_doc(key: str) -> KeyDoc:

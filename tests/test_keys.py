@@ -149,3 +149,12 @@ def test_a_plugins_names_are_listed_once_it_is_loaded(tmp_path):
     rows = {r["key"]: r for r in json.loads(res.stdout)["config"]}
     assert "scalar" in rows["model.attn_precond"]["allowed"].split(", ")
 
+
+
+def test_keys_lists_the_sizes_a_model_size_takes(tmp_path):
+    """main listed no allowed values for model.size (only a wrong value's error named the sizes)."""
+    from cem_core.sizes import SIZES
+
+    res = cli(None, "keys", "model.size", cwd=tmp_path)
+    line = next(ln for ln in res.stdout.splitlines() if ln.strip().startswith("model.size"))
+    assert all(size in line for size in SIZES), line

@@ -6,6 +6,7 @@ finished without training, their times and hosts written as a trainer and an exe
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -59,5 +60,6 @@ def test_plan_estimates_cpu_time_from_the_runs_this_host_finished(tmp_path):
 def test_plan_says_when_gpu_hours_are_mostly_a_runs_fixed_cost(tmp_path):
     """main gave runs whose FLOPs differ by 38% the same 0.019 GPU-hours without saying why (a per-run floor)."""
     (tmp_path / "g.toml").write_text(tiny_grid("g", seeds="[0]"))
-    res = cli(tmp_path, "plan", str(tmp_path / "g.toml"), "--dry-run")
-    assert res.returncode == 0 and "mostly the fixed cost of a run on a GPU" in res.output, res.output
+    res = cli(tmp_path, "plan", str(tmp_path / "g.toml"), "--dry-run", env={"COLUMNS": "250"})
+    assert res.returncode == 0 and re.search(r"GPU-hours \(\d+% of it each run's fixed start, compilation and "
+                                             r"evaluation\)", res.output), res.output

@@ -335,3 +335,16 @@ def test_the_launch_table_keeps_the_axes_that_tell_runs_apart_once_losses_arrive
     assert "mlp" in header and "attention" in header and "kq_diagonal" not in header, header
     rows = [line.split()[1:4] for line in lines if line.startswith("r0000")]
     assert len({tuple(r) for r in rows}) == 3, rows
+
+
+def test_sort_takes_several_fields_and_never_keeps_only_the_last(project):
+    """main refused `--sort a,b` and kept only the last of `--sort a --sort b` without a word."""
+    ids = _ids(project)
+    cols = ["--columns", "run,attn_step_size,test", "--limit", "0"]
+    joined = cli(project, "status", "stepsize", *cols, "--sort", "attn_step_size,-test")
+    repeated = cli(project, "status", "stepsize", *cols, "--sort", "attn_step_size", "--sort", "-test")
+    assert joined.returncode == 0 and repeated.returncode == 0, joined.output + repeated.output
+    assert joined.stdout == repeated.stdout
+    rows = [ln.split() for ln in _rows(joined.stdout, ids) if LOSS4.search(ln)]
+    keys = [(float(r[1]), -float(r[2])) for r in rows]
+    assert len(rows) == 10 and keys == sorted(keys)  # by step size, then by test loss, highest first

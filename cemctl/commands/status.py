@@ -65,8 +65,10 @@ def register(app: typer.Typer) -> None:
         arms: bool = typer.Option(False, "--arms", help="One row per arm (every config value equal but the seed): "
                                   "seeds done, states, test loss mean +- s.d."),
         state: Optional[str] = typer.Option(None, "--state", help="Only runs in these states, e.g. failed,running."),
-        sort: Optional[str] = typer.Option(None, "--sort", help="Order runs by a field (ascending; -FIELD or "
-                                           "FIELD:desc for descending), e.g. --sort test."),
+        sort: Optional[List[str]] = typer.Option(None, "--sort", help="Order runs by a field (ascending; -FIELD or "
+                                                 "FIELD:desc for descending), e.g. --sort test; several: --sort "
+                                                 "attn_steps,-test or --sort attn_steps --sort -test (ties by the "
+                                                 "next)."),
         db: str = DbOption,
         runs: str = RunsDirOption,
         interval_s: float = typer.Option(2.0, "--interval-s", help="Refresh period of --watch, in seconds "

@@ -361,9 +361,7 @@ def plan_experiment(
         "cpu_gflops": cpu_gflops or DEFAULT_CPU_GFLOPS,
         "calibrated": calibrated,  # {"cpu": "the throughput of ... on cpu: ...", "gpu": ...}: what the hours used
     }
-    overhead = gpu_overhead_note(rows, plan)
-    if overhead:
-        report.notes.append(overhead)
+    report.totals["gpu_fixed_hours"] = gpu_fixed_hours(plan) if not calibrated.get("gpu") else 0.0
     return report
 
 
@@ -393,19 +391,14 @@ def calibrate(rows: list[dict[str, Any]], plan: Plan, cal: "Calibration | None",
     return out
 
 
-def gpu_overhead_note(rows: list[dict[str, Any]], plan: Plan) -> str:
-    """A line when the GPU-hours of some runs are mostly the fixed overhead a run pays (start, compilation,
-    evaluation: `cemctl.grid.estimate.GPU_RUN_OVERHEAD_S`): such runs read alike whatever their FLOPs."""
+def gpu_fixed_hours(plan: Plan) -> float:
+    """The part of the GPU-hours that is each run's fixed cost on a GPU whatever its FLOPs (start, compilation,
+    evaluation: `cemctl.grid.estimate.GPU_RUN_OVERHEAD_S`): plan says how much of the total it is, so that runs of
+    different sizes reading alike is explained."""
     from cemctl.grid.estimate import GPU_RUN_OVERHEAD_CEM_S, GPU_RUN_OVERHEAD_S, _has_cem
 
-    floor = {pr.run_id: (GPU_RUN_OVERHEAD_CEM_S if _has_cem(pr.config) else GPU_RUN_OVERHEAD_S) / 3600.0
-             for pr in plan.runs}
-    mostly = [r for r in rows if r["gpu_hours"] > 0 and floor.get(r["run_id"], 0) / r["gpu_hours"] > 0.5]
-    if not mostly:
-        return ""
-    return (f"note: the GPU-hours of {len(mostly)} of {len(rows)} runs are mostly the fixed cost of a run on a GPU "
-            f"({GPU_RUN_OVERHEAD_S:g} s, {GPU_RUN_OVERHEAD_CEM_S:g} s with CEM layers: start, compilation, "
-            "evaluation), so they read alike whatever their FLOPs")
+    return sum((GPU_RUN_OVERHEAD_CEM_S if _has_cem(pr.config) else GPU_RUN_OVERHEAD_S) for pr in plan.runs) / 3600.0
+
 
 def launch_estimate(db_url: str | None, run_dirs: list[Path], workers: int) -> str:
     """'estimate: about 6 min for 4 runs with 2 workers (at the throughput of 12 runs finished on this host ...)':

@@ -106,8 +106,11 @@ class PlanView:
         gpu_at = (f"at {cal['gpu']}" if cal.get("gpu") else f"at {t['gpu_tflops']:g} TFLOP/s x "
                   + (f"{t['mfu']:g} MFU" if t["mfu"] else "an MFU by model width from an H200"))
         cpu_at = f"at {cal['cpu']}" if cal.get("cpu") else f"at {t['cpu_gflops']:g} GFLOP/s per worker"
+        fixed = t.get("gpu_fixed_hours") or 0.0
+        share = (f" ({fixed / t['gpu_hours']:.0%} of it each run's fixed start, compilation and evaluation)"
+                 if t["gpu_hours"] and fixed / t["gpu_hours"] >= 0.25 else "")
         text = (f"total: {t['runs']} runs, {F.count(t['tokens'])} tokens, {F.count(t['train_flops'])} FLOPs, "
-                f"{F.hours(t['gpu_hours'])} GPU-hours {gpu_at}; "
+                f"{F.hours(t['gpu_hours'])} GPU-hours{share} {gpu_at}; "
                 + (f"not done yet: {F.hours(t['cpu_hours'])} CPU-hours {cpu_at}, "
                    + cpu_time_text(t["cpu_hours"], workers) if t["cpu_hours"] > 0 else "every run is done"))
         if plan.excluded:

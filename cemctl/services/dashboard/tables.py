@@ -96,7 +96,7 @@ class Selection:
 
         return parse_where(self.where, known)
 
-    def order(self) -> tuple[str, bool] | None:
+    def order(self) -> list[tuple[str, bool]] | None:
         from cemctl.services.status import parse_sort
 
         return parse_sort(self.sort) if self.sort else None
@@ -269,13 +269,13 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
     by its arm's name (the fewest keys that tell the arms apart, its whole configuration in the cell's tooltip) and
     its seed; the results come next, so that the numbers are in view on a laptop's screen."""
     from cemctl.records.progress import grid_eta_s
-    from cemctl.services.status import sort_records
+    from cemctl.services.status import sort_by
 
     _, runs = live_experiment(src, name, sel.scale, now)
     chosen = select(runs, sel)
     order = sel.order()
     if order:
-        chosen = sort_records(chosen, order[0], descending=order[1])
+        chosen = sort_by(chosen, order)
     shown = chosen
     note = ""
     if sel.limit and len(chosen) > sel.limit:

@@ -145,6 +145,26 @@ def _slurm_table(doc_text: str, source: str) -> dict[str, Any]:
     return slurm
 
 
+def _target_exists(req: "LaunchRequest", url: str) -> None:
+    """Refuse a target that names nothing before the database is opened (opening creates it): a grid file that is
+    not there (the packaged grids listed), or a name that is no grid file while there is no database to hold an
+    experiment of that name."""
+    from cemctl.grid.files import find_grid
+    from cemctl.services.targets import looks_like_file
+
+    if find_grid(req.target) is not None:
+        return
+    if looks_like_file(req.target):
+        from cemctl.services.plan import grid_path
+
+        grid_path(req.target)  # raises: no such grid file (packaged grids: ...)
+    if _dry_run_db(url) is None:
+        from cemctl.grid.files import packaged_grids
+
+        raise CemError(f"launch: {req.target!r} is no grid file and there is no results database yet to hold an "
+                       f"experiment of that name (a grid file, or a packaged grid: {', '.join(packaged_grids())})")
+
+
 def _dry_run_db(url: str) -> Any:
     """The results database if it exists (opened read-only where it cannot be written), else None."""
     from cemctl.db.engine import DatabaseError, open_existing_db
@@ -263,6 +283,7 @@ def launch(
     from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
     get_executor(req.executor)  # bad executor name: fail before planning anything
+    _target_exists(req, url)  # a grid file or experiment that is not there: one line, no database created
     engine = _dry_run_db(url) if req.dry_run else open_db(url)  # a dry run creates nothing
     runs_root = resolve_runs_root(engine, runs_root).resolve()
     if not req.dry_run:  # the jobs import the plugin copy: it is what the sources are now

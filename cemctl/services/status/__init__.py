@@ -6,8 +6,8 @@
     collect_status(engine, experiment=None) -> [ExperimentStatus]  # .runs: run records (cemctl.records); status_json(statuses) -> dict
 """
 
-from cemctl.services.status.collect import ExperimentStatus, collect_status, refresh, sort_records
+from cemctl.services.status.collect import ExperimentStatus, collect_status, refresh, sort_by, sort_records
 from cemctl.services.status.query import open_status_db, parse_sort, parse_states, status_json, status_snapshot
 
 __all__ = ["ExperimentStatus", "collect_status", "open_status_db", "parse_sort", "parse_states", "refresh",
-           "sort_records", "status_json", "status_snapshot"]
+           "sort_by", "sort_records", "status_json", "status_snapshot"]

@@ -62,22 +62,22 @@ class ExperimentStatus:
 
 def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0,
                    scale: str | None = None, runs_root: Path | str | None = None, states: Sequence[str] | None = None,
-                   where: Sequence[Any] = (), sort: tuple[str, bool] | None = None, fields: Sequence[str] = (),
+                   where: Sequence[Any] = (), sort: Sequence[tuple[str, bool]] | None = None, fields: Sequence[str] = (),
                    arms: bool = False, now: float | None = None) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
     The runs are the run records of `cemctl.records.load_records` (one per experiment and run; the runs no
     experiment links under "(no experiment)" when no experiment is named), of `scale` only when given, read
     with what `fields` (canonical field names: `cemctl.records.fields.resolve`), `where` (parsed conditions) and
-    `arms` need. `states` and `where` select runs; `counts` and `total` still cover every run. `sort`: (field,
-    descending), missing values last. `limit` > 0: at most `limit` runs each (without a sort: running, stale,
+    `arms` need. `states` and `where` select runs; `counts` and `total` still cover every run. `sort`: [(field,
+    descending), ...] (ties by the next), missing values last. `limit` > 0: at most `limit` runs each (without a sort: running, stale,
     failed, ... first, then grid order). Raises CemError for an unknown experiment (listing the known ones).
     """
     from cemctl.records import load_records
     from cemctl.records.fields import sources
     from cemctl.records.where import describe
 
-    wanted = set(sources([*fields, *(c.key for c in where), *([sort[0]] if sort else [])]))
+    wanted = set(sources([*fields, *(c.key for c in where), *(k for k, _ in (sort or ()))]))
     fast = limit > 0 and not where and not sort and not arms and states is None
     picked = None
     if fast:  # the counts by SQL, and only the runs shown read: a 10,000-run project costs what a small one does
@@ -135,7 +135,7 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
         if selection:
             exp.matching, exp.selection = len(exp.runs), " ".join(selection)
         if sort:
-            exp.runs = sort_records(exp.runs, sort[0], descending=sort[1])
+            exp.runs = sort_by(exp.runs, sort)
         if limit and len(exp.runs) > limit:
             if sort:
                 exp.runs = exp.runs[:limit]
@@ -156,6 +156,13 @@ def sort_records(rows: list[dict[str, Any]], key: str, *, descending: bool = Fal
     texts.sort(key=lambda p: p[0], reverse=descending)
     kept = {id(r) for _, r in numbers} | {id(r) for _, r in texts}
     return [r for _, r in numbers] + [r for _, r in texts] + [r for _, r in pairs if id(r) not in kept]
+
+
+def sort_by(rows: list[dict[str, Any]], order: Sequence[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """Records ordered by several fields (`parse_sort`): by the first, ties by the next, ..."""
+    for key, descending in reversed(list(order)):  # stable sorts, the last key first
+        rows = sort_records(rows, key, descending=descending)
+    return rows
 
 
 def refresh(

@@ -70,7 +70,8 @@ def table_limit(engine: Engine, experiment: str | None, limit: int) -> int:
 
 def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = None, *, sync: bool = True,
                     heartbeat_timeout_s: float | None = None, limit: int = 0, scale: str | None = None,
-                    states: Sequence[str] | None = None, where: Sequence[str] = (), sort: str | None = None,
+                    states: Sequence[str] | None = None, where: Sequence[str] = (),
+                    sort: str | Sequence[str] | None = None,
                     fields: Sequence[str] = (), arms: bool = False, now: float | None = None) -> list[ExperimentStatus]:
     """Sync (unless `sync` is false), then one ExperimentStatus per experiment: its run records (`cemctl.records`)
     meeting `states` and `where` (`--where` text), ordered by `sort` (`--sort` text: FIELD, -FIELD or FIELD:desc),
@@ -90,19 +91,26 @@ def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = No
                           states=states, where=conds, sort=order, fields=names, arms=arms, runs_root=root, now=now)
 
 
-def parse_sort(text: str | None) -> tuple[str, bool] | None:
-    """`test`, `-test` or `test:desc` -> (canonical field, descending); an unknown field is one line."""
+def parse_sort(text: str | Sequence[str] | None) -> list[tuple[str, bool]] | None:
+    """`test`, `-test` or `test:desc`, several separated by commas or given as a list (`--sort a --sort b`, the same
+    as `--sort a,b`: by a, ties by b) -> [(canonical field, descending), ...]; an unknown field is one line."""
     if not text:
         return None
     from cemctl.records.fields import resolve
 
-    name, descending = text.strip(), False
-    if name.startswith("-"):
-        name, descending = name[1:], True
-    elif name.endswith(":desc") or name.endswith(":asc"):
-        name, _, direction = name.rpartition(":")
-        descending = direction == "desc"
-    return resolve(name, what="--sort"), descending
+    items = [t for part in ([text] if isinstance(text, str) else list(text)) for t in str(part).split(",")]
+    out = []
+    for item in items:
+        name, descending = item.strip(), False
+        if not name:
+            continue
+        if name.startswith("-"):
+            name, descending = name[1:], True
+        elif name.endswith(":desc") or name.endswith(":asc"):
+            name, _, direction = name.rpartition(":")
+            descending = direction == "desc"
+        out.append((resolve(name, what="--sort"), descending))
+    return out or None
 
 
 JSON_SKIP = ("_experiment",)
