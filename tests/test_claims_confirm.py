@@ -62,6 +62,8 @@ def _finish(tmp_path, grid, *args, gap=GAP):
         value = loss(attention, lr, int(a["train.seed"])) - (GAP - gap if attention == "cem" else 0.0)
         result = finish_run(tmp_path / "runs" / r["run_id"], test_loss=value, steps=6)
         result["wall_time_s"] = 60.0  # a minute a run: the run-hours the design estimates
+        big = a.get("model.size") == "micro"
+        result.update(params_non_embedding=2e5 if big else 1e5, train_flops=2e12 if big else 1e12)
         (tmp_path / "runs" / r["run_id"] / "result.json").write_text(json.dumps(result))
     return json.loads(res.stdout)["runs"]
 
@@ -177,6 +179,33 @@ def test_a_budget_that_buys_too_few_seeds_and_a_rate_at_the_edge_are_refused(sta
     assert res.returncode == 2 and "arm 1's rate 0.0014 is the lowest of its profile" in res.output
     assert "extend the profile first, or pass --at-edge" in res.output
     assert cli(edge, "confirm", "mine", "--scale", "tiny", "--at-edge").returncode == 0
+
+
+def test_a_ladder_trains_other_sizes_at_a_transferred_rate_and_never_decides_with_them(stage1):
+    """`confirm --ladder micro`: every loss part's arms at micro too, at the rate chosen at nano scaled by 1/width
+    (nano d 64 -> micro d 96: x 2/3, on the half-octave ladder), at nano's context length; the lr preference stays
+    at nano. The page decides on nano alone and shows both rungs in the ladder, micro marked transferred."""
+    res = cli(stage1, "confirm", "mine", "--scale", "tiny", "--max-seeds", "4", "--ladder", "micro")
+    assert res.returncode == 0, res.output
+    doc = tomllib.loads((stage1 / "mine-confirm.toml").read_text())
+    assert doc["confirm"]["ladder"] == ["micro"] and doc["confirm"]["transfer"] == "width"
+    diff, pref = doc["claim"][0]["part"]
+    assert diff["rates"] == {"nano": [0.0014, 0.0028], "micro": [0.001, 0.002]}
+    assert set(pref["rates"]) == {"nano"}
+    cells = list(zip(doc["zip"][0]["model.size"], doc["zip"][0]["model.context_len"]))
+    assert ("micro", 32) in cells and len(cells) == 6  # four at nano, two at micro: one context length
+    runs = _finish(stage1, stage1 / "mine-confirm.toml", "--scale", "tiny")
+    assert any(r["axes"].get("model.size") == "micro" for r in runs)
+    res = cli(stage1, "claims", "--out", str(stage1 / "c"))
+    assert res.returncode == 0, res.output
+    row = pd.read_csv(stage1 / "c" / "claims.csv").set_index("part").loc["CEM attention - Llama, each at its own rate"]
+    assert row["sizes"] == 2 and row["effect"] == pytest.approx(GAP, abs=0.01)  # nano's: the decision
+    ladder = pd.read_csv(stage1 / "c" / "claims_ladder.csv")
+    assert list(ladder["size"]) == ["nano", "micro"] and list(ladder["rate"]) == ["chosen", "transferred (width)"]
+    assert "rate transferred (width)" in (stage1 / "c" / "claims.md").read_text()
+    res = cli(stage1, "confirm", "mine", "--scale", "tiny", "--ladder", "huge", "-o", str(stage1 / "x.toml"),
+              subprocess=True)
+    assert res.returncode == 2 and "--ladder" in res.output and not (stage1 / "x.toml").exists()
 
 
 E2E = '''

@@ -81,6 +81,8 @@ METAVARS = {
     ("archive", "--out"): "FILE.tar.gz",
     ("confirm", "--out"): "FILE.toml",
     ("confirm", "--power"): "0..1",
+    ("confirm", "--ladder"): "SIZE,...",
+    ("confirm", "--transfer"): "width|same",
     ("*", "--out"): "DIR",
 }
 _SUFFIXES = (("-s", "SECONDS"), ("-min", "MINUTES"), ("-gb", "GB"), ("-hours", "HOURS"), ("-dir", "DIR"))

@@ -208,6 +208,10 @@ def register(app: typer.Typer) -> None:
                                             "the largest stage-1 seed); never a stage-1 seed."),
         at_edge: bool = typer.Option(False, "--at-edge", help="Confirm an arm whose chosen rate is the edge of its "
                                      "profile (by default refused: extend the profile first)."),
+        ladder: Optional[str] = typer.Option(None, "--ladder", help="Model sizes to train too, each arm at the rate "
+                                             "transferred from the tuned size: the size ladder (never the decision)."),
+        transfer: str = typer.Option("width", "--transfer", help="The ladder's rule: width (the rate scaled by "
+                                     "1/width, muP's) or same."),
         out: Optional[str] = typer.Option(None, "--out", "-o", help="The grid file to write (default: "
                                           "<experiment>-confirm.toml beside the experiment's grid)."),
         db: Optional[str] = DbOption,
@@ -221,7 +225,9 @@ def register(app: typer.Typer) -> None:
 
             result = confirm_design(db_url(db), experiment, scale=scale, runs_root=runs_dir(runs), out=out,
                                     max_seeds=max_seeds, budget_hours=budget_hours, power=power,
-                                    seeds=parse_seeds(seeds) if seeds is not None else None, at_edge=at_edge)
+                                    seeds=parse_seeds(seeds) if seeds is not None else None, at_edge=at_edge,
+                                    ladder=tuple(x.strip() for x in (ladder or "").split(",") if x.strip()),
+                                    transfer=transfer)
         from cem_core.names import printable
         from cemctl.commands.common import stdout_console
 

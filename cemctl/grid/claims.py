@@ -54,7 +54,8 @@ CHOOSE = ("best_sampled", "interpolated")  # stage 1's rules (`cemctl.report.cla
 CLAIM_KEYS = ("id", "statement", "part")
 PART_KEYS = ("name", "statistic", "arms", "expect", "margin", "paired", "reference", "at", "choose", "variance",
              "changes", "rates")
-CONFIRM_KEYS = ("of", "stage1_seeds", "choose", "alpha", "power", "registered")
+CONFIRM_KEYS = ("of", "stage1_seeds", "choose", "alpha", "power", "registered", "ladder", "transfer")
+TRANSFER = ("width", "same")  # how a ladder rung's rate comes from the size stage 1 tuned (`transfer_rate`)
 LR = "train.lr"
 SWEEP_STATISTICS = ("lr_optimum", "optimal_loss")  # statistics of learning-rate profiles (train.lr not pinned)
 # The settings of a sublayer: when the arms differ in the sublayer's kind, they come with it (Llama attention has
@@ -161,6 +162,8 @@ class ConfirmSpec:
     alpha: float = 0.05
     power: float = 0.8
     registered: str = ""
+    ladder: tuple[str, ...] = ()  # model sizes trained at a transferred rate: the size ladder, never the decision
+    transfer: str = "width"  # the transfer rule of those rates (`TRANSFER`)
 
 
 @dataclass
@@ -377,7 +380,20 @@ def parse_confirm(value: Any, path: str) -> ConfirmSpec | None:
     registered = value.get("registered", "")
     if not isinstance(registered, str):
         raise _err("confirm.registered", "must be a date, e.g. \"2026-11-28\"", path)
-    return ConfirmSpec(of.strip(), tuple(sorted(set(seeds))), choose, nums["alpha"], nums["power"], registered)
+    ladder = value.get("ladder", [])
+    if not (isinstance(ladder, list) and all(isinstance(x, str) and x for x in ladder)):
+        raise _err("confirm.ladder", "must list model sizes, e.g. [\"nano\", \"mini\"]", path)
+    transfer = value.get("transfer", "width")
+    if transfer not in TRANSFER:
+        raise _err("confirm.transfer", f"unknown transfer rule {transfer!r}", path, allowed=TRANSFER)
+    return ConfirmSpec(of.strip(), tuple(sorted(set(seeds))), choose, nums["alpha"], nums["power"], registered,
+                       tuple(ladder), transfer)
+
+
+def transfer_rate(lr: float, rule: str, d_from: int, d_to: int) -> float:
+    """A ladder rung's rate from the rate chosen at another size: `same`, or `width` (Adam's rate for a wider
+    model's hidden matrices scales as 1/width, muP's rule), put on the half-octave ladder."""
+    return half_octave(lr if rule == "same" else lr * d_from / d_to, 0)
 
 
 def check_fresh_seeds(confirm: ConfirmSpec | None, seeds: Any, path: str) -> None:

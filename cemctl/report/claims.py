@@ -353,10 +353,12 @@ def estimate_part(part: PartSpec, arms_by: Mapping[str, list[Arm]], *, stage: st
         if est is None:
             out.why = out.why or "fewer than two finished seeds in an arm"
             continue
-        ests.append(est)
         out.settings[s] = est
         ref_arm = (at if stage == "stage 1" else [g[0] for g in chosen])[min(part.reference, len(chosen) - 1)]
         out.arm_sizes[s] = (ref_arm.params, ref_arm.compute)
+        if stage == "stage 2" and part.confirm is not None and s in part.confirm.ladder:
+            continue  # a rung at a transferred rate: the ladder's, never the decision's
+        ests.append(est)
         out.runs += [r for group in used for r in group]
         out.refs.append(ref)
         out.info = info
@@ -652,6 +654,7 @@ def ladder_rows(claim: ClaimSpec, part: PartSpec, scale: str, prim: Estimated, s
     points = [(math.log2(prim.arm_sizes[s][0]), e) for s, e in sizes]
     slope, se, df, half = ladder_slope(points)
     rows = []
+    ladder = part.confirm.ladder if stage == "stage 2" and part.confirm is not None else ()
     for s, e in sorted(sizes, key=lambda se_: prim.arm_sizes[se_[0]][0]):
         lo, hi = _interval(e, 1 - ALPHA)
         mult, mlo, mhi = compute_equivalent(e.effect, lo, hi, curve)
@@ -659,7 +662,8 @@ def ladder_rows(claim: ClaimSpec, part: PartSpec, scale: str, prim: Estimated, s
                      "params_non_embedding": prim.arm_sizes[s][0], "effect": e.effect, "ci95_low": lo,
                      "ci95_high": hi, "n": e.n, "compute_x": mult, "compute_x_low": mlo, "compute_x_high": mhi,
                      "slope_per_doubling": slope, "slope_low": slope - half, "slope_high": slope + half,
-                     "slope_df": df, "llama_per_compute_doubling": curve[1] if curve is not None else math.nan})
+                     "slope_df": df, "llama_per_compute_doubling": curve[1] if curve is not None else math.nan,
+                     "rate": f"transferred ({part.confirm.transfer})" if s in ladder and part.confirm else "chosen"})
     return rows
 
 
@@ -754,13 +758,16 @@ def _advice(prim: Estimated) -> str:
     return "; ".join(dict.fromkeys(out))
 
 
-def _fresh_arms(frame: "pd.DataFrame", settings: Sequence[str], exclude: Sequence[int] = ()
-                ) -> dict[str, list[Arm]]:
+def _fresh_arms(frame: "pd.DataFrame", settings: Sequence[str], exclude: Sequence[int] = (),
+                only: Sequence[int] | None = None) -> dict[str, list[Arm]]:
+    """{setting: its arms} of the runs, without the seeds in `exclude` (stage 2: those that chose the rates) or with
+    only those in `only` (stage 1 beside its confirmation: never the fresh seeds)."""
     records = frame.to_dict("records") if len(frame) else []
     drop = set(exclude)
+    keep = set(only) if only is not None else None
     by: dict[str, list[dict[str, Any]]] = {s: [] for s in settings}
     for r in records:
-        if drop and int(r[SEED]) in drop:
+        if (drop and int(r[SEED]) in drop) or (keep is not None and int(r[SEED]) not in keep):
             continue
         by.setdefault(str(r.get(SETTING)), []).append(r)
     return {s: _arms(rows) for s, rows in by.items() if s in settings}
@@ -796,10 +803,11 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
         settings = sorted(set(at[SETTING].astype(str))) if SETTING in at.columns and not at.empty else []
         cache: dict[Any, dict[str, list[Arm]]] = {}
 
-        def arms_of(frame: "pd.DataFrame", exclude: Sequence[int] = (), key: Any = None) -> dict[str, list[Arm]]:
+        def arms_of(frame: "pd.DataFrame", exclude: Sequence[int] = (), key: Any = None,
+                    only: Sequence[int] | None = None) -> dict[str, list[Arm]]:
             if key is not None and key in cache:
                 return cache[key]
-            out = _fresh_arms(frame, settings, exclude)
+            out = _fresh_arms(frame, settings, exclude, only)
             if key is not None:
                 cache[key] = out
             return out
@@ -846,7 +854,8 @@ def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", 
         pool = arms_of(at, seeds, key=("fresh", seeds))
     try:
         prim = estimate_part(primary, pool, stage=stage, scale=scale)
-        first = estimate_part(part, arms_by, stage="stage 1" if part.chooses else "fixed", scale=scale) \
+        first = estimate_part(part, arms_of(at, only=seeds, key=("stage 1", seeds)),
+                              stage="stage 1" if part.chooses else "fixed", scale=scale) \
             if stage == "stage 2" and part.rates is None else None
     except PooledArms as e:
         why = e.message if hasattr(e, "message") else str(e)
@@ -876,11 +885,12 @@ def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", 
         vrows = []
     for r in vrows:
         robust_rows.append({"claim": claim.id, "part": part.name, "scale": scale, **r})
-    ladder += ladder_rows(claim, part, scale, prim, stage, curve)
+    ladder += ladder_rows(claim, primary, scale, prim, stage, curve)
     p_of = min(d.candidates, key=d.candidates.get) if d.candidates else ""
     row.update({
         "model": ", ".join(f"{size} {p / 1e6:.2g}M" if math.isfinite(p) else size
-                           for size, (p, _) in sorted(prim.arm_sizes.items(), key=lambda kv: kv[1][0])),
+                           for size, (p, _) in sorted(prim.arm_sizes.items(), key=lambda kv: kv[1][0])
+                           if not (primary.confirm is not None and size in primary.confirm.ladder)),
         "margin": margin, "rates": _rates_text(prim, primary, stage) if est is not None else "",
         "effect": est.effect if est is not None else math.nan, "ci95_low": low, "ci95_high": high,
         "method": est.method if est is not None else "", "df": getattr(est, "df", math.nan),

@@ -377,7 +377,8 @@ def claims_markdown(parts: "pd.DataFrame", claims: "pd.DataFrame", header: list[
         lines = []
         for (claim, part, scale), g in ladder.groupby(["claim", "part", "scale"], sort=False):
             first = g.iloc[0]
-            gaps = "; ".join(f"{r.size} ({r.params_non_embedding / 1e6:.2g}M): "
+            gaps = "; ".join(f"{r.size} ({r.params_non_embedding / 1e6:.2g}M"
+                             + (f", rate {r.rate}" if getattr(r, "rate", "chosen") != "chosen" else "") + "): "
                              f"{effect_text(r.effect, r.ci95_low, r.ci95_high)}"
                              + (f", Llama at {_ratio(r.compute_x, r.compute_x_low, r.compute_x_high)} its compute"
                                 if math.isfinite(r.compute_x) else "") for r in g.itertuples())

@@ -92,7 +92,8 @@ def _grid_keys(spec: Any) -> set[str]:
 def confirm_design(db_url: str, experiment: str, *, scale: str | None, runs_root: Path | str,
                    out: Path | str | None = None, max_seeds: int = 16, budget_hours: float | None = None,
                    power: float = 0.8, alpha: float = 0.05, seeds: list[int] | None = None, at_edge: bool = False,
-                   now: float | None = None, record: bool = True) -> ConfirmResult:
+                   ladder: tuple[str, ...] = (), transfer: str = "width", now: float | None = None,
+                   record: bool = True) -> ConfirmResult:
     from cem_core.config import flatten
     from cemctl.db.engine import open_existing_db
     from cemctl.db.runs import get_experiment, resolve_runs_root
@@ -109,6 +110,10 @@ def confirm_design(db_url: str, experiment: str, *, scale: str | None, runs_root
         raise ConfigError("--budget-hours", f"must be a positive number of run-hours, got {budget_hours}")
     if not 0 < power < 1:
         raise ConfigError("--power", f"must be between 0 and 1, got {power}")
+    from cemctl.grid.claims import TRANSFER
+
+    if transfer not in TRANSFER:
+        raise ConfigError("--transfer", f"unknown transfer rule {transfer!r}", allowed=TRANSFER)
     engine = open_existing_db(db_url)
     root = resolve_runs_root(engine, runs_root)
     if record and Path(root).is_dir():  # the runs as their folders say (stage 1 chooses from them)
@@ -137,7 +142,7 @@ def confirm_design(db_url: str, experiment: str, *, scale: str | None, runs_root
         raise CemError(f"confirm: no run of {experiment!r} has finished at scale {scale}: stage 1 chooses from them")
     stage1_seeds = sorted({int(s) for s in mine_runs["train.seed"]})
     settings = sorted({str(s) for s in done[SETTING]})
-    arms_by = _fresh_arms(done, settings)
+    arms_by = _fresh_arms(done, settings, only=stage1_seeds)  # stage 1: never an earlier confirmation's seeds
     claims_all = [p for c in claims for p in c.parts]
     page_parts = sum(1 for p in claims_all if (p.source or "") and p.rates is None)
     level = alpha / max(1, page_parts)
@@ -159,8 +164,9 @@ def confirm_design(db_url: str, experiment: str, *, scale: str | None, runs_root
         for s in est.settings:
             if part.chooses:
                 choices = est.choices[s]
-                edges = [f"arm {k + 1}'s rate {c.lr:g} is the {c.edge}est of its profile" for k, c in
-                         enumerate(choices) if c.edge]
+                edges = [f"arm {k + 1}'s rate {c.lr:g} is " + ("its only rate" if c.edge == "both" else
+                                                                      f"the {c.edge}est of its profile")
+                         for k, c in enumerate(choices) if c.edge]
                 if edges and not at_edge:
                     problems.append(f"claim {claim.id}, {part.name!r} ({s}): " + "; ".join(edges) + " (extend the "
                                     "profile first, or pass --at-edge to confirm at it)")
@@ -187,10 +193,13 @@ def confirm_design(db_url: str, experiment: str, *, scale: str | None, runs_root
         plans.append(PartPlan(claim.id, part, rates, ref_margin, model, sds, needed))
     if problems:
         raise ConfigError("confirm", "; ".join(problems), source=exp.grid_path)
+    base_ctx: dict[str, Any] = {}
+    if ladder:
+        _add_ladder(plans, ladder, transfer, arms_by, base_ctx)
     n = max([p.seeds_needed or max_seeds for p in plans] + [MIN_SEEDS])
     n = min(n, max_seeds)
     cells = _cells(plans)
-    hours_per_cell = _hours(cells, arms_by, walls, selector_matches)
+    hours_per_cell = _hours(cells, arms_by, walls, selector_matches, base_ctx)
     run_hours = n * hours_per_cell
     if budget_hours is not None and run_hours > budget_hours:
         afford = int(budget_hours // hours_per_cell) if hours_per_cell > 0 else n
@@ -212,7 +221,8 @@ def confirm_design(db_url: str, experiment: str, *, scale: str | None, runs_root
     confirm = ConfirmSpec(experiment, tuple(stage1_seeds), next((p.part.choose for p in plans), "best_sampled"),
                           alpha, power, _dt.datetime.fromtimestamp(now if now is not None else
                                                                    _dt.datetime.now().timestamp(),
-                                                                   _dt.timezone.utc).strftime("%Y-%m-%d"))
+                                                                   _dt.timezone.utc).strftime("%Y-%m-%d"),
+                          tuple(ladder), transfer)
     check_fresh_seeds(confirm, seeds, "--seeds")
     powers = {f"{p.claim}. {p.part.name}": _power(p, n, level) for p in plans}
     name = f"{experiment}{SUFFIX}"
@@ -222,9 +232,12 @@ def confirm_design(db_url: str, experiment: str, *, scale: str | None, runs_root
     configs, planned_here = {}, 0
     flats = [flatten(pr.config.to_dict()) for pr in plan1.runs]
     for setting, sel in cells:
-        cfg, same = _config_of(flats, sel, setting, keys, selector_matches)
+        cfg, same = _config_of(flats, sel, setting, keys, selector_matches, base_ctx)
         if cfg is None:
             raise CemError(f"confirm: no planned run of {experiment!r} has the arm {sel} at {setting}")
+        if base_ctx:  # a ladder: every cell names its size and the one context length
+            cfg = {**cfg, "model.size": cfg.get("model.size", setting),
+                   "model.context_len": cfg.get("model.context_len", base_ctx["context"])}
         configs[(setting, json.dumps(sel, sort_keys=True))] = cfg
         planned_here += same
     text = _grid_text(name, experiment, scale, spec1, confirm, seeds, list(configs.values()), plans, level, powers,
@@ -364,9 +377,11 @@ def _power(p: PartPlan, n: int, level: float) -> float:
 
 
 def _hours(cells: list[tuple[str, dict[str, Any]]], arms_by: dict[str, list[Any]], walls: dict[str, float],
-           matches: Any) -> float:
-    """Run-hours of one seed of every cell: each cell at its arm's mean stage-1 run time (the arm's nearest rate
-    when the cell's rate did not run; the mean of every run where the arm never ran)."""
+           matches: Any, base_ctx: dict[str, Any] | None = None) -> float:
+    """Run-hours of one seed of every cell: each cell at its arm's mean stage-1 run time (over the arm's rates;
+    the mean of every run where the arm never ran); a ladder rung at the tuned size's time scaled by its
+    parameters (non-embedding, the presets'), as a step's compute scales."""
+    from cem_core.sizes import SIZES
     from cemctl.grid.claims import LR
 
     every = [w for w in walls.values()]
@@ -374,20 +389,64 @@ def _hours(cells: list[tuple[str, dict[str, Any]]], arms_by: dict[str, list[Any]
     total = 0.0
     for setting, sel in cells:
         free = {k: v for k, v in sel.items() if k != LR}
+        scale = 1.0
+        if base_ctx and setting != base_ctx.get("size"):
+            scale = _params(SIZES[setting]) / _params(SIZES[base_ctx["size"]])
+            setting = base_ctx["size"]
         arms = [a for a in arms_by.get(setting, []) if matches(a.config, free)]
         ws = [walls[r] for a in arms for r in a.run_ids if r in walls]
-        total += (sum(ws) / len(ws) if ws else fallback) / 3600
+        total += scale * (sum(ws) / len(ws) if ws else fallback) / 3600
     return total
 
 
-def _config_of(flats: list[dict[str, Any]], sel: dict[str, Any], setting: str, keys: set[str], matches: Any
-               ) -> tuple[dict[str, Any] | None, int]:
+def _params(size: Any) -> float:
+    """A preset's layer parameters, roughly (attention 4 d^2 and MLP 3 d m per layer): the ratio of two sizes'
+    compute per token."""
+    return size.n_layers * (4 * size.d_model ** 2 + 3 * size.d_model * size.d_mlp)
+
+
+def _add_ladder(plans: list[PartPlan], ladder: tuple[str, ...], transfer: str, arms_by: dict[str, list[Any]],
+                base_ctx: dict[str, Any]) -> None:
+    """The ladder's rungs: each loss part's arms at every size of `ladder` at the rate transferred from the one size
+    stage 1 tuned (`cemctl.grid.claims.transfer_rate`); `base_ctx` gets {"size", "context", "d"} of that size
+    (every rung at its context length)."""
+    from cem_core.sizes import SIZES
+    from cemctl.grid.claims import transfer_rate
+
+    tuned = sorted({s for p in plans for s in p.rates})
+    if len(tuned) != 1:
+        raise ConfigError("--ladder", f"a ladder transfers the rate from one tuned size; stage 1 has "
+                          f"{len(tuned)} ({', '.join(tuned) or 'none'})")
+    base = tuned[0]
+    unknown = [s for s in ladder if s not in SIZES]
+    if unknown or base in ladder:
+        raise ConfigError("--ladder", f"must list model sizes other than {base}", value=", ".join(unknown or [base]),
+                          allowed=[s for s in SIZES if s != base])
+    cfg = next((a.config for a in arms_by.get(base, [])), {})
+    base_ctx.update(size=base, context=int(cfg.get("model.context_len") or SIZES[base].context_len),
+                    d=int(cfg.get("model.d_model") or SIZES[base].d_model))
+    for p in plans:
+        if p.part.statistic == "lr_optimum":
+            continue  # a preference between rates is tested where the rates were chosen
+        for rung in ladder:
+            p.rates[rung] = [transfer_rate(r, transfer, base_ctx["d"], SIZES[rung].d_model) for r in p.rates[base]]
+            p.sds[rung] = p.sds[base]
+
+
+def _config_of(flats: list[dict[str, Any]], sel: dict[str, Any], setting: str, keys: set[str], matches: Any,
+               base_ctx: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, int]:
     """(the grid keys' values of a cell: a stage-1 planned run of the arm at this size, at the cell's rate, or
-    None; 1 when stage 1 planned that rate for the arm, else 0)."""
+    None; 1 when stage 1 planned that rate for the arm, else 0). A ladder rung: the arm at the tuned size, with
+    this size and the tuned size's context length."""
     from cemctl.grid.claims import LR
 
     free = {k: v for k, v in sel.items() if k != LR}
     hits = [f for f in flats if str(f.get("model.size")) == setting and matches(f, free)]
+    if not hits and base_ctx and setting != base_ctx.get("size"):
+        cfg, _ = _config_of(flats, sel, base_ctx["size"], keys, matches)
+        if cfg is None:
+            return None, 0
+        return {**cfg, "model.size": setting, "model.context_len": base_ctx["context"], LR: float(sel[LR])}, 0
     if not hits:
         return None, 0
     same = [f for f in hits if math.isclose(float(f.get(LR) or 0), float(sel[LR]), rel_tol=1e-9)]
@@ -425,8 +484,11 @@ def _grid_text(name: str, experiment: str, scale: str, spec1: Any, confirm: Any,
              f"choose = {_toml(confirm.choose)}",
              f"alpha = {_toml(confirm.alpha)}",
              f"power = {_toml(confirm.power)}",
-             f"registered = {_toml(confirm.registered)}",
-             "",
+             f"registered = {_toml(confirm.registered)}"]
+    if confirm.ladder:
+        lines += [f"ladder = {_toml(list(confirm.ladder))}  # sizes at a transferred rate: the ladder, not the decision",
+                  f"transfer = {_toml(confirm.transfer)}"]
+    lines += ["",
              "[[zip]]  # the cells: each arm at its chosen rate (every key the experiment's grid sets per run)"]
     for k in keys:
         lines.append(f"{json.dumps(k)} = {_toml([c.get(k) for c in cells])}")
