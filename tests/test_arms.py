@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -265,7 +266,9 @@ def test_a_grid_of_your_own_is_reported_with_six_distinct_arms(tmp_path):
         assert (out / "figures" / name).exists(), name
     index = (out / "index.md").read_text()
     assert index.index("arms") < index.index("training_curves")  # the arms table comes first
-    assert "attn_step_size=2, attn_steps=1" in index
+    # the index names an arm by the fewest keys that tell the arms apart, T as the legends write it (issue 48);
+    # arms.csv keeps the full label
+    assert re.search(r"\| attention T=1, attn_step_size=2 \|", index), index
 
 
 def _twins(runs, curves, twins):
@@ -319,10 +322,10 @@ def _check_no_merge(twins):
         _assert_distinct(twin)
         for name, rows in _row_sets(plain).items():  # every table has a row for each copy too
             assert len(_row_sets(twin)[name]) == (1 + len(twins)) * len(rows), (kind, name)
-        arms = next(t.frame for t in twin.tables if t.name == "arms")
-        assert arms["arm"].is_unique, kind
+        arms = next(t for t in twin.tables if t.name == "arms")
+        assert arms.frame["arm"].is_unique and arms.csv["arm"].is_unique, kind  # short names, full labels
         for key, _ in twins:
-            assert any(f"{key.split('.')[-1]}=" in a for a in arms["arm"]), (kind, key)
+            assert any(f"{key.split('.')[-1]}=" in a for a in arms.csv["arm"]), (kind, key)
         by_name = {p.name: p for p in plain.figures}
         for part in twin.figures:
             drawn = part.figure.findobj(lambda a: hasattr(a, RUNS_ATTR))

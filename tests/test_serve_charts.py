@@ -163,6 +163,19 @@ def test_arms_are_named_short_with_the_numbers_first_in_the_grids_order(own):
     assert len(set(names)) == 20 and all(n.startswith("attention T=") for n in names)  # as the legends name T
     order = [tuple(float(v) for v in re.findall(r"=([\d.]+)", lb)) for lb in labels]
     assert order == sorted(order)  # attn_step_size, attn_steps, lr: the grid's axes
+    # an arm has one name: the report's arms table names it as the dashboard does (main: the full label there)
+    from cemctl.db.engine import open_readonly_db
+    from cemctl.grid.spec import options_from_text
+    from cemctl.records import load_records
+    from cemctl.report.build import ExperimentInfo, figure_runs, generic_parts
+
+    recs = load_records(open_readonly_db(f"sqlite:///{own / 'results.db'}"), "own")
+    meta = recs.experiments["own"]
+    info = ExperimentInfo("own", meta.figure, options=options_from_text(meta.grid_text, meta.grid_path),
+                          axes=meta.axes)
+    frame = recs.frame()
+    report = generic_parts(info, frame, None, include_curves=False, shown=figure_runs(info, frame)[0]).tables[0].frame
+    assert set(report["arm"]) == set(names)
 
 
 def test_a_bad_where_keeps_the_page_and_its_filter_box(own):

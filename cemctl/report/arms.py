@@ -102,8 +102,10 @@ def arms_table(runs: "pd.DataFrame", *, metric: str = "test_loss") -> "pd.DataFr
     return pd.DataFrame(rows)
 
 
-def arms_display(table: "pd.DataFrame", metric: str = "test_loss") -> "pd.DataFrame":
-    """The arms table as a reader wants it: 'mean \u00b1 s.d.' and '[low, high]' cells, counts with units."""
+def arms_display(table: "pd.DataFrame", metric: str = "test_loss", names: "dict[str, str] | None" = None
+                 ) -> "pd.DataFrame":
+    """The arms table as a reader wants it: 'mean \u00b1 s.d.' and '[low, high]' cells, counts with units; `names`
+    (arm id -> the name a reader reads, `cemctl.report.generic.arm_names`) in place of the full labels."""
     import pandas as pd
 
     from cemctl.records.formats import duration  # '3m21s' as status, launch and the dashboard write it
@@ -127,7 +129,7 @@ def arms_display(table: "pd.DataFrame", metric: str = "test_loss") -> "pd.DataFr
     digits = 4 if metric.endswith("_loss") or metric.endswith("rmse") else 2
     rows = []
     for r in table.to_dict("records"):
-        row = {"arm": r["arm"], "seeds": f"{r['seeds done']}/{r['seeds planned']}",
+        row = {"arm": (names or {}).get(r["arm id"], r["arm"]), "seeds": f"{r['seeds done']}/{r['seeds planned']}",
                f"{metric} (mean \u00b1 s.d.)": pm(r[f"{metric} mean"], r[f"{metric} s.d."], digits),
                f"{metric} 95% interval": ci(r[f"{metric} 95% low"], r[f"{metric} 95% high"], digits)}
         ppl = metric.replace("_loss", "_ppl")

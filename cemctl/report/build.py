@@ -212,11 +212,17 @@ def generic_parts(info: ExperimentInfo, runs: "pd.DataFrame", curves: "pd.DataFr
     opts = info.options
     parts = ReportParts()
     table = arms_table(runs, metric=_metric(info))
+    from cemctl.report.arms import ARM, config_of
+    from cemctl.report.generic import arm_names
+
+    firsts = {aid: config_of(g.iloc[0].to_dict()) for aid, g in runs.groupby(ARM, sort=False)}
+    names = arm_names(firsts, nuisance=opts.nuisance, order=info.axes)  # as the dashboard names them
     parts.tables.append(TablePart(
-        "arms", arms_display(table, _metric(info)),
-        "One row per arm (every config value equal but the seed), named by the keys that vary: seeds with a result "
-        "/ planned, mean \u00b1 sample s.d. and 95% t interval over the seeds, parameters, tokens, training FLOPs, "
-        "tokens/s and wall time (means over the seeds); arms.csv has every number at full precision.",
+        "arms", arms_display(table, _metric(info), names),
+        "One row per arm (every config value equal but the seed), named by the fewest keys that tell the arms apart "
+        "(arms.csv has each arm's full label): seeds with a result / planned, mean \u00b1 sample s.d. and 95% t "
+        "interval over the seeds, parameters, tokens, training FLOPs, tokens/s and wall time (means over the "
+        "seeds); arms.csv has every number at full precision.",
         csv=table, lead=True))
     palette = report_palette(info, runs)
     shown = runs if shown is None else shown

@@ -537,7 +537,8 @@ class Dashboard:
             raise HttpError(400, "compare: give at least two items (item=RUN_OR_ARM&item=...)")
         return self.json(compare_curves(self.src, items, experiment=experiment, where=where,
                                         metric=req.one("cmetric") or "train_loss", x=req.one("cx") or "tokens",
-                                        log_x=req.flag("clogx"), log_y=req.flag("clogy")))
+                                        log_x=req.flag("clogx"), log_y=req.flag("clogy"),
+                                        smooth=req.one("smooth") or None))
 
 
 def interval_svg(part: Any, width: int = 160, height: int = 14) -> str:

@@ -255,13 +255,19 @@
     } else if (ticks) {  // a tick at each value the arms have, labelled as the grid writes it
       var labels = c.tick_labels || ticks.map(fmt);
       xAxis.splits = function () { return ticks; };
+      xAxis.filter = function (u, splits) { return splits; };  // every tick labelled (uPlot's log filter kept 2 of 11)
       xAxis.values = function (u, splits) { return splits.map(function (v) { var k = ticks.indexOf(v); return k >= 0 ? labels[k] : ""; }); };
-      if (labels.length > 6 || labels.some(function (t) { return String(t).length > 7; })) { xAxis.rotate = -30; xAxis.size = 64; }
+      var longest = Math.max.apply(null, labels.map(function (t) { return String(t).length; }));
+      if (labels.length * (longest * 7 + 12) > (box.clientWidth || 600) - 80) { xAxis.rotate = -30; xAxis.size = 64; }
     } else {
-      if (logX) xAxis.splits = function (u, ax, min, max) { return logSplits(min, max, u.bbox.width / devicePixelRatio); };
+      if (logX) {
+        xAxis.splits = function (u, ax, min, max) { return logSplits(min, max, u.bbox.width / devicePixelRatio); };
+        xAxis.filter = function (u, splits) { return splits; };
+      }
       else if (integerX) xAxis.incrs = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4, 2.5e4, 5e4,
                                        1e5, 2e5, 2.5e5, 5e5, 1e6, 2e6, 2.5e6, 5e6, 1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 2e9, 5e9, 1e10];
       xAxis.values = function (u, splits) { var f = axisFormat(splits); return splits.map(function (v) { return v === null ? "" : f(v); }); };
+      xAxis.space = 80;  // room for '1.25M' between two ticks
     }
     if (longCats) { xAxis.rotate = -28; xAxis.size = 80; }
     var yAxis = {label: c.y_label, stroke: "#444", grid: {stroke: "#eee"}, ticks: {stroke: "#ddd"},
@@ -271,7 +277,10 @@
                    return Math.max(62, Math.round(n * 7 + 46));
                  },
                  values: function (u, splits) { var f = axisFormat(splits); return splits.map(function (v) { return v === null ? "" : f(v); }); }};
-    if (yScale.distr === 3) yAxis.splits = function (u, ax, min, max) { return logSplits(min, max, u.bbox.height / devicePixelRatio); };
+    if (yScale.distr === 3) {
+      yAxis.splits = function (u, ax, min, max) { return logSplits(min, max, u.bbox.height / devicePixelRatio); };
+      yAxis.filter = function (u, splits) { return splits; };
+    }
     var opts = {
       width: Math.max(260, box.clientWidth || parent.clientWidth || 600),
       height: chartHeight(),
@@ -419,7 +428,7 @@
       var dpr = window.devicePixelRatio || 1;
       canvas.width = w * dpr; canvas.height = h * dpr;
       canvas.style.height = h + "px";
-      var left = 40, right = 60, top = 44, bottom = 20;
+      var left = 40, right = 64, top = 44, bottom = 20;
       geo = {w: w, h: h, dpr: dpr, top: top, bottom: bottom,
              xs: axes.map(function (_, k) { return left + (w - left - right) * (axes.length === 1 ? 0.5 : k / (axes.length - 1)); })};
       paint(null);
@@ -460,8 +469,8 @@
         var twoRows = axes.some(function (b) { return ctx.measureText(b.label).width > spacing - 6; });
         ctx.fillText(title, x, twoRows && k % 2 ? 30 : 14);
         ctx.font = "11px system-ui, sans-serif";
-        var side = k === axes.length - 1 ? -1 : 1;  // values beside the axis, inside the chart at the last one
-        ctx.textAlign = side > 0 ? "left" : "right";
+        var side = 1;  // values to the right of each axis (the last one's in the right margin): never two axes' apart
+        ctx.textAlign = "left";
         var lastY = -1e9;
         function tick(text, y) {  // a value on an axis, left out where it would touch the one above
           if (Math.abs(y - lastY) < 12) return;
