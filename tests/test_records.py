@@ -99,6 +99,10 @@ def _metrics(run_dir: Path, final: float, steps: int, rate: float = 1e4, val: bo
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return build_project(tmp_path_factory.mktemp("records"))
+
+
+def build_project(where: Path) -> dict:
     """A grid of our own with a run in every state (planned, queued, running, done, diverged, failed, stale,
     cancelled, damaged), runs an edited grid dropped, tags, notes, environments, earlier results, GP RMSEs and a
     second experiment at another scale: every field of the catalogue has different values in different runs."""
@@ -106,7 +110,6 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     from cem_core.fingerprint import code_fingerprint
 
-    where = tmp_path_factory.mktemp("records")
     (where / "own.toml").write_text(GRID)
     res = cli(where, "plan", str(where / "own.toml"), "--json")
     assert res.returncode == 0, res.output
