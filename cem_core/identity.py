@@ -121,3 +121,15 @@ def config_hash(flat: Mapping[str, Any]) -> str:
     """12 hex characters of the sha256 of the canonical JSON of the identity items (nested as the config is)."""
     text = json.dumps(_nest(identity_items(flat)), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict to dotted keys (a config's items, as run ids and arms hash them)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out

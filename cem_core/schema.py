@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cem_core.identity import flatten  # noqa: F401 - re-exported (the config's dotted items)
 from cem_core.convert import from_plain
 from cem_core.errors import ConfigError
 from cem_core.plugin_context import canonical
@@ -168,18 +169,6 @@ def deep_merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
             out[k] = deep_merge(out[k], v)
         else:
             out[k] = v
-    return out
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dict to dotted keys."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, dict):
-            out.update(flatten(v, key))
-        else:
-            out[key] = v
     return out
 
 

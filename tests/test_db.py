@@ -236,7 +236,7 @@ def test_the_run_record_joins_configs_axes_and_results(tmp_path, engine, runs_ro
     assert list(df["run_id"]) == [r.run_id for r in plan.runs]
     assert {"model.attention", "train.lr", "model.d_model", "test_ppl", "state"} <= set(df.columns)
     assert recs.experiments["g"].axes == list(plan.runs[0].axes)
-    assert [r["_axes"] for r in recs] == [r.axes for r in plan.runs]
+    assert [r.axes for r in recs] == [r.axes for r in plan.runs]
     row = df.set_index("run_id").loc[done]
     assert row["state"] == "done" and row["test_ppl"] == 20.1
     assert df["test_ppl"].isna().sum() == 3

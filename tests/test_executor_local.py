@@ -27,7 +27,7 @@ FAKE = textwrap.dedent(
            "omp": os.environ.get("OMP_NUM_THREADS"), "attempt": os.environ.get("CEMCTL_ATTEMPT")}
     open(os.path.join(run_dir, "fake.json"), "w").write(json.dumps(rec))
     if code == 0:
-        open(os.path.join(run_dir, "result.json"), "w").write(json.dumps({"state": "done", "error": None}))
+        open(os.path.join(run_dir, "result.json"), "w").write(json.dumps({"state": "done", "test_loss": 1.0}))
     sys.exit(code)
     """
 )

@@ -81,4 +81,15 @@ def test_keys_status_json_and_export_are_what_they_were(project, tmp_path):
             (GOLDEN / name).write_text(json.dumps(value, indent=1, sort_keys=False) + "\n")
     for name, value in got.items():
         want = json.loads((GOLDEN / name).read_text())
-        assert json.loads(json.dumps(value)) == want, name
+        assert _clock(json.loads(json.dumps(value))) == _clock(want), name
+
+
+def _clock(value: Any) -> Any:
+    """A stale run's reason counts the seconds since its heartbeat as the command ran: not what is frozen."""
+    import re
+
+    if isinstance(value, dict):
+        return {k: _clock(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clock(v) for v in value]
+    return re.sub(r"no heartbeat for \d+ s", "no heartbeat for N s", value) if isinstance(value, str) else value

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from cem_core import runfiles
+from cem_core.runfolder import checked_config
 from cem_core.config import RunConfig, load_run_config, resolve, run_id
 from cem_core.errors import ConfigError
 from tests.helpers import assert_clean_error, cli, plan_ids, status_rows, tiny_grid
@@ -44,7 +45,7 @@ def test_every_bad_shape_is_one_line_naming_the_file_by_every_reader(tmp_path, c
     path = str(run / "config.json")
     readers = {
         "load_run_config": lambda: load_run_config(path),
-        "RunDir.load_config": lambda: runfiles.RunDir(run).load_config(),
+        "checked_config": lambda: checked_config(run),
         "read_run_config": lambda: runfiles.read_run_config(run),
         "parse_config": lambda: runfiles.parse_config(data, path),
     }
@@ -67,7 +68,7 @@ def test_a_good_config_reads_the_same_through_every_reader(tmp_path):
     (run / "config.json").write_text(GOOD)
     expected = resolve(RunConfig())
     assert load_run_config(str(run / "config.json")) == expected
-    assert runfiles.RunDir(run).load_config() == expected
+    assert checked_config(run)[1] == expected
     saved = runfiles.read_run_config(run)
     assert saved.config == expected and saved.raw == json.loads(GOOD)
     assert runfiles.config_of_record(GOOD, "x") == expected == runfiles.config_of_record(json.loads(GOOD), "x")

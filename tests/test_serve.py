@@ -329,28 +329,29 @@ def test_live_record_state_follows_the_evidence():
     import tempfile
 
     from cemctl.records.live import live_record
+    from cemctl.records.record import RunRecord
 
     with tempfile.TemporaryDirectory() as d:
         run = Path(d) / "abc"
         run.mkdir()
         write_json(run / "heartbeat.json", {"time": 1000.0, "step": 2, "total_steps": 4, "tokens": 64})
         os.utime(run / "heartbeat.json", (1000.0, 1000.0))
-        rec = {"run_id": "abc", "state": "planned", "run_dir": str(run), "reason": "", "step": None}
+        rec = RunRecord(run_id="abc", state="planned", run_dir=str(run))
         assert live_record(rec, now=1010.0, timeout_s=120) and rec["state"] == "running" and rec["progress"] == 0.5
         # its ETA: 2 steps left at its pace (3 s over its 2 steps), not at the last step's speed (1 s left)
         (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 2, "tokens": 64, "train_loss": 3.0,
                                                        "tokens_per_s": 64.0, "time_s": 3.0}) + "\n")
-        rec = {"run_id": "abc", "state": "planned", "run_dir": str(run), "reason": "", "step": None}
+        rec = RunRecord(run_id="abc", state="planned", run_dir=str(run))
         live_record(rec, now=1010.0, timeout_s=120)
         assert rec["eta_s"] == pytest.approx(3.0)
-        rec = {"run_id": "abc", "state": "running", "run_dir": str(run), "reason": "", "step": None}
+        rec = RunRecord(run_id="abc", state="running", run_dir=str(run))
         live_record(rec, now=1500.0, timeout_s=120)
         assert rec["state"] == "stale" and "no heartbeat for 500 s" in rec["reason"]
         write_json(run / "result.json", {"state": "done", "test_loss": 1.25, "steps": 4, "tokens": 128})
-        rec = {"run_id": "abc", "state": "running", "run_dir": str(run), "reason": "", "step": None}
+        rec = RunRecord(run_id="abc", state="running", run_dir=str(run))
         live_record(rec, now=1500.0, timeout_s=120)
         assert rec["state"] == "done" and rec["test_loss"] == 1.25 and rec["progress"] == 1.0
-        done = {"run_id": "abc", "state": "done", "run_dir": str(run)}
+        done = RunRecord(run_id="abc", state="done", run_dir=str(run))
         assert not live_record(done, now=1500.0)  # an ended run is the database's
 
 

@@ -58,7 +58,7 @@ def test_status_rows_from_files(tmp_path, db_url, engine, runs_root):
     assert r["progress"] == 0.4 and r["executor"] == "slurm" and r["job_id"] == "77_1" and r["attempts"] == 1
     # 60 steps left at its pace so far, 3 s over 40 steps (not at the last step's 1000 tokens/s: 3.84 s)
     assert abs(r["eta_s"] - 60 * 3 / 40) < 1e-6
-    assert r["_axes"] == {"model.attention": "llama"}
+    assert r.axes == {"model.attention": "llama"}
     assert rows[failed.name]["reason"] == "RuntimeError: boom at step 7"
     assert rows[stale.name]["state"] == "stale" and "heartbeat" in rows[stale.name]["reason"]
     # JSON and table carry the same.

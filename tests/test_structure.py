@@ -13,7 +13,7 @@ import pytest
 
 from cem_core import runfiles
 from cem_core.errors import ConfigError
-from cemctl.db.state import Evidence, derive_state
+from cem_core.runfolder import Evidence, derive_state
 from tests.helpers import ROOT, cli, finish_run, subprocess_env, tiny_grid
 
 # ---------------------------------------------------------------- state derivation (pure, no sleeping)

@@ -2,13 +2,14 @@
 
     from cem_core import runfiles
     runfiles.RESULT_FILE, runfiles.RunState.DONE, runfiles.TERMINAL_STATES
-    runfiles.read_result(run_dir); runfiles.read_job(run_dir) -> JobRecord | None
+    runfiles.read_result(run_dir) -> RunResult | None; runfiles.read_job(run_dir) -> JobRecord | None
     runfiles.RunDir(path)                       # the trainer's writers, lock and heartbeat
 
 - `files`: file names, `RunState` and its sets, confined reads (`read_run_file`:
   regular files inside the run directory only, non-blocking, size-capped),
   atomic JSON writes, append-only JSONL, events, the heartbeat timeout.
 - `job`: `job.json` as a typed `JobRecord`, the `cancel` file, liveness readers.
+- `results`: result.json as a frozen `RunResult`, read and written by one rule.
 - `rundir`: `RunDir`, `Heartbeat`, `truncate_metrics`.
 - `process`: is a recorded PID still the run's process (start time + token), before any signal.
 - `saved_config`: config.json read into a typed `RunConfig` (the one reader, strict).
@@ -18,99 +19,46 @@
 Torch-free.
 """
 
-from cem_core.runfiles.files import (
-    ACTIVE_STATES,
-    CANCEL_FILE,
-    CHECKPOINT_DIR,
-    CHECKPOINT_RE,
-    CONFIG_FILE,
-    DEFAULT_HEARTBEAT_TIMEOUT_S,
-    EVALS_FILE,
-    EVENTS_FILE,
-    EXECUTOR_LOG,
-    EXIT_PREEMPTED,
-    FINAL_STATES,
-    HEARTBEAT_FILE,
-    JOB_FILE,
-    LOCK_FILE,
-    LOG_FILE,
-    MAX_JSON_BYTES,
-    MAX_LOG_BYTES,
-    METRICS_FILE,
-    RESULT_FILE,
-    RESULT_STATES,
-    RUN_STATES,
-    TERMINAL_STATES,
-    RunFileError,
-    RunState,
-    append_event,
-    append_jsonl,
-    atomic_write,
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_path,
-    confined_path,
-    finite_json,
-    fsync_dir,
-    publish_dir,
-    checkpoint_name,
-    heartbeat_timeout_s,
-    hostname,
-    iter_jsonl,
-    list_checkpoints,
-    open_run_file,
-    read_bytes,
-    read_json,
-    read_json_object,
-    read_jsonl,
-    read_run_file,
-    run_json,
-)
-from cem_core.runfiles.job import (
-    JOB_STATES,
-    LIVE_JOB_STATES,
-    JobRecord,
-    JobUnreadable,
-    cancel_requested,
-    clear_cancel,
-    heartbeat_age_s,
-    last_metrics,
-    read_heartbeat,
-    read_job,
-    read_result,
-    request_cancel,
-    update_job,
-    write_job,
-)
-from cem_core.runfiles.manifest import (
-    Audit,
-    Manifest,
-    ManifestError,
-    audit_folder,
-    file_digest,
-    read_manifest,
-    remove_owned,
-    write_manifest,
-)
-from cem_core.runfiles.process import TOKEN_ENV, describe_mismatch, process_matches, process_start
-from cem_core.runfiles.rundir import Heartbeat, RunDir, call_quietly, truncate_metrics
-from cem_core.runfiles.saved_config import (
-    SavedConfig,
-    config_from_object,
-    config_of_record,
-    parse_config,
-    read_config_file,
-    read_run_config,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "ACTIVE_STATES", "CANCEL_FILE", "CHECKPOINT_DIR", "CHECKPOINT_RE", "CONFIG_FILE", "DEFAULT_HEARTBEAT_TIMEOUT_S", "EVALS_FILE",
-    "EVENTS_FILE", "EXECUTOR_LOG", "EXIT_PREEMPTED", "FINAL_STATES", "HEARTBEAT_FILE", "JOB_FILE", "JOB_STATES", "LIVE_JOB_STATES",
-    "LOCK_FILE", "LOG_FILE", "MAX_JSON_BYTES", "MAX_LOG_BYTES", "METRICS_FILE", "RESULT_FILE", "RESULT_STATES",
-    "RUN_STATES", "TERMINAL_STATES", "TOKEN_ENV", "Audit", "SavedConfig", "config_from_object", "config_of_record", "parse_config",
-    "read_config_file", "read_run_config", "Heartbeat", "Manifest", "ManifestError", "JobRecord", "JobUnreadable", "RunDir", "RunFileError", "RunState", "append_event",
-    "append_jsonl", "atomic_write", "atomic_write_bytes", "atomic_write_path", "checkpoint_name", "list_checkpoints", "audit_folder", "atomic_write_json", "call_quietly", "cancel_requested", "clear_cancel",
-    "confined_path", "describe_mismatch", "file_digest", "finite_json", "fsync_dir", "heartbeat_age_s", "heartbeat_timeout_s", "hostname", "iter_jsonl",
-    "last_metrics", "open_run_file", "process_matches", "process_start", "publish_dir", "read_bytes", "read_heartbeat", "read_job", "read_json", "read_json_object", "read_jsonl",
-    "read_manifest", "read_result", "read_run_file", "remove_owned", "request_cancel", "run_json", "truncate_metrics", "update_job", "write_job", "write_manifest",
-]
+# Names are imported on first use (PEP 562): `cemctl status` imports the file names and states without paying for the
+# manifests, the config reader and the trainer's writers.
+_HOMES = {
+    "ACTIVE_STATES": "files", "CANCEL_FILE": "files", "CHECKPOINT_DIR": "files", "CHECKPOINT_RE": "files",
+    "CONFIG_FILE": "files", "DEFAULT_HEARTBEAT_TIMEOUT_S": "files", "ENDED_STATES": "files", "EVALS_FILE": "files",
+    "EVENTS_FILE": "files", "EXECUTOR_LOG": "files", "EXIT_PREEMPTED": "files", "FINAL_STATES": "files",
+    "HEARTBEAT_FILE": "files", "IN_FLIGHT_STATES": "files", "JOB_FILE": "files", "LOCK_FILE": "files",
+    "LOG_FILE": "files", "MAX_JSON_BYTES": "files", "MAX_LOG_BYTES": "files", "METRICS_FILE": "files",
+    "RESULT_FILE": "files", "RESULT_STATES": "files", "RUN_STATES": "files", "RunFileError": "files",
+    "RunState": "files", "TERMINAL_STATES": "files", "TROUBLED_STATES": "files", "append_event": "files",
+    "append_jsonl": "files", "atomic_write": "files", "atomic_write_bytes": "files", "atomic_write_json": "files",
+    "atomic_write_path": "files", "checkpoint_name": "files", "confined_path": "files", "finite_json": "files",
+    "fsync_dir": "files", "heartbeat_timeout_s": "files", "hostname": "files", "iter_jsonl": "files",
+    "list_checkpoints": "files", "number": "files", "open_run_file": "files", "publish_dir": "files",
+    "read_bytes": "files", "read_json": "files", "read_json_object": "files", "read_jsonl": "files",
+    "read_run_file": "files", "run_json": "files",
+    "JOB_STATES": "job", "JobRecord": "job", "JobUnreadable": "job", "LIVE_JOB_STATES": "job",
+    "cancel_requested": "job", "clear_cancel": "job", "heartbeat_age_s": "job", "last_metrics": "job",
+    "read_heartbeat": "job", "read_job": "job", "request_cancel": "job", "update_job": "job", "write_job": "job",
+    "Audit": "manifest", "Manifest": "manifest", "ManifestError": "manifest", "audit_folder": "manifest",
+    "file_digest": "manifest", "read_manifest": "manifest", "remove_owned": "manifest", "write_manifest": "manifest",
+    "NotAResult": "results", "ResultFile": "results", "RunResult": "results", "read_result": "results",
+    "read_result_file": "results",
+    "TOKEN_ENV": "process", "describe_mismatch": "process", "process_matches": "process", "process_start": "process",
+    "Heartbeat": "rundir", "RunDir": "rundir", "call_quietly": "rundir", "truncate_metrics": "rundir",
+    "SavedConfig": "saved_config", "config_from_object": "saved_config", "config_of_record": "saved_config",
+    "parse_config": "saved_config", "read_config_file": "saved_config", "read_run_config": "saved_config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'cem_core.runfiles' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"cem_core.runfiles.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_HOMES)

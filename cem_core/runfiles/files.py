@@ -21,9 +21,9 @@ import enum
 import fcntl
 import json
 import math
+import numbers
 import os
 import re
-import socket
 import stat
 import tempfile
 import time
@@ -60,7 +60,8 @@ EXIT_PREEMPTED = 4
 
 
 class RunState(str, enum.Enum):
-    """A run's state (docs/design.md): planned -> queued -> running -> done | diverged | failed; stale; cancelled."""
+    """A run's state (docs/design.md): planned -> queued -> running -> done | diverged | failed; stale; cancelled;
+    damaged. The groups a command asks about are properties: `RunState(state).final`."""
 
     PLANNED = "planned"
     QUEUED = "queued"
@@ -75,16 +76,73 @@ class RunState(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def has_result(self) -> bool:
+        """What result.json may say: the trainer's outcomes."""
+        return self in (RunState.DONE, RunState.DIVERGED, RunState.FAILED)
+
+    @property
+    def terminal(self) -> bool:
+        """No job will run it again without being asked (a result, or the user stopped it)."""
+        return self.has_result or self is RunState.CANCELLED
+
+    @property
+    def final(self) -> bool:
+        """A result a launch never redoes (failed runs are retried with --retry-failed)."""
+        return self in (RunState.DONE, RunState.DIVERGED)
+
+    @property
+    def active(self) -> bool:
+        """A job holds (or waits for) a worker."""
+        return self in (RunState.QUEUED, RunState.RUNNING)
+
+    @property
+    def ended(self) -> bool:
+        """An outcome (kept when an edited grid no longer holds the run)."""
+        return self.has_result or self is RunState.DAMAGED
+
+    @property
+    def troubled(self) -> bool:
+        """It stopped short of a result or its files cannot be trusted: its record says why (`reason`)."""
+        return self in (RunState.FAILED, RunState.STALE, RunState.DIVERGED, RunState.CANCELLED, RunState.DAMAGED)
+
+    @property
+    def in_flight(self) -> bool:
+        """Not ended yet: its folder may say more than the database (`cemctl.records.live`)."""
+        return self in (RunState.PLANNED, RunState.QUEUED, RunState.RUNNING, RunState.STALE)
+
+
+def _group(name: str) -> tuple[str, ...]:
+    return tuple(s.value for s in RunState if getattr(s, name))
+
 
 RUN_STATES: tuple[str, ...] = tuple(s.value for s in RunState)
-# What result.json may say: the trainer's outcomes.
-RESULT_STATES: tuple[str, ...] = ("done", "diverged", "failed")
-# No job will run it again without being asked (a result, or the user stopped it).
-TERMINAL_STATES: tuple[str, ...] = ("done", "diverged", "failed", "cancelled")
-# Results a launch never redoes (failed runs are retried with --retry-failed).
-FINAL_STATES: tuple[str, ...] = ("done", "diverged")
-# A job holds (or waits for) a worker.
-ACTIVE_STATES: tuple[str, ...] = ("queued", "running")
+RESULT_STATES = _group("has_result")
+TERMINAL_STATES = _group("terminal")
+FINAL_STATES = _group("final")
+ACTIVE_STATES = _group("active")
+ENDED_STATES = _group("ended")
+TROUBLED_STATES = _group("troubled")
+IN_FLIGHT_STATES = _group("in_flight")
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def number(value: Any, kind: type = float) -> Any:
+    """The one rule for a usable number (a run file's, a record's, a column's): an int or float, not a bool, finite;
+    with `kind=int` also whole and within 64 bits (what a database column holds). Returns it as `kind` (a float
+    stays a float with `kind=float`), else None: an unusable number drops that field, never the run."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, numbers.Real)):
+        return None
+    if kind is int:
+        if isinstance(value, int):
+            return int(value) if _INT64[0] <= value <= _INT64[1] else None
+        if not math.isfinite(value) or value != int(value):
+            return None
+        return int(value) if _INT64[0] <= value <= _INT64[1] else None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 class RunFileError(CemError):
@@ -93,6 +151,8 @@ class RunFileError(CemError):
 
 def hostname() -> str:
     """The one hostname form of every run file (job.json, events, heartbeat, result): the short name."""
+    import socket
+
     return socket.gethostname().split(".")[0]
 
 

@@ -5,7 +5,7 @@ Every executor records where a run's current job is in `<run_dir>/job.json`
 (written atomically). `JobRecord.state` is the executor's view: queued,
 running, exited, interrupted, cancelled, lost. A `cancel` file in the run
 directory asks every executor not to (re)start the run. The readers here
-(`read_job`, `read_heartbeat`, `read_result`) are for showing and liveness: they never
+(`read_job`, `read_heartbeat`) are for showing and liveness: they never
 raise on a missing, truncated or refused file. A write never replaces what it could not
 read: `update_job` refuses a job.json that is there but cannot be read (`JobUnreadable`),
 and what a result.json says is decided by one strict rule
@@ -28,8 +28,6 @@ from cem_core.runfiles.files import (
     HEARTBEAT_FILE,
     JOB_FILE,
     METRICS_FILE,
-    RESULT_FILE,
-    RESULT_STATES,
     RunFileError,
     atomic_write_json,
     confined_path,
@@ -111,14 +109,6 @@ def update_job(run_dir: str | os.PathLike[str], **fields: Any) -> JobRecord:
 
 def read_heartbeat(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return run_json(run_dir, HEARTBEAT_FILE)
-
-
-def read_result(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """result.json if it is a JSON object with a terminal state, else None: for showing a result and for liveness
-    (a job whose run wrote one has ended). Not for deciding what to start or stop: a file that cannot be read is None
-    here; `cem_core.runfiles.results.read_result_file` (the launcher, cancel and ingest) tells it from "no result"."""
-    result = run_json(run_dir, RESULT_FILE)
-    return result if result is not None and result.get("state") in RESULT_STATES else None
 
 
 def heartbeat_age_s(run_dir: str | os.PathLike[str], now: float | None = None) -> float | None:

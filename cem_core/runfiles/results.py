@@ -1,28 +1,33 @@
-"""What counts as a run's result, in one place (the launcher, the executors, ingest and import all ask here).
+"""What counts as a run's result, in one place: the frozen `RunResult`, checked where the trainer writes it and
+wherever it is read (the launcher, the executors, cancel, ingest, the live view and import all ask here).
 
-    result_problem({"state": "done", "test_loss": 1.5}) -> ""             # a result
-    result_problem({"state": "done", "test_loss": None}) -> "state done but test_loss is None (allowed: ...)"
+    RunResult.parse({"state": "done", "test_loss": 1.5})   -> RunResult(state="done", test_loss=1.5, ...)
+    RunResult.parse({"state": "done", "test_loss": None})  -> NotAResult: state done but test_loss is None (allowed: ...)
     read_result_file(run_dir, now=t) -> ResultFile(result, mtime, problem)  # result.json read by that rule
+    read_result(run_dir) -> RunResult | None                                # the same, for showing and liveness
     aside_folders(run_dir) -> [".outdated-20261125T101500Z", ...]         # earlier results set aside
 
 A result is a JSON object whose `state` is a terminal state (`RESULT_STATES`); a `done`
 result has a test loss that is a finite number >= 0 (cross-entropy, MSE). Anything else
 in result.json makes the run `damaged` (never retrained silently, never called finished).
-Folders whose name starts with an ASIDE prefix hold files a repair or a rerun moved out of
+A field that is not a usable number (`number`: a bool, NaN, infinity, text, an integer
+beyond 64 bits) is dropped, never the result. What a task adds (the GP study's RMSEs and
+counts) is kept in `extras`. Folders whose name starts with an ASIDE prefix hold files a repair or a rerun moved out of
 the run's way (`cemctl launch --redo-damaged`, `--rerun-outdated`): they are the run's
 history, never moved again. Torch-free.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from cem_core.runfiles.files import RESULT_FILE, RESULT_STATES, RunFileError, read_run_file
+from cem_core.errors import CemError
+from cem_core.runfiles.files import RESULT_FILE, RESULT_STATES, RunFileError, number, read_run_file
 
 # A result.json that is not valid JSON is damaged once it is this old; newer, it may be a copy still arriving (a
 # file system that shows a rename before its data): judged again later, and never read as "no result".
@@ -33,23 +38,88 @@ OUTDATED_PREFIX = ".outdated-"
 ASIDE_PREFIXES = (QUARANTINE_PREFIX, OUTDATED_PREFIX)
 
 
+class NotAResult(CemError):
+    """result.json holds no result (one line, naming what is allowed)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """result.json, typed: the trainer's outcome of one attempt. Numbers are usable numbers or None."""
+
+    state: str
+    test_loss: float | None = None
+    test_ppl: float | None = None
+    val_loss: float | None = None
+    val_ppl: float | None = None
+    params_total: int | None = None
+    params_non_embedding: int | None = None
+    flops_per_token: int | None = None
+    train_flops: float | None = None
+    tokens: int | None = None
+    steps: int | None = None
+    total_steps: int | None = None
+    wall_time_s: float | None = None
+    error: str | None = None
+    diverged_step: int | None = None
+    test_tokens: int | None = None
+    val_tokens: int | None = None
+    attempt: int | None = None
+    world_size: int | None = None
+    device: str | None = None
+    host: str | None = None
+    run_id: str | None = None
+    code_fingerprint: str | None = None  # the model code that trained it (letters and digits, at most 32)
+    extras: Mapping[str, Any] = field(default_factory=dict)  # what the task adds (test_rmse, val_rmse, ...)
+
+    def __post_init__(self) -> None:
+        if self.state not in RESULT_STATES:
+            raise NotAResult(f"not a result (state {self.state!r}; allowed states: {', '.join(RESULT_STATES)})")
+        loss = self.test_loss
+        if self.state == "done" and (number(loss) is None or loss < 0):  # type: ignore[operator]
+            raise NotAResult(f"state done but test_loss is {repr(loss)[:60]} (allowed: a finite number >= 0)")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("float | None", "int | None"):
+                object.__setattr__(self, f.name, number(value, int if f.type == "int | None" else float))
+            elif f.type == "str | None" and value is not None:
+                object.__setattr__(self, f.name, str(value))
+        code = self.code_fingerprint
+        if code is not None and not (code.isalnum() and len(code) <= 32):
+            object.__setattr__(self, "code_fingerprint", None)
+
+    @classmethod
+    def parse(cls, obj: Any) -> "RunResult":
+        """result.json's parsed JSON as a RunResult; `NotAResult` (one line) when it is none."""
+        if not isinstance(obj, dict):
+            raise NotAResult(f"not a result (a JSON {type(obj).__name__}; allowed states: {', '.join(RESULT_STATES)})")
+        known = {f.name for f in dataclasses.fields(cls)} - {"extras"}
+        return cls(**{k: v for k, v in obj.items() if k in known},
+                   extras={k: v for k, v in obj.items() if k not in known})
+
+    def to_json(self) -> dict[str, Any]:
+        """The object written to result.json (the task's extras beside the fields)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extras"}
+        return {**dict(self.extras), **out}
+
+    def extra_number(self, name: str) -> float | None:
+        """A number the task added (`test_rmse`), or None."""
+        return number(self.extras.get(name))
+
+
 def result_problem(res: Any) -> str:
     """"" when `res` (result.json, parsed) is a result, else why not (one line, naming what is allowed)."""
-    if not isinstance(res, dict) or res.get("state") not in RESULT_STATES:
-        what = f"a JSON {type(res).__name__}" if not isinstance(res, dict) else f"state {res.get('state')!r}"
-        return f"not a result ({what}; allowed states: {', '.join(RESULT_STATES)})"
-    if res["state"] == "done":
-        loss = res.get("test_loss")
-        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss) or loss < 0:
-            return f"state done but test_loss is {repr(loss)[:60]} (allowed: a finite number >= 0)"
+    try:
+        RunResult.parse(res)
+    except NotAResult as e:
+        return str(e)
     return ""
 
 
 @dataclass
 class ResultFile:
-    """What a run's result.json says, by the one rule (ingest, the launcher, cancel)."""
+    """What a run's result.json says, by the one rule (ingest, the launcher, cancel, the live view, import)."""
 
-    result: dict[str, Any] | None  # a result (`result_problem` is ""), else None
+    result: RunResult | None  # a result, else None
     mtime: float | None  # None: there is no result.json
     problem: str = ""  # "result.json: why it is not a result": the run is damaged
 
@@ -80,8 +150,17 @@ def read_result_file(run_dir: str | os.PathLike[str], *, now: float | None = Non
         why = f"unreadable ({e.strerror or e})" if isinstance(e, OSError) else "not valid JSON (truncated or garbled)"
         old = mtime < (time.time() if now is None else now) - UNREADABLE_GRACE_S
         return ResultFile(None, mtime, f"{RESULT_FILE}: {why}" if old else "")
-    problem = result_problem(res)
-    return ResultFile(None, mtime, f"{RESULT_FILE}: {problem}") if problem else ResultFile(res, mtime)
+    try:
+        return ResultFile(RunResult.parse(res), mtime)
+    except NotAResult as e:
+        return ResultFile(None, mtime, f"{RESULT_FILE}: {e}")
+
+
+def read_result(run_dir: str | os.PathLike[str]) -> RunResult | None:
+    """The run's result by the one rule, or None (none, not readable yet, or not a result): for showing a result and
+    for liveness (a job whose run wrote one has ended). What to start or stop asks `read_result_file`, which tells
+    "no result" from "damaged" and "not readable yet"."""
+    return read_result_file(run_dir).result
 
 
 def aside_folders(run_dir: str | os.PathLike[str]) -> list[str]:

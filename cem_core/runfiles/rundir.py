@@ -43,11 +43,9 @@ from cem_core.runfiles.files import (
     finite_json,
     hostname,
     iter_jsonl,
-    read_json_object,
 )
 from cem_core.runfiles.lock import file_lock
-from cem_core.runfiles.saved_config import read_run_config
-from cem_core.schema import RunConfig
+from cem_core.runfiles.results import RunResult
 
 
 _METRICS_REWRITE = threading.Lock()  # an append from another thread (system samples) never lands inside a rewrite
@@ -81,10 +79,6 @@ class RunDir:
         self.log = self.path / LOG_FILE
         self.checkpoints = self.path / CHECKPOINT_DIR
 
-    def load_config(self) -> RunConfig:
-        """The run's config (typed, not resolved); `ConfigError` (one line naming the file) when missing or bad."""
-        return read_run_config(self.path).config
-
     @contextlib.contextmanager
     def exclusive(self, *, enabled: bool = True) -> Iterator[None]:
         """Hold an exclusive lock on RUN_DIR/.lock while training: one trainer per run.
@@ -117,12 +111,9 @@ class RunDir:
         with _METRICS_REWRITE:
             append_jsonl(self.metrics, obj)
 
-    def read_result(self) -> dict[str, Any] | None:
-        return read_json_object(self.result)  # a JSON list or string is no result
-
-    def write_result(self, result: dict[str, Any]) -> None:
-        # One hostname form in every run file (runfiles.hostname: the short name job.json and status compare).
-        atomic_write_json(self.result, finite_json({**result, "host": hostname()} if "host" in result else result))
+    def write_result(self, result: RunResult) -> None:
+        """result.json, once, atomically: a `RunResult` (checked when it was made)."""
+        atomic_write_json(self.result, finite_json(result.to_json()))
 
 
 class Heartbeat:

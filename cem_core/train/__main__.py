@@ -1,6 +1,6 @@
 """`python -m cem_core.train RUN_DIR [--device cpu|cuda|cuda:N]` (also under `torchrun`).
 
-Trains or resumes the run in RUN_DIR (see cem_core/train/loop.py). Exit code:
+Trains or resumes the run in RUN_DIR (see cem_core/train/attempt.py). Exit code:
 0 done, 3 diverged, 1 failed, 2 bad config or arguments (one line on stderr). A failure before the attempt
 could record one (no result.json) ends, after its traceback, with one line `error: ...` on stderr too.
 """
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cem_core.errors import ConfigError
     from cem_core.plugins import PLUGINS_DIR, add_search_path
-    from cem_core.train.loop import EXIT_BAD_CONFIG, EXIT_CODES, run_training
+    from cem_core.train.attempt import EXIT_BAD_CONFIG, EXIT_CODES, run_training
 
     if not os.environ.get("CEMCTL_SNAPSHOT"):  # a job of a code snapshot imports the plugins copied into it
         add_search_path(Path(args.run_dir).resolve().parent / PLUGINS_DIR)  # else: the sources plan copied

@@ -1,4 +1,4 @@
-"""A training attempt's failure as the trainer records it (`cem_core.train.loop`): result.json's `error` is the
+"""A training attempt's failure as the trainer records it (`cem_core.train.attempt`): result.json's `error` is the
 traceback's tail and, as its last line, the one line `status` and `launch` show (`cem_core.runfiles.failure`).
 
 A plugin whose source does not parse fails the attempt that fingerprints it with the SyntaxError of the file
@@ -11,6 +11,7 @@ import traceback
 from typing import Any
 
 from cem_core.runfiles.failure import failure_line
+from cem_core.runfiles.results import RunResult
 
 ERROR_TAIL_LINES = 15
 
@@ -21,12 +22,12 @@ def error_tail(exc: BaseException, lines: int = ERROR_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def error_text(exc: BaseException, previous: dict[str, Any] | None = None, lines: int = ERROR_TAIL_LINES) -> str:
+def error_text(exc: BaseException, previous: RunResult | None = None, lines: int = ERROR_TAIL_LINES) -> str:
     """The traceback's last `lines` lines, then the failure line when it says more than the last of them
     (the user's file:line, the advice for a failure that will repeat). `previous` is the previous attempt's result."""
     tail = error_tail(exc, lines).splitlines()
-    before = previous if previous and previous.get("state") == "failed" else {}
-    line = failure_line(exc, str(before.get("error") or ""), before.get("attempt"))
+    failed = previous is not None and previous.state == "failed"
+    line = failure_line(exc, (previous.error or "") if failed else "", previous.attempt if failed else None)
     if not tail or tail[-1].strip() != line:
         tail.append(line)
     return "\n".join(tail)

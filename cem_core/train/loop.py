@@ -1,36 +1,21 @@
-"""One training run from its run directory: `python -m cem_core.train RUN_DIR` / `run_training(run_dir)`.
+"""The training of one run: setup (task, model, optimizer), resume (newest checkpoint), then per optimizer step
+`_step` (forward/backward over the micro-batches, clip, update) and `_step_end` (log, evaluate, checkpoint), then
+the test evaluation (`train`). What an attempt records around it (result.json, events, the heartbeat) is
+`cem_core.train.attempt`; this file and what it imports to compute are the code fingerprint (`cem_core.fingerprint`).
 
-Every executor (local CPU pool, GPU pinning, SLURM) runs this; it reads
-RUN_DIR/config.json, resumes from the newest valid checkpoint, trains with the
-recipe of optim.py on the data order of sampler.py, and writes the files of
-cem_core.runfiles. Outcomes: `done` (exit 0), `diverged` (non-finite loss or gradient
-norm, exit 3), `failed` (an exception, exit 1); each is written once,
-atomically, to result.json and appended to events.jsonl. Bad configuration
-raises `ConfigError` before anything is written (exit 2).
+What differs between tasks is a `cem_core.train.tasks.Task`: `LMTask` (language modelling) or the GP
+study's `GPTask` (examples instead of token sequences, MSE evaluation; result.json then carries `test_rmse`,
+`val_rmse` and the GP counts).
 
-The run is setup (task, model, optimizer), resume (newest checkpoint), then
-per optimizer step `_step` (forward/backward over the micro-batches, clip,
-update) and `_step_end` (log, evaluate, checkpoint). What differs between tasks
-is a `cem_core.train.tasks.Task`: `LMTask` (language modelling) or the GP
-study's `GPTask` (examples instead of token sequences, MSE evaluation;
-result.json then carries `test_rmse`, `val_rmse` and the GP counts).
+Data parallelism: under `torchrun` (WORLD_SIZE > 1) each process joins the process group (NCCL on CUDA, gloo
+on CPU), takes its slice of each global batch, and gradients are averaged by DDP. Only rank 0 writes files.
 
-Data parallelism: under `torchrun` (WORLD_SIZE > 1) each process joins the
-process group (NCCL on CUDA, gloo on CPU), takes its slice of each global
-batch, and gradients are averaged by DDP. Only rank 0 writes files.
+Preemption (`cem_core.train.preempt`): after a signal the loop finishes the step it is in, writes a checkpoint of
+it and raises `Preempted`; the next attempt resumes from that very step.
 
-Preemption: SIGTERM, SIGUSR1 or SIGUSR2 (a SLURM time limit, preemption or
-`scontrol requeue`; submitit's timeout signal; `cemctl cancel`; a stopped local
-orchestrator) never loses work. The trainer finishes the step it is in, writes a
-checkpoint of it, records a `stale` event ("preempted ... resumable") and exits
-with `EXIT_PREEMPTED` (4) without a result; the local executor restarts it, SLURM
-requeues it, and the next attempt resumes from that very step.
-
-Determinism: the model is initialised from `torch.manual_seed(train.seed)`,
-the data order is a pure function of (seed, step, micro-step, rank), and a
-checkpoint holds model, optimizer, scheduler, step, tokens and the torch RNG
-states, so on the CPU a resumed run repeats the uninterrupted run's losses
-exactly (same thread count).
+Determinism: the model is initialised from `torch.manual_seed(train.seed)`, the data order is a pure function of
+(seed, step, micro-step, rank), and a checkpoint holds model, optimizer, scheduler, step, tokens and the torch RNG
+states, so on the CPU a resumed run repeats the uninterrupted run's losses exactly (same thread count).
 """
 
 from __future__ import annotations
@@ -40,9 +25,6 @@ import datetime
 import logging
 import math
 import os
-import signal
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -50,79 +32,19 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from cem_core.config import RunConfig, resolve, run_id, total_steps
-from cem_core.counts import run_counts
+from cem_core.config import RunConfig, total_steps
 from cem_core.errors import ConfigError, RunDiverged
-from cem_core.names import is_run_id
-from cem_core.train.failure import error_tail, error_text, fingerprint_or_error
+from cem_core.runfiles import Heartbeat, RunDir, truncate_metrics
 from cem_core.train.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from cem_core.train.console import LOGGER_NAME, PROGRESS_LINE, RunConsole
-from cem_core.train.environment import RunMonitor
 from cem_core.train.hooks import TestHooks
-from cem_core.train.evaluate import perplexity
 from cem_core.train.optim import build_optimizer, build_scheduler
-from cem_core.runfiles import (
-    EXIT_PREEMPTED,
-    Heartbeat,
-    RunDir,
-    call_quietly,
-    cancel_requested,
-    read_result,
-    truncate_metrics,
-)
+from cem_core.train.preempt import Preempted, Preemption
 from cem_core.train.sampler import BatchSampler
 from cem_core.train.tasks import make_task, task_class
 
 log = logging.getLogger(LOGGER_NAME)
 
-EXIT_CODES = {"done": 0, "failed": 1, "diverged": 3, "preempted": EXIT_PREEMPTED}
-EXIT_BAD_CONFIG = 2
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-
-
-class Preempted(Exception):
-    """A preemption signal arrived: the run stopped after `step` with a checkpoint of it (not a failure)."""
-
-    def __init__(self, step: int, signame: str, checkpointed: bool) -> None:
-        super().__init__(f"preempted by {signame} after step {step}")
-        self.step, self.signame, self.checkpointed = step, signame, checkpointed
-
-
-class Preemption:
-    """SIGTERM / SIGUSR1 / SIGUSR2 set a flag the training loop reads after each step (handlers of the main
-    thread only; elsewhere, e.g. the library form run from a thread, signals keep their default)."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def install(self) -> "Preemption":
-        if threading.current_thread() is threading.main_thread():
-            for sig in PREEMPT_SIGNALS:
-                self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.signum is None:
-            self.signum = signum
-
-    def restore(self) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old.clear()
-
-    def requested(self, world: "World", device: torch.device) -> bool:
-        """Whether any rank got a preemption signal (every rank stops after the same step)."""
-        flag = self.signum is not None
-        if world.size > 1:
-            t = torch.tensor([1 if flag else 0], dtype=torch.long, device=device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            flag = bool(int(t[0]))
-        return flag
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum is not None else "a peer rank's signal"
 
 
 # ---------------------------------------------------------------------------
@@ -298,139 +220,6 @@ class RunState:
         return self.elapsed_prev_s + (time.time() - self.start_time)
 
 
-def make_result(cfg: RunConfig, st: RunState, state: str, *, error: str | None = None,
-                diverged_step: int | None = None, attempt: int = 1, world: World | None = None,
-                device: torch.device | None = None) -> dict[str, Any]:
-    counts = run_counts(cfg)
-    fpt = counts["flops_per_token"]
-    return {
-        "state": state,
-        "test_loss": st.test_loss, "test_ppl": perplexity(st.test_loss),
-        "val_loss": st.val_loss, "val_ppl": perplexity(st.val_loss),
-        "params_total": counts["params_total"], "params_non_embedding": counts["params_non_embedding"],
-        "flops_per_token": fpt, "train_flops": 3 * fpt * st.tokens,
-        "tokens": st.tokens, "steps": st.step, "total_steps": total_steps(cfg),
-        "wall_time_s": round(st.elapsed_s(), 3),
-        "error": error, "diverged_step": diverged_step,
-        "test_tokens": st.test_tokens, "val_tokens": st.val_tokens,
-        "attempt": attempt, "world_size": world.size if world else 1,
-        "device": str(device) if device is not None else None,
-        "host": socket.gethostname(), "run_id": run_id(cfg),
-    } | task_class(cfg).result_fields(cfg, examples=st.tokens, val_loss=st.val_loss, test_loss=st.test_loss,
-                                      **st.task_info)
-
-
-def run_training(run_dir: str | os.PathLike[str], device: str | None = None) -> dict[str, Any]:
-    """Train (or resume) the run in `run_dir`; returns the result dict also written to result.json.
-
-    Raises `ConfigError` (before writing anything) when the config or the device
-    is bad; every other problem ends as a `failed` result.
-    """
-    rd = RunDir(run_dir)
-    cfg = resolve(rd.load_config())
-    check_run_dir(rd, cfg)
-    world = World.from_env()
-    grad_accum_steps(cfg, world.size)
-    dev = resolve_device(device, world)
-    threads_before = torch.get_num_threads()
-    set_threads()
-    try:
-        with rd.exclusive(enabled=world.rank == 0):  # a second trainer of this run waits, then resumes or stops
-            return _run(rd, cfg, world, dev)
-    finally:
-        torch.set_num_threads(threads_before)  # the library form must not change its caller's process
-
-
-def check_run_dir(rd: RunDir, cfg: RunConfig) -> None:
-    """Refuse (ConfigError, exit 2, nothing written) a run directory that is damaged: named by a run id that
-    is not its config's hash (an edited config.json, a copied folder), or holding a result.json that is no result."""
-    name = rd.path.name
-    if is_run_id(name) and run_id(cfg) != name:
-        raise ConfigError("config.json", f"hashes to run id {run_id(cfg)}, not {name}: the run directory is damaged "
-                          "(an edited config, or a folder copied under another name); `cemctl launch --redo-damaged` "
-                          "restores the recorded config", source=str(rd.config))
-    if rd.result.exists() and read_result(rd.path) is None:
-        raise ConfigError("result.json", "is not a result (a damaged file); it is never overwritten silently: "
-                          "`cemctl launch --redo-damaged` moves it aside and trains again", source=str(rd.result))
-
-
-def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[str, Any]:
-    previous = rd.read_result()
-    if previous and previous.get("state") == "done":
-        return previous
-    attempt = rd.previous_attempts() + 1
-    code, unreadable = fingerprint_or_error(cfg)  # the model and training code this attempt runs ("": unreadable)
-    world.init(dev)
-    total = total_steps(cfg)
-    st = RunState()
-    heartbeat: Heartbeat | None = None
-    monitor: RunMonitor | None = None  # environment.json and the system samples (rank 0)
-    preempt = Preemption().install()
-    try:
-        world.barrier()  # every rank has read `attempt` before rank 0 appends to events.jsonl
-        with RunConsole(rd.log, rank=world.rank, total_steps=total) as ui:
-            if world.rank == 0:
-                if previous is not None:  # a retry of a failed / diverged attempt
-                    call_quietly(rd.result.unlink)
-                rd.append_event("running", f"attempt {attempt} on {dev}", attempt=attempt, code_fingerprint=code)
-                heartbeat = Heartbeat(rd.heartbeat, total_steps=total, attempt=attempt).start()
-                monitor = RunMonitor.start(rd, cfg, st, dev, world, attempt=attempt, code=code)
-            log.info("run %s attempt %d: %d steps on %s (world size %d, %d threads, code %s)", rd.path.name, attempt,
-                     total, dev, world.size, torch.get_num_threads(), code)
-            try:
-                if unreadable is not None:  # e.g. a plugin source that does not parse: this attempt fails with it
-                    raise unreadable
-                _train(cfg, rd, world, dev, attempt, st, ui, heartbeat, preempt)
-                result = make_result(cfg, st, "done", attempt=attempt, world=world, device=dev)
-                log.info("done: test loss %.4f (%s) over %s %s, %.1f s", st.test_loss,
-                         task_class(cfg).quality(st.test_loss), st.test_tokens,
-                         task_class(cfg).unit, st.elapsed_s())
-            except Preempted as p:
-                saved = (f"checkpoint step {p.step} written" if p.checkpointed else
-                         "no step trained yet, nothing to save")
-                reason = f"preempted by {p.signame} after step {p.step} ({saved}); resumes from its checkpoint"
-                log.warning("%s: exiting so that the executor restarts it", reason)
-                if world.rank == 0:
-                    _final_heartbeat(heartbeat, st)
-                    heartbeat = None
-                    if cancel_requested(rd.path):  # `cemctl cancel` sent the signal: the run stays cancelled
-                        rd.append_event("cancelled", f"cancelled by user ({saved})", attempt=attempt)
-                    else:
-                        rd.append_event("stale", reason, attempt=attempt)
-                return {"state": "preempted", "step": p.step, "reason": reason, "attempt": attempt}
-            except RunDiverged as e:
-                log.error("diverged: %s", e)
-                result = make_result(cfg, st, "diverged", error=str(e), diverged_step=e.step,
-                                     attempt=attempt, world=world, device=dev)
-            except Exception as e:  # noqa: BLE001 - recorded as failed, never lost
-                log.error("failed:\n%s", error_tail(e, 40))
-                result = make_result(cfg, st, "failed", error=error_text(e, previous), attempt=attempt,
-                                     world=world, device=dev)
-            if world.rank == 0:
-                _final_heartbeat(heartbeat, st)  # the last heartbeat is older than result.json
-                heartbeat = None
-                result["code_fingerprint"] = code
-                if monitor is not None:
-                    monitor.stop()  # the peaks are in environment.json before the result appears
-                rd.write_result(result)
-                reason = (result["error"] or "").strip().splitlines()[-1:] or [""]
-                rd.append_event(result["state"], reason[0][:500], attempt=attempt)
-    finally:
-        preempt.restore()
-        if monitor is not None:
-            monitor.stop()
-        _final_heartbeat(heartbeat, st)
-        world.close()
-    return result
-
-
-def _final_heartbeat(heartbeat: Heartbeat | None, st: RunState) -> None:
-    if heartbeat is not None:
-        heartbeat.stop()
-        heartbeat.update(step=st.step, tokens=st.tokens)
-        heartbeat.beat()
-
-
 @dataclass
 class _Training:
     """Everything one attempt trains with (built by `_setup`)."""
@@ -576,8 +365,9 @@ def _save(tr: _Training, cfg: RunConfig, rd: RunDir, dev: torch.device, st: RunS
     log.info("checkpoint %s", path.name)
 
 
-def _train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt: int, st: RunState,
-           ui: RunConsole, heartbeat: Heartbeat | None, preempt: Preemption | None = None) -> None:
+def train(cfg: RunConfig, rd: RunDir, world: World, dev: torch.device, attempt: int, st: RunState,
+          ui: RunConsole, heartbeat: Heartbeat | None, preempt: Preemption | None = None) -> None:
+    """Train the run to its last step and evaluate it on the test split (`st` holds what the result needs)."""
     tr = _setup(cfg, world, dev, st)
     start_step = _resume(tr, rd, world, dev, st, heartbeat)
     if preempt is not None and preempt.requested(world, dev):  # during setup: nothing new to save

@@ -166,7 +166,7 @@ def check_evaluable(run_dir: str | os.PathLike[str], sublayer: str = "both") -> 
     except FileNotFoundError:
         pass
     result = read_result(rd)
-    state = result.get("state") if isinstance(result, dict) else None
+    state = result.state if result is not None else None
     if state != "done":
         raise EvalRefused(f"run {name} is not done (state: {state or 'no result.json yet'}); eval needs a finished run")
     total = total_steps(cfg)

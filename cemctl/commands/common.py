@@ -90,7 +90,7 @@ ScaleFilterOption = scale_option(None, "every scale")
 
 def db_url(value: str | None) -> str:
     """Resolve --db / $CEMCTL_DB; a bare path means SQLite."""
-    from cemctl.db.engine import resolve_db_url
+    from cemctl.db.url import resolve_db_url
 
     return resolve_db_url(value)
 
@@ -101,7 +101,7 @@ def runs_dir(value: str | None) -> Path:
     named = value or os.environ.get("CEMCTL_RUNS")
     if named:
         return Path(named)
-    from cemctl.db.runs import DefaultRunsRoot
+    from cemctl.db.roots import DefaultRunsRoot
 
     return DefaultRunsRoot(DEFAULT_RUNS_DIR)
 

@@ -38,7 +38,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import DatabaseError as SADatabaseError
 from sqlalchemy.orm import Session
 
-from cemctl.db.errors import DatabaseError  # re-exported: cemctl.db.engine.DatabaseError
+from cemctl.db.errors import FULL_BELOW_BYTES, DatabaseError, disk_full  # noqa: F401 - re-exported
+from cemctl.db.url import resolve_db_url  # noqa: F401 - re-exported
 from cem_core.errors import CemError
 
 BUSY_TIMEOUT_S = 30.0
@@ -156,19 +157,6 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK) and os.access(path.parent if str(path.parent) else ".", os.W_OK)
 
 
-FULL_BELOW_BYTES = 256 << 10  # less free space than this: SQLite cannot even open its journal files
-
-
-def disk_full(path: Path) -> bool:
-    """Whether the file system holding `path` has (almost) no space left."""
-    import shutil
-
-    try:
-        return shutil.disk_usage(path if path.is_dir() else path.parent).free < FULL_BELOW_BYTES
-    except OSError:
-        return False
-
-
 _FULL_NOTED: set[str] = set()
 
 
@@ -276,12 +264,6 @@ def open_readonly_db(url: str) -> Engine:
 
     check_current(engine)
     return engine.execution_options(postgresql_readonly=True, cemctl_readonly=True)
-
-
-def resolve_db_url(value: str | None) -> str:
-    """--db / $CEMCTL_DB / results.db as a SQLAlchemy URL (a bare path means SQLite)."""
-    url = value or os.environ.get("CEMCTL_DB") or "sqlite:///results.db"
-    return url if "://" in url else f"sqlite:///{url}"
 
 
 def is_readonly(engine: Engine) -> bool:

@@ -20,11 +20,12 @@ One function per run file (`_ingest_metrics`, `_ingest_events`,
 `_ingest_tags`, `_ingest_history` (the results of the run's set-aside folders))
 gathers its rows and its `Evidence`; a command that changes a run's files calls
 `cemctl.db.projection.rebuild_run` (every derived row forgotten, the folder read again,
-one transaction); the state is then the pure `cemctl.db.state.derive_state`.
-The files and the database check each other (`_damage`): a config.json whose
-hash is not the run's id (edited, or a copied run directory), a result.json that
-is not a result, a run whose recorded result or directory is gone, is
-`damaged` with the reason; it is never retrained silently.
+one transaction). The folder's evidence and its state are the one reading of a run folder
+(`cem_core.runfolder.read_folder`: result.json, the last event, the heartbeat, their times and
+the judgement `damaged`), which the live view and import use too. The files and the database
+check each other (`_damage`): a config.json whose hash is not the run's id (edited, or a copied
+run directory), a result.json that is not a result, a run whose recorded result or directory is
+gone, is `damaged` with the reason; it is never retrained silently.
 
 Every file is read through `cem_core.runfiles` (regular files inside the run
 directory only, never blocking); a run directory that is a symlink out of the
@@ -46,10 +47,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from cem_core import runfiles
-from cem_core.config import RunConfig, canonical_json, resolve, saved_run_id
+from cem_core.config import canonical_json
 from cem_core.errors import CemError, ConfigError
 from cem_core.names import is_run_id
+from cem_core.runfiles import RunState
+from cem_core.runfolder import RunFolder, checked_config, read_folder, resolved_config
 from cem_core.runfiles.files import ENVIRONMENT_FILE
 from cem_core.runfiles.tags import TAGS_FILE
 from cem_core.runfiles import (
@@ -75,7 +77,6 @@ from cemctl.db.ingest_files import (
     _Outcome,
 )
 from cemctl.db.models import Result, Run, RunEvent, RunTags
-from cemctl.db.state import Evidence, derive_state
 
 
 @dataclass
@@ -167,24 +168,13 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
     return False
 
 
-def _load_config(run_dir: Path) -> tuple[dict[str, Any], RunConfig]:
-    """config.json as saved and as a resolved RunConfig; ConfigError (naming the file) when it cannot be."""
-    saved = runfiles.read_run_config(run_dir)  # the one reader of config.json (strict, one line naming the file)
-    if saved.config.plugins:  # resolving would import them: a run folder is data (its id check is `saved_run_id`)
-        return saved.raw, saved.config
-    try:
-        return saved.raw, resolve(saved.config)  # a saved config is resolved already; this validates it
-    except ConfigError as e:
-        raise e.with_source(str(run_dir / CONFIG_FILE)) from None
-
-
 def _create_row(session: Session, run_dir: Path, now: float) -> Run:
     """A row for a run directory the database does not know (rebuilding it from the files)."""
     from cemctl.db.runs import new_run_row
 
     from cemctl.db.runs import stored_run_dir
 
-    d, cfg = _load_config(run_dir)
+    d, cfg = resolved_config(run_dir)  # a config that is another run's makes it damaged, never hidden (`_damage`)
     run = new_run_row(run_dir.name, cfg, stored_run_dir(session.get_bind(), run_dir), now)
     run.config_json = canonical_json(d)
     run.state_reason = "found by sync"
@@ -195,19 +185,17 @@ def _create_row(session: Session, run_dir: Path, now: float) -> Run:
 
 
 def _config_damage(run: Run, run_dir: Path) -> str:
-    """Why config.json cannot be trusted for this run ("" when it can): unreadable, or not this run's config."""
+    """Why config.json cannot be trusted for this run ("" when it can): the folder's own judgement
+    (`cem_core.runfolder.checked_config`: unreadable, another run's), or not the config the database recorded."""
     mtime = _mtime(run_dir / CONFIG_FILE)
     if mtime is None:  # the planner writes it again from the recorded config (`cemctl plan` / `launch`)
         return "" if run.config_json else f"config.json is missing from {run_dir}"
     if mtime == run.config_mtime and run.state != "damaged":
         return ""
     try:
-        d, cfg = _load_config(run_dir)
+        d, _ = checked_config(run_dir)
     except ConfigError as e:
         return str(e)
-    if is_run_id(run_dir.name) and saved_run_id(cfg) != run_dir.name:
-        return (f"config.json hashes to run id {saved_run_id(cfg)}, not {run_dir.name} (edited, or a run directory "
-                "copied under another name); `cemctl launch --redo-damaged` restores the recorded config")
     recorded = json.loads(run.config_json or "{}")
     if recorded and canonical_json(recorded) != canonical_json(d):
         return "config.json differs from the config recorded in the database"
@@ -215,17 +203,16 @@ def _config_damage(run: Run, run_dir: Path) -> str:
     return ""
 
 
-def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, result_damage: str,
-            result_present: bool = False) -> str:
-    """Cross-checks of the run directory and the database; "" when they agree."""
-    if result_damage:
-        return result_damage
+def _damage(session: Session, run: Run, run_dir: Path, folder: RunFolder) -> str:
+    """Cross-checks of the run folder and the database; "" when they agree."""
+    if folder.result.problem:
+        return folder.result.problem
     config = _config_damage(run, run_dir)
     if config:
         return config
-    if result is None and not result_present:  # present but unreadable for now: judged again, never called gone
+    if folder.result.mtime is None:  # present but unreadable for now: judged again, never called gone
         recorded = session.get(Result, run.id)
-        if recorded is not None and recorded.state in ("done", "diverged"):
+        if recorded is not None and RunState(recorded.state).final:
             return (f"result.json is gone; the database recorded {recorded.state} (test loss "
                     f"{recorded.test_loss if recorded.test_loss is not None else 'n/a'}); "
                     "`cemctl launch --redo-damaged` trains it again")
@@ -235,9 +222,6 @@ def _damage(session: Session, run: Run, run_dir: Path, result: dict | None, resu
 def damage_found(engine: Engine, runs: Iterable[tuple[str, Path]], *, now: float | None = None) -> dict[str, str]:
     """{run id: why} of the recorded runs whose folders the one rule (`_damage`, as sync applies it) finds damaged
     now, judged without writing anything (a dry run reads the database without syncing it first)."""
-    from cem_core.runfiles.results import read_result_file
-    from cemctl.db.engine import read_session
-
     now = time.time() if now is None else now
     out: dict[str, str] = {}
     with read_session(engine) as s:
@@ -246,8 +230,7 @@ def damage_found(engine: Engine, runs: Iterable[tuple[str, Path]], *, now: float
             if run is None:
                 continue
             s.expunge(run)  # judged, never written (the rule notes what it checked on the run's row)
-            found = read_result_file(run_dir, now=now)
-            why = _damage(s, run, Path(run_dir), found.result, found.problem, result_present=found.mtime is not None)
+            why = _damage(s, run, Path(run_dir), read_folder(run_dir, now=now, check_config=False))
             if why:
                 out[rid] = why
     return out
@@ -255,26 +238,19 @@ def damage_found(engine: Engine, runs: Iterable[tuple[str, Path]], *, now: float
 
 def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeout_s: float, out: _Outcome) -> None:
     """Apply the run dir's files to `run` inside the caller's write transaction."""
+    folder = read_folder(run_dir, now=now, check_config=False)  # the one reading of the folder's evidence
     metrics_rewritten = _ingest_metrics(session, run, run_dir, out)
     last_event = _ingest_events(session, run, run_dir, out)
-    hb_mtime = _ingest_heartbeat(run, run_dir, metrics_rewritten)
-    result, res_mtime, result_damage = _ingest_result(session, run, run_dir, now, out)
+    _ingest_heartbeat(run, folder, metrics_rewritten)
+    _ingest_result(session, run, folder, now, out)
     _ingest_evals(session, run, run_dir, now, out)
     _ingest_environment(session, run, run_dir, now, out)
     _ingest_tags(session, run, run_dir, now, out)
     _ingest_history(session, run, run_dir, out)
-    evidence = Evidence(
-        db_state=run.state if run.state != "damaged" else "planned", db_reason=run.state_reason or "",
-        db_state_at=run.state_at,
-        result_state=result["state"] if result else None, result_error=str((result or {}).get("error") or ""),
-        result_time=res_mtime if result else None,
-        event_state=last_event.state if last_event is not None else None,
-        event_reason=last_event.reason or "" if last_event is not None else "",
-        event_time=(_mtime(run_dir / EVENTS_FILE) or last_event.time) if last_event is not None else None,
-        heartbeat_time=hb_mtime,
-        damage=_damage(session, run, run_dir, result, result_damage, result_present=res_mtime is not None),
-    )
-    _apply_state(session, run, derive_state(evidence, now, timeout_s), last_event, now, out)
+    derived = folder.state(now=now, timeout_s=timeout_s, db_state=run.state if run.state != "damaged" else "planned",
+                           db_reason=run.state_reason or "", db_state_at=run.state_at,
+                           extra_damage=_damage(session, run, run_dir, folder))
+    _apply_state(session, run, derived, last_event, now, out)
     if run.run_dir is None:
         from cemctl.db.runs import stored_run_dir
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -27,14 +26,13 @@ from sqlalchemy import BigInteger, Float, Integer, delete, select
 from sqlalchemy.orm import Session
 
 from cem_core import runfiles
-from cem_core.runfiles import EVALS_FILE, EVENTS_FILE, HEARTBEAT_FILE, METRICS_FILE, RESULT_FILE, RUN_STATES, RunFileError
+from cem_core.runfiles import EVALS_FILE, EVENTS_FILE, METRICS_FILE, RESULT_FILE, RUN_STATES, RunFileError, number
+from cem_core.runfolder import RunFolder, mtime as _mtime
 from cemctl.db.models import Eval, Metric, Result, Run, RunEnvironment, RunEvent
 
 _FINGERPRINT_BYTES = 256
 _METRIC_COLUMNS = ("tokens", "time_s", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
 _INT_METRIC_COLUMNS = ("tokens",)
-_RESULT_FLOATS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "train_flops", "wall_time_s")
-_RESULT_INTS = ("params_total", "params_non_embedding", "flops_per_token", "tokens", "steps", "diverged_step")
 _EVAL_FLOATS = ("test_loss", "test_ppl")
 _EVAL_INTS = ("eval_steps", "test_tokens", "flops_per_token", "trained_attn_steps", "trained_mlp_steps")
 
@@ -158,32 +156,6 @@ def _restarted(run_dir: Path, name: str, offset: int, fingerprint: str) -> bool:
     return len(before) < offset - head or _fingerprint(before) != fingerprint
 
 
-def _mtime(path: Path) -> float | None:
-    """The file's own mtime (lstat: a file replaced by a symlink changes it, whatever the link points to)."""
-    try:
-        return path.lstat().st_mtime
-    except FileNotFoundError:
-        return None
-
-
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def _num(value: Any, kind: type) -> Any:
-    """A number a database column can hold, or None: a huge integer (beyond 64 bits), a non-finite float or
-    anything else is dropped for that field only, never the whole run."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        if kind is int:
-            v = int(value)
-            return v if _INT64[0] <= v <= _INT64[1] else None
-        v = float(value)
-        return v if math.isfinite(v) else None
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
 def _series(obj: dict[str, Any]) -> str:
     """The sub-key of a metrics line: "" for train/val, "<layer>/<sublayer>/<t>" for energy lines."""
     if obj.get("series") is not None:
@@ -250,13 +222,13 @@ def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: _Outcome) ->
             state["cleared"] = True
         rows: dict[tuple[str, int, str], dict[str, Any]] = {}
         for obj in items:
-            if obj is None or not isinstance(obj.get("kind"), str) or _num(obj.get("step"), int) is None:
+            if obj is None or not isinstance(obj.get("kind"), str) or number(obj.get("step"), int) is None:
                 out.bad_lines += 1
                 continue
-            row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": _num(obj["step"], int),
+            row: dict[str, Any] = {"run_id": rid, "kind": obj["kind"][:16], "step": number(obj["step"], int),
                                    "series": _series(obj)}
             for col in _METRIC_COLUMNS:
-                row[col] = _num(obj.get(col), int if col in _INT_METRIC_COLUMNS else float)
+                row[col] = number(obj.get(col), int if col in _INT_METRIC_COLUMNS else float)
             extra = {k: v for k, v in obj.items() if k not in ("kind", "step", "series", *_METRIC_COLUMNS)}
             row["extra_json"] = json.dumps(extra, sort_keys=True) if extra else None
             rows[(row["kind"], row["step"], row["series"])] = row  # a re-logged step: the last line wins
@@ -299,14 +271,14 @@ def _ingest_events(session: Session, run: Run, run_dir: Path, out: _Outcome) -> 
         out.changed = True
     ev_rows = []
     for i, obj in enumerate(ev_lines.items):
-        if obj is None or obj.get("state") not in RUN_STATES or _num(obj.get("time"), float) is None:
+        if obj is None or obj.get("state") not in RUN_STATES or number(obj.get("time"), float) is None:
             out.bad_lines += 1
             continue
         ev_rows.append(
             {
-                "run_id": rid, "time": _num(obj["time"], float), "state": obj["state"],
-                "reason": str(obj.get("reason") or "")[:2000], "attempt": _num(obj.get("attempt"), int),
-                "host": (str(obj["host"])[:255] if obj.get("host") else None), "pid": _num(obj.get("pid"), int),
+                "run_id": rid, "time": number(obj["time"], float), "state": obj["state"],
+                "reason": str(obj.get("reason") or "")[:2000], "attempt": number(obj.get("attempt"), int),
+                "host": (str(obj["host"])[:255] if obj.get("host") else None), "pid": number(obj.get("pid"), int),
                 "source": "file", "line": first_line + i,
             }
         )
@@ -336,27 +308,24 @@ def _ingest_events(session: Session, run: Run, run_dir: Path, out: _Outcome) -> 
     ).first()
 
 
-def _ingest_heartbeat(run: Run, run_dir: Path, metrics_rewritten: bool) -> float | None:
-    """heartbeat.json -> progress, host, pid, attempts; returns its mtime (None when missing or unreadable)."""
-    hb_mtime = _mtime(run_dir / HEARTBEAT_FILE)
-    hb = runfiles.run_json(run_dir, HEARTBEAT_FILE) if hb_mtime is not None else None
+def _ingest_heartbeat(run: Run, folder: RunFolder, metrics_rewritten: bool) -> None:
+    """heartbeat.json (as the folder was read) -> progress, host, pid, attempts."""
+    hb = folder.heartbeat
+    run.heartbeat_at = folder.heartbeat_mtime
     if hb is None:
-        run.heartbeat_at = hb_mtime  # None, or an unreadable file being replaced
-        return None
-    run.heartbeat_at = hb_mtime
+        return
     for col, key in (("last_step", "step"), ("total_steps", "total_steps"), ("tokens", "tokens")):
-        value = _num(hb.get(key), int)
+        value = number(hb.get(key), int)
         if value is not None and not (col == "last_step" and (run.last_step or 0) > value and not metrics_rewritten):
             setattr(run, col, value)
     if hb.get("host"):
         run.host = str(hb["host"])[:255]
-    run.pid = _num(hb.get("pid"), int) or run.pid
-    attempt = _num(hb.get("attempt"), int)
+    run.pid = number(hb.get("pid"), int) or run.pid
+    attempt = number(hb.get("attempt"), int)
     if attempt is not None:
         run.attempts = max(run.attempts or 0, attempt)
     if run.started_at is None:
-        run.started_at = _num(hb.get("time"), float) or hb_mtime
-    return hb_mtime
+        run.started_at = number(hb.get("time")) or folder.heartbeat_mtime
 
 
 def _result_event_time(session: Session, run: Run, state: str) -> float | None:
@@ -371,35 +340,28 @@ def _result_event_time(session: Session, run: Run, state: str) -> float | None:
     return float(when)
 
 
-def _ingest_result(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> tuple[dict | None, float | None, str]:
-    """result.json -> the `results` row; returns (result or None, its mtime, damage reason or "")."""
-    from cem_core.runfiles.results import read_result_file
+def _ingest_result(session: Session, run: Run, folder: RunFolder, now: float, out: _Outcome) -> None:
+    """result.json (as the folder was read, by the one rule of what a result is) -> the `results` row."""
+    res, res_mtime = folder.result.result, folder.result.mtime
+    if res is None or res_mtime == run.result_mtime:
+        return
+    values: dict[str, Any] = {"run_id": run.id, "recorded_at": now, "result_json": json.dumps(
+        res.to_json(), sort_keys=True, default=str), **{c: getattr(res, c) for c in _RESULT_COLUMNS}}
+    values["error"] = res.error[:4000] if res.error else None
+    _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
+    out.result = True
+    run.result_mtime = res_mtime
+    run.finished_at = _result_event_time(session, run, res.state) or res_mtime
+    run.error = values["error"]
+    for key in ("params_total", "params_non_embedding", "flops_per_token", "tokens"):
+        if values[key] is not None:
+            setattr(run, key, values[key])
+    if res.steps is not None:
+        run.last_step = res.steps
 
-    found = read_result_file(run_dir, now=now)  # the one rule of what a result is (the launcher reads it too)
-    res, res_mtime = found.result, found.mtime
-    if res is None:
-        return None, res_mtime, found.problem
-    if res_mtime != run.result_mtime:
-        values: dict[str, Any] = {"run_id": run.id, "state": res["state"], "recorded_at": now,
-                                  "result_json": json.dumps(res, sort_keys=True, default=str),
-                                  "error": (str(res["error"])[:4000] if res.get("error") else None)}
-        for key in _RESULT_FLOATS:
-            values[key] = _num(res.get(key), float)
-        for key in _RESULT_INTS:
-            values[key] = _num(res.get(key), int)
-        code = res.get("code_fingerprint")
-        values["code_fingerprint"] = code if isinstance(code, str) and code.isalnum() and len(code) <= 32 else None
-        _upsert(session, Result, [values], ["run_id"], [k for k in values if k != "run_id"])
-        out.result = True
-        run.result_mtime = res_mtime
-        run.finished_at = _result_event_time(session, run, res["state"]) or res_mtime
-        run.error = values["error"]
-        for key in ("params_total", "params_non_embedding", "flops_per_token", "tokens"):
-            if values[key] is not None:
-                setattr(run, key, values[key])
-        if values["steps"] is not None:
-            run.last_step = values["steps"]
-    return res, res_mtime, ""
+
+_RESULT_COLUMNS = tuple(c.name for c in Result.__table__.columns
+                        if c.name not in ("run_id", "result_json", "recorded_at"))
 
 
 def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
@@ -416,17 +378,17 @@ def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _O
         return
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     for obj in items:
-        attn, mlp = (_num(obj.get(k), int) if isinstance(obj, dict) else None for k in ("attn_steps", "mlp_steps"))
+        attn, mlp = (number(obj.get(k), int) if isinstance(obj, dict) else None for k in ("attn_steps", "mlp_steps"))
         if attn is None or mlp is None:
             out.bad_lines += 1
             continue
         row: dict[str, Any] = {"run_id": run.id, "attn_steps": attn, "mlp_steps": mlp,
                                "sublayer": str(obj.get("sublayer") or "both")[:16],
-                               "evaluated_at": _num(obj.get("time"), float), "recorded_at": now}
+                               "evaluated_at": number(obj.get("time"), float), "recorded_at": now}
         for key in _EVAL_FLOATS:
-            row[key] = _num(obj.get(key), float)
+            row[key] = number(obj.get(key), float)
         for key in _EVAL_INTS:
-            row[key] = _num(obj.get(key), int)
+            row[key] = number(obj.get(key), int)
         rows[(attn, mlp)] = row
     stale = select(Eval.id, Eval.attn_steps, Eval.mlp_steps).where(Eval.run_id == run.id)
     gone = [i for i, a, m in session.execute(stale).all() if (a, m) not in rows]
@@ -468,9 +430,9 @@ def _ingest_environment(session: Session, run: Run, run_dir: Path, now: float, o
         for name, col in _ENV_COLUMNS.items():
             value = env.get(name)
             if isinstance(col.type, (BigInteger, Integer)):
-                values[name] = _num(value, int)
+                values[name] = number(value, int)
             elif isinstance(col.type, Float):
-                values[name] = _num(value, float)
+                values[name] = number(value, float)
             else:
                 length = getattr(col.type, "length", None) or 255
                 values[name] = str(value)[:length] if value is not None else None
@@ -525,7 +487,7 @@ def _ingest_history(session: Session, run: Run, run_dir: Path, out: _Outcome) ->
             continue
         code = res.get("code_fingerprint")
         found[folder] = {"run_id": run.id, "folder": folder[:128], "state": str(res.get("state"))[:16],
-                         "test_loss": _num(res.get("test_loss"), float), "val_loss": _num(res.get("val_loss"), float),
+                         "test_loss": number(res.get("test_loss"), float), "val_loss": number(res.get("val_loss"), float),
                          "code_fingerprint": code if isinstance(code, str) and code.isalnum() and len(code) <= 32
                          else None, "set_aside_at": aside_time(folder),
                          "result_json": json.dumps(res, sort_keys=True, default=str)}

@@ -42,10 +42,10 @@ from typing import Callable
 from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from cemctl.db.errors import DatabaseError
+from cemctl.db.errors import SCHEMA_VERSION, DatabaseError
 from cemctl.db.models import Base, RunEvent, SchemaVersion
 
-CURRENT_VERSION = 10
+CURRENT_VERSION = SCHEMA_VERSION
 
 
 def _add_columns(conn: Connection, table: str, columns: list[tuple[str, str]]) -> None:

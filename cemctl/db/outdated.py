@@ -27,10 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from sqlalchemy import select
-from sqlalchemy.engine import Engine
+if TYPE_CHECKING:  # pragma: no cover
+    from sqlalchemy.engine import Engine
+
+    from cemctl.db.read import Reader
 
 RERUN_HINT = "cemctl launch EXPERIMENT --rerun-outdated"
 
@@ -89,24 +91,21 @@ def judge(recorded: Iterable[tuple[str, Any, Callable[[], Any]]]) -> dict[str, O
     return out
 
 
-def outdated_runs(engine: Engine, run_ids: Iterable[str] | None = None) -> dict[str, Outdated]:
+def outdated_runs(source: "Engine | Reader", run_ids: Iterable[str] | None = None) -> dict[str, Outdated]:
     """Finished runs (done or diverged) whose recorded code fingerprint is not this installation's, as the
     database recorded them."""
-    from cemctl.db.engine import read_session
-    from cemctl.db.models import Result, Run
+    from cemctl.db.read import open_reader
 
     wanted = None if run_ids is None else set(run_ids)
     if wanted is not None and not wanted:
         return {}
-    q = (select(Result.run_id, Result.code_fingerprint)
-         .join(Run, Run.id == Result.run_id)
-         .where(Run.state.in_(("done", "diverged")), Result.code_fingerprint.is_not(None),
-                Result.code_fingerprint != current_code()))
-    with read_session(engine) as s:
-        rows = [(rid, code) for rid, code in s.execute(q) if wanted is None or rid in wanted]
-        configs = dict(s.execute(select(Run.id, Run.config_json).where(Run.id.in_([rid for rid, _ in rows]))).all()) \
-            if rows else {}
-    return judge((rid, code, lambda rid=rid: configs.get(rid)) for rid, code in rows)
+    reader = open_reader(source)
+    rows = [(rid, code, config) for rid, code, config in reader.rows(
+        "SELECT res.run_id, res.code_fingerprint, r.config_json FROM results res JOIN runs r ON r.id = res.run_id "
+        "WHERE r.state IN ('done', 'diverged') AND res.code_fingerprint IS NOT NULL "
+        "AND res.code_fingerprint != :current", current=current_code())
+        if wanted is None or rid in wanted]
+    return judge((rid, code, lambda config=config: config) for rid, code, config in rows)
 
 
 def outdated_note(n: int, experiment: str | None = None) -> str:
@@ -119,22 +118,20 @@ def outdated_note(n: int, experiment: str | None = None) -> str:
             f"(`{hint}` trains {'it' if one else 'them'} again)")
 
 
-def outdated_by_experiment(engine: Engine, outdated: dict[str, Outdated], *,
+def outdated_by_experiment(source: "Engine | Reader", outdated: dict[str, Outdated], *,
                            scale: str | None = None) -> dict[str, list[str]]:
     """Experiment name -> its outdated run ids (every run of it, not only the rows a table shows); runs linked to
     no experiment are not listed."""
-    from cemctl.db.engine import read_session
-    from cemctl.db.models import Experiment, ExperimentRun
+    from cemctl.db.read import open_reader
 
     if not outdated:
         return {}
-    q = (select(Experiment.name, ExperimentRun.run_id).distinct()
-         .join(ExperimentRun, ExperimentRun.experiment_id == Experiment.id)
-         .where(ExperimentRun.run_id.in_(list(outdated))))
-    if scale is not None:
-        q = q.where(ExperimentRun.scale == scale)
-    out: dict[str, list[str]] = {}
-    with read_session(engine) as s:
-        for name, rid in s.execute(q):
-            out.setdefault(name, []).append(rid)
-    return {name: sorted(ids) for name, ids in out.items()}
+    ids = list(outdated)
+    out: dict[str, set[str]] = {}
+    for i in range(0, len(ids), 500):
+        for name, rid in open_reader(source).rows(
+                "SELECT e.name, er.run_id FROM experiments e JOIN experiment_runs er ON er.experiment_id = e.id "
+                "WHERE er.run_id IN (:ids)" + (" AND er.scale = :scale" if scale is not None else ""),
+                ids=ids[i:i + 500], **({"scale": scale} if scale is not None else {})):
+            out.setdefault(name, set()).add(rid)
+    return {name: sorted(rids) for name, rids in out.items()}

@@ -12,18 +12,13 @@ runs keep their state. `set_state` appends the transition to the run
 directory's events.jsonl (the ground truth) and ingests it, so the database
 and the files never disagree.
 
-Run folders are `<runs root>/<run id>`, always (`run_folder`). The runs root is
-the one the user names (`--runs-dir`, `$CEMCTL_RUNS`); else the one the database
-recorded (`resolve_runs_root`), which a SQLite database stores relative to its
-own folder: a `cp -a` copy of a project acts on its own runs, never on the
-original's. A recorded root that is not the current project's `./runs` is used
-with a one-line notice on stderr.
+Run folders are `<runs root>/<run id>`, always (`run_folder`); which runs root a
+command uses is `cemctl.db.roots.resolve_runs_root` (re-exported here).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -34,11 +29,13 @@ from sqlalchemy import case, delete, func, select
 from sqlalchemy.engine import Engine
 
 from cem_core.config import RunConfig, canonical_json
-from cem_core.plugins import PLUGINS_DIR, PluginCopyError, add_search_path, note_untrusted, sync_plugin_copy
+from cem_core.plugins import PLUGINS_DIR, PluginCopyError, sync_plugin_copy
 from cem_core.runfiles import CONFIG_FILE, RunFileError, config_of_record
 from cem_core.errors import CemError, ConfigError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
+from cemctl.db.roots import DefaultRunsRoot, recorded_runs_root, resolve_runs_root  # noqa: F401 - re-exported
+from cemctl.db.roots import notice_once
 
 
 class PlannedRunLike(Protocol):
@@ -60,72 +57,25 @@ class PlanLike(Protocol):
     runs: Sequence[PlannedRunLike]
 
 
-class DefaultRunsRoot(type(Path())):  # type: ignore[misc]
-    """The runs folder nobody named (`./runs`): commands use the database's recorded root instead, if it has one."""
-
-
-NOTICES = logging.getLogger("cemctl.notice")  # one-line notices on stderr (logging's last-resort handler)
-_NOTICED: set[tuple[str, str]] = set()  # each notice once per process
-
-
 def run_folder(runs_root: Path | str, run_id: str) -> Path:
     """The folder of a run: `<runs root>/<run id>`, whatever the database recorded earlier."""
     return Path(runs_root) / run_id
-
-
-def db_folder(engine: Engine) -> Path | None:
-    """The folder of a SQLite database file (None for other databases)."""
-    from cemctl.db.engine import sqlite_path
-
-    try:
-        path = sqlite_path(engine.url.render_as_string(hide_password=False))
-    except Exception:  # noqa: BLE001 - not a URL this code can read a file from
-        return None
-    return path.resolve().parent if path is not None else None
 
 
 def stored_run_dir(engine: Engine, run_dir: Path | str) -> str:
     """What the database records as a run's folder: relative to the SQLite database's own folder when it lies
     below it (so a copied project keeps working), else absolute. Informational: folders are always
     `<runs root>/<run id>`; the record only tells which runs root the project used."""
+    from cemctl.db.read import open_reader
+
     path = Path(os.path.abspath(run_dir))
-    base = db_folder(engine)
+    base = open_reader(engine).folder
     if base is not None:
         try:
             return path.relative_to(base).as_posix()
         except ValueError:
             pass
     return str(path)
-
-
-def recorded_runs_root(engine: Engine) -> Path | None:
-    """The runs root of the most recently recorded run (relative records are below the database's folder)."""
-    from cemctl.db.engine import read_session
-
-    with read_session(engine) as s:
-        recorded = s.scalars(select(Run.run_dir).where(Run.run_dir.is_not(None))
-                             .order_by(Run.created_at.desc(), Run.id).limit(1)).first()
-    if not recorded:
-        return None
-    path = Path(recorded)
-    if not path.is_absolute():
-        base = db_folder(engine)
-        path = (base / path) if base is not None else Path(os.path.abspath(path))
-    return path.parent
-
-
-def resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
-    """The runs root a command uses: the one named (`--runs-dir`, `$CEMCTL_RUNS`); else (a `DefaultRunsRoot`,
-    or None) the one the database recorded, with a one-line notice when that is not `./runs`; else `./runs`.
-    Writes nothing: the plugins of its runs are read from their sources (recorded in the `.plugins/` copy's
-    manifest; the copy only where a source is gone). A command that writes (plan, launch, sync, import) then
-    calls `refresh_plugin_copy`."""
-    root = _resolve_runs_root(engine, runs_root)
-    note_untrusted(root)  # an archive's plugin is named as such where a config needs it; never imported
-    copy = root / PLUGINS_DIR
-    if os.path.lexists(copy):
-        add_search_path(copy)
-    return root
 
 
 def refresh_plugin_copy(root: Path) -> None:
@@ -140,26 +90,8 @@ def refresh_plugin_copy(root: Path) -> None:
     except PluginCopyError:
         raise
     except (OSError, RunFileError) as e:
-        key = (str(copy), "refresh")
-        if key not in _NOTICED:
-            _NOTICED.add(key)
-            NOTICES.warning(f"note: the copy of the plugin sources in {copy} could not be refreshed "
-                            f"({getattr(e, 'strerror', None) or e}); commands read the sources, jobs the copy")
-
-
-def _resolve_runs_root(engine: Engine | None, runs_root: Path | str | None) -> Path:
-    if runs_root is not None and not isinstance(runs_root, DefaultRunsRoot):
-        return Path(runs_root)
-    default = Path(runs_root) if runs_root is not None else Path("runs")
-    recorded = recorded_runs_root(engine) if engine is not None else None
-    if recorded is None:
-        return Path(str(default))
-    key = (os.path.realpath(recorded), os.path.realpath(default))
-    if key[0] != key[1] and key not in _NOTICED:
-        _NOTICED.add(key)
-        NOTICES.warning(f"note: using the runs folder {recorded} that the results database recorded (not "
-                        f"{os.path.abspath(default)}); give --runs-dir to use another")
-    return recorded
+        notice_once((str(copy), "refresh"), f"note: the copy of the plugin sources in {copy} could not be refreshed "
+                    f"({getattr(e, 'strerror', None) or e}); commands read the sources, jobs the copy")
 
 
 def run_config(run: Run) -> RunConfig:

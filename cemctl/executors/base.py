@@ -176,8 +176,7 @@ def exit_state(run_dir: Path, returncode: int | None, experiment: str = "") -> t
     if runfiles.cancel_requested(run_dir):
         return "cancelled", "cancelled by user", bool(result)
     if result:
-        state = str(result["state"])
-        return state, (str(result.get("error") or "") if state != "done" else ""), True
+        return result.state, (result.error or "" if result.state != "done" else ""), True
     if returncode == 0:
         return "failed", "exited 0 without writing result.json", False
     last = _last_log_line(run_dir)

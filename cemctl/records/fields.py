@@ -9,141 +9,24 @@
 A field has one name (what `--where`, `--columns`, `--sort`, export, the API and the
 dashboard call it), a short name (a table header), a type, a unit, the source it is read
 from (the run's link to its experiment, its state, its progress, its result, its arm, its
-tags and notes, its code fingerprint, its config) and a one-line meaning. `cemctl.records.load`
-builds the records whose keys are these names; nothing else names a fact about a run.
+tags and notes, its code fingerprint, its config) and a one-line meaning. The run fields are
+the attributes of the typed record (`cemctl.records.record.RunRecord`, their metadata is this
+catalogue); nothing else names a fact about a run.
 Torch-free and pandas-free (status imports it on every call).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 
 from cem_core.errors import ConfigError
 
+from cemctl.records.record import LOSS_UNIT, RUN_FIELDS, SOURCES, Field  # noqa: F401 - the catalogue's home
+
 TAG_PREFIX = "tag."
 TAG_FIELD = re.compile(r"^tag\.[A-Za-z][A-Za-z0-9_.-]{0,63}$")
-
-# Where a field's value comes from (what the loader must read to have it).
-SOURCES = ("link", "state", "progress", "result", "extras", "arm", "notes", "tags", "code", "environment", "history",
-           "config")
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    kind: str  # str | int | float | bool | time (unix s) | duration (s) | count | loss | ppl | rate | progress
-    source: str  # one of SOURCES
-    help: str
-    unit: str = ""
-    short: str = ""  # a table header (default: the name)
-    aliases: tuple[str, ...] = ()
-
-    @property
-    def header(self) -> str:
-        return self.short or self.name
-
-    @property
-    def numeric(self) -> bool:
-        return self.kind in ("int", "float", "time", "duration", "count", "loss", "ppl", "rate", "progress")
-
-
-def _f(name: str, kind: str, source: str, help: str, unit: str = "", short: str = "",
-       aliases: Sequence[str] = ()) -> Field:
-    return Field(name, kind, source, help, unit, short, tuple(aliases))
-
-
-# A loss's unit depends on the run: nats per token, nats per byte with the byte tokenizer, squared error for the
-# GP task (`loss_unit`, `unit_of`); the catalogue says so once.
-LOSS_UNIT = "nats/token (nats/byte with the byte tokenizer; squared error for the GP task)"
-
-# The run fields, in the order `cemctl keys` lists them.
-RUN_FIELDS: tuple[Field, ...] = (
-    _f("run_id", "str", "link", "the run's id: the hash of its resolved configuration", short="run",
-       aliases=("run", "id")),
-    _f("experiment", "str", "link", "the experiments that plan the run (comma-separated)"),
-    _f("scale", "str", "link", "the scale the run was planned at (tiny, cpu, gpu, paper)"),
-    _f("position", "int", "link", "the run's place in its grid file's order"),
-    _f("in_grid", "bool", "link", "false for a run an edited grid file no longer holds (kept with its result)"),
-    _f("marks", "str", "link", "the labels of the grid's [[mark]] rules the run matches ('; '-joined)"),
-    _f("arm", "str", "arm", "the run's arm: a hash of every config value but the nuisance keys (the seed)",
-       aliases=("arm_id",)),
-    _f("arm_label", "str", "arm", "the arm named by the keys that vary among its experiment's arms", short="arm"),
-    _f("state", "str", "state", "planned, queued, running, done, diverged, failed, stale, cancelled or damaged"),
-    _f("reason", "str", "state", "why a run failed, went stale, diverged, was cancelled or is damaged: the last "
-                                 "line of its error, else the reason recorded with the state; a run an edited grid "
-                                 "no longer holds says so", aliases=("why",)),
-    _f("error", "str", "state", "the run's whole error text (failed and diverged runs)"),
-    _f("attempts", "int", "state", "how many times the run was started", short="att", aliases=("att",)),
-    _f("executor", "str", "state", "the executor that ran it last (local, slurm)"),
-    _f("job_id", "str", "state", "the executor's job id"),
-    _f("job", "str", "state", "executor:job id", short="job"),
-    _f("host", "str", "state", "the machine that ran it last"),
-    _f("run_dir", "str", "state", "the run's folder: <runs root>/<run id>"),
-    _f("step", "int", "progress", "optimizer steps done (a finished run: the steps it trained)", aliases=("steps",)),
-    _f("total_steps", "int", "progress", "optimizer steps planned"),
-    _f("progress", "progress", "progress", "fraction of the planned steps done (1 once finished)"),
-    _f("tokens", "count", "progress", "tokens trained on (so far while running; the total once finished)",
-       unit="tokens"),
-    _f("train_loss", "loss", "progress", "the last training loss reported", unit=LOSS_UNIT, short="train"),
-    _f("val_loss", "loss", "progress", "validation loss: the final one once finished, else the last evaluated",
-       unit=LOSS_UNIT, short="val"),
-    _f("tokens_per_s", "rate", "progress", "current training speed: the rate a running run's trainer last reported",
-       unit="tokens/s", short="tok/s now", aliases=("tok/s_now",)),
-    _f("avg_tokens_per_s", "rate", "progress", "average training speed: tokens / wall_time_s once finished, "
-                                               "tokens / elapsed_s while running", unit="tokens/s", short="tok/s",
-       aliases=("tok/s", "tok_s")),
-    _f("started_at", "time", "state", "when the run (its last attempt) started", unit="unix s"),
-    _f("finished_at", "time", "state", "when it ended", unit="unix s"),
-    _f("heartbeat_at", "time", "state", "the trainer's last heartbeat", unit="unix s"),
-    _f("last_event_at", "time", "state", "the last event of its events.jsonl, for a run neither running nor ended",
-       unit="unix s"),
-    _f("elapsed_s", "duration", "state", "how long it has taken: once it has a result, its training wall time "
-                                         "(wall_time_s); while it runs, the time since it started; else until it "
-                                         "was last seen (its last heartbeat or event)", unit="s", short="elapsed",
-       aliases=("elapsed",)),
-    _f("eta_s", "duration", "progress", "time left at the pace of its steps so far (running runs)", unit="s", short="ETA",
-       aliases=("eta",)),
-    _f("test_loss", "loss", "result", "loss on the fixed held-out test tokens", unit=LOSS_UNIT, short="test",
-       aliases=("test",)),
-    _f("test_ppl", "ppl", "result", "test perplexity: exp(test_loss)", short="test ppl", aliases=("ppl",)),
-    _f("val_ppl", "ppl", "result", "validation perplexity: exp(val_loss)", short="val ppl"),
-    _f("test_rmse", "float", "extras", "test root-mean-square error (the GP regression task)"),
-    _f("val_rmse", "float", "extras", "validation root-mean-square error (the GP regression task)"),
-    _f("bayes_rmse", "float", "extras", "the Bayes-optimal test RMSE of the GP sample (the GP regression task)"),
-    _f("params_total", "count", "result", "parameters, embeddings included", unit="parameters", short="params",
-       aliases=("params",)),
-    _f("params_non_embedding", "count", "result", "parameters without the embedding and output head",
-       unit="parameters"),
-    _f("flops_per_token", "count", "result", "forward FLOPs per token", unit="FLOP/token"),
-    _f("train_flops", "count", "result", "training FLOPs: 3 x forward FLOPs per token x tokens", unit="FLOP",
-       short="train FLOPs", aliases=("flops",)),
-    _f("wall_time_s", "duration", "result", "training wall time recorded in result.json (resumed attempts "
-                                            "summed)", unit="s", short="wall time", aliases=("wall_time",)),
-    _f("diverged_step", "int", "result", "the step at which the loss became non-finite (diverged runs)"),
-    _f("code_fingerprint", "str", "code", "the fingerprint of the model code that trained the run"),
-    _f("outdated", "bool", "code", "true when the run was trained by older model code than this installation's"),
-    _f("history", "str", "history", "the run's earlier results (set aside by --rerun-outdated or --redo-damaged): "
-                                   "'when: state, test loss (code fingerprint)', oldest first, '; '-joined"),
-    _f("previous_test_loss", "loss", "history", "the test loss of the run's latest earlier result (before a rerun)",
-       unit=LOSS_UNIT, short="previous test"),
-    _f("previous_code_fingerprint", "str", "history", "the code that trained the run's latest earlier result"),
-    _f("cpu_model", "str", "environment", "the CPU the run trained on (its environment.json)"),
-    _f("gpu_model", "str", "environment", "the GPU the run trained on (empty on a CPU)", short="GPU"),
-    _f("device", "str", "environment", "the torch device it trained on (cpu, cuda:0)"),
-    _f("torch_version", "str", "environment", "the torch version it trained with", short="torch"),
-    _f("python_version", "str", "environment", "the Python version it trained with", short="python"),
-    _f("cemctl_version", "str", "environment", "the cemctl version it trained with", short="cemctl"),
-    _f("cuda_version", "str", "environment", "the CUDA version torch was built with (GPU runs)", short="CUDA"),
-    _f("code_snapshot", "str", "environment", "the code snapshot the launch ran it from (job.json's snapshot)"),
-    _f("peak_host_rss_bytes", "count", "environment", "peak resident memory of the training process", unit="bytes",
-       short="peak RSS"),
-    _f("peak_gpu_allocated_bytes", "count", "environment", "peak GPU memory allocated by torch", unit="bytes",
-       short="peak GPU mem"),
-    _f("note", "str", "notes", "the run's notes (`cemctl note`), joined with ' | '", aliases=("notes",)),
-)
 TAG_HELP = "a tag set with `cemctl tag RUN NAME=VALUE` (letters, digits, _ . -)"
 
 
@@ -193,6 +76,14 @@ def field(name: str) -> Field:
         if f.name == name:
             return f
     return Field(name, "str", "config", "a config key of a plugin")
+
+
+def column_field(name: str) -> Field:
+    """`field(name)` for a table column: a config key as a config field without reading every key's documentation
+    (`cem_core.keydoc`: a table writes a config value as a grid file does, whatever its type)."""
+    if name in _by_name() or is_tag(name):
+        return field(name)
+    return Field(name, "str", "config", "")
 
 
 def source_of(name: str) -> str:

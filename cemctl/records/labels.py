@@ -20,13 +20,24 @@ from cem_core.arms import arm_id, config_of
 
 def arm_labels(records: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
                order: Sequence[str] = ()) -> tuple[list[str | None], list[str | None]]:
-    """(arm id, arm label) of each record; (None, None) for records loaded without their config."""
-    configs = [config_of(r) for r in records]
-    have = [c for c in configs if c]
-    names = iter(series_names(have, nuisance=nuisance, order=order, every_key=True))
-    ids = [arm_id(c, nuisance) if c else None for c in configs]
-    labels = [next(names) if c else None for c in configs]
-    return ids, labels
+    """(arm id, arm label) of each record (a run record, a frame row or a flattened config); (None, None) for one
+    without its config. Named and hashed once per arm: the runs of an arm share both."""
+    from cemctl.records.record import RunRecord
+
+    drop = set(nuisance)
+    keys: list[str | None] = []
+    firsts: dict[str, Mapping[str, Any]] = {}
+    for r in records:
+        c = r.config if isinstance(r, RunRecord) else config_of(r)
+        if not c:
+            keys.append(None)
+            continue
+        key = json_key({k: v for k, v in c.items() if k not in drop})
+        firsts.setdefault(key, c)
+        keys.append(key)
+    label = dict(zip(firsts, series_names(list(firsts.values()), nuisance=nuisance, order=order, every_key=True)))
+    ids = {k: arm_id(c, nuisance) for k, c in firsts.items()}
+    return [ids[k] if k else None for k in keys], [label[k] if k else None for k in keys]
 
 
 # ---------------------------------------------------------------------------------------------------------------

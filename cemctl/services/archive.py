@@ -692,9 +692,17 @@ def _check_runs_here(engine: Any, manifest: dict[str, Any], root: Path, stage: P
         elif rid in recorded and runfiles.RESULT_FILE in meta["files"]:
             ours = json.loads(recorded[rid] or "{}")
             theirs = json.loads((stage / "runs" / rid / runfiles.RESULT_FILE).read_bytes())
-            if ours and json.dumps(ours, sort_keys=True, default=str) != json.dumps(theirs, sort_keys=True, default=str):
+            if ours and _typed(ours) != _typed(theirs):
                 raise ArchiveError(f"import: run {rid}: the database already records another result for it (its "
                                    f"folder {here} is gone); nothing was imported")
+
+
+def _typed(result: Any) -> Any:
+    """A result as the one rule reads it (`cem_core.runfiles.RunResult`): what the database keeps of it."""
+    try:
+        return runfiles.RunResult.parse(result).to_json()
+    except runfiles.NotAResult:
+        return result
 
 
 @dataclass

@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from cem_core.errors import CemError, ConfigError
+from cem_core.runfiles import number
 
 if TYPE_CHECKING:  # pragma: no cover
     from cemctl.records import RunRecords
+    from cemctl.records.record import RunRecord
 
 METRICS = ("state", "test_loss", "test_ppl", "val_loss", "params_total", "tokens", "train_flops", "wall_time_s",
            "avg_tokens_per_s")
@@ -44,11 +46,11 @@ class Item:
     kind: str  # run | arm
     name: str  # run id, or arm label
     experiment: str
-    runs: list[dict[str, Any]]  # the run records it stands for
+    runs: list[RunRecord]  # the run records it stands for
 
     @property
     def run_ids(self) -> list[str]:
-        return [r["run_id"] for r in self.runs]
+        return [r.run_id for r in self.runs]
 
 
 @dataclass
@@ -99,11 +101,11 @@ def _resolve(text: str, recs: "RunRecords") -> Item:
     records = recs.records
     if not records:
         raise CemError(f"compare: no runs to look {text!r} up in")
-    exact = [r for r in records if r["run_id"] == text]
+    exact = [r for r in records if r.run_id == text]
     if exact:
-        return Item(text, "run", text, exact[0]["_experiment"], exact[:1])
-    prefix = {r["run_id"]: r for r in records if len(text) >= 4 and r["run_id"].startswith(text)}
-    arm_rows = [r for r in records if r["arm"] == text or r["arm_label"] == text.strip()]
+        return Item(text, "run", text, exact[0].group, exact[:1])
+    prefix = {r.run_id: r for r in records if len(text) >= 4 and r.run_id.startswith(text)}
+    arm_rows = [r for r in records if r.arm == text or r.arm_label == text.strip()]
     parts = _label_parts(text) if not arm_rows else None
     if parts:
         arm_rows = [r for r in records if all(_same(r.get(k), v) for k, v in parts.items())]
@@ -111,42 +113,37 @@ def _resolve(text: str, recs: "RunRecords") -> Item:
         raise ConfigError("compare", f"{text!r} is both a run id prefix and an arm; give more of the id")
     if len(prefix) == 1:
         rid, r = next(iter(prefix.items()))
-        return Item(text, "run", rid, r["_experiment"], [r])
+        return Item(text, "run", rid, r.group, [r])
     if len(prefix) > 1:
         shown = ", ".join(sorted(prefix)[:5])
         raise ConfigError("compare", f"{text!r} matches {len(prefix)} runs ({shown}); give more of the id")
     if arm_rows:
-        arms: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        arms: dict[tuple[str, str | None], list[RunRecord]] = {}
         for r in arm_rows:
-            arms.setdefault((r["_experiment"], r["arm"]), []).append(r)
-        by_runs: dict[frozenset, tuple[str, str]] = {}
+            arms.setdefault((r.group, r.arm), []).append(r)
+        by_runs: dict[frozenset, tuple[str, str | None]] = {}
         for key, rs in arms.items():  # one arm linked by two experiments (a shared baseline) is one arm
-            by_runs.setdefault(frozenset(r["run_id"] for r in rs), key)
+            by_runs.setdefault(frozenset(r.run_id for r in rs), key)
         arms = {key: arms[key] for key in by_runs.values()}
         if len(arms) > 1:
-            shown = "; ".join(f"{rs[0]['arm_label']} ({exp})" for (exp, _), rs in list(arms.items())[:6])
+            shown = "; ".join(f"{rs[0].arm_label} ({exp})" for (exp, _), rs in list(arms.items())[:6])
             raise ConfigError("compare", f"{text!r} names {len(arms)} arms: {shown}"
                               + ("; add keys to the label" if len({e for e, _ in arms}) == 1 else
                                  "; give --experiment (-e) or more keys"))
         (exp, _), rows = next(iter(arms.items()))
-        return Item(text, "arm", rows[0]["arm_label"], exp, rows)
-    labels = list(dict.fromkeys(f"{r['arm_label']} ({r['_experiment']})" for r in records))[:4]
+        return Item(text, "arm", rows[0].arm_label or "", exp, rows)
+    labels = list(dict.fromkeys(f"{r.arm_label} ({r.group})" for r in records))[:4]
     raise ConfigError("compare", f"no run or arm {text!r}", allowed=["a run id or unique prefix", "an arm id",
                                                                       "an arm label (key=value, ... in any order)",
                                                                       *labels])
 
 
-def _finished(item: Item) -> list[dict[str, Any]]:
-    return [r for r in item.runs if r["state"] == "done"] if item.kind == "arm" else item.runs
+def _finished(item: Item) -> list[RunRecord]:
+    return [r for r in item.runs if r.state == "done"] if item.kind == "arm" else item.runs
 
 
 def _values(item: Item, col: str) -> list[float]:
-    out = []
-    for r in _finished(item):
-        v = r.get(col)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out.append(float(v))
-    return out
+    return [v for v in (number(r.get(col)) for r in _finished(item)) if v is not None]
 
 
 def _value(item: Item, col: str) -> dict[str, Any]:
@@ -154,8 +151,8 @@ def _value(item: Item, col: str) -> dict[str, Any]:
     if col == "state":
         states: dict[str, int] = {}
         for r in item.runs:
-            states[r["state"]] = states.get(r["state"], 0) + 1
-        return {"text": ", ".join(f"{n} {s}" for s, n in states.items()) if item.kind == "arm" else item.runs[0]["state"]}
+            states[r.state] = states.get(r.state, 0) + 1
+        return {"text": ", ".join(f"{n} {s}" for s, n in states.items()) if item.kind == "arm" else item.runs[0].state}
     vals = _values(item, col)
     if not vals:
         return {"mean": None, "sd": None, "n": 0}
@@ -165,8 +162,7 @@ def _value(item: Item, col: str) -> dict[str, Any]:
 
 
 def _by_seed(item: Item, col: str) -> dict[Any, float]:
-    return {r.get("train.seed"): float(r[col]) for r in _finished(item)
-            if isinstance(r.get(col), (int, float)) and math.isfinite(r[col])}
+    return {r.get("train.seed"): v for r in _finished(item) for v in (number(r.get(col)),) if v is not None}
 
 
 def difference(a: Item, b: Item, col: str) -> dict[str, Any] | None:
@@ -179,7 +175,7 @@ def difference(a: Item, b: Item, col: str) -> dict[str, Any] | None:
         return None
     pa, pb = _by_seed(a, col), _by_seed(b, col)
     common = sorted(set(pa) & set(pb), key=str)
-    same_init = {r.get("params_total") for r in a.runs} == {r.get("params_total") for r in b.runs}
+    same_init = {r.params_total for r in a.runs} == {r.params_total for r in b.runs}
     if a.kind == b.kind == "arm" and len(common) >= 2 and same_init:
         est = paired_estimate([pb[s] - pa[s] for s in common])
     else:
@@ -203,8 +199,7 @@ def compare(url: str, runs_root: Path | str, items: Sequence[str], *, experiment
     """Resolve each item, then the config keys that differ, what they trained on where that differs, the
     metrics side by side and each item's difference to the first. `sync`: first bring the database up to date
     with the run folders (`cemctl compare`; the dashboard, read-only by construction, does not)."""
-    from cem_core.arms import config_of, format_value
-    from cemctl.db.engine import open_readonly_db
+    from cem_core.arms import format_value
     from cemctl.records import load_records
     from cemctl.records.where import parse_where
 
@@ -214,12 +209,11 @@ def compare(url: str, runs_root: Path | str, items: Sequence[str], *, experiment
         from cemctl.services.status.query import sync_before_reading
 
         sync_before_reading(url, runs_root, experiment)
-    engine = open_readonly_db(url)
-    recs = load_records(engine, experiment, per_experiment=True).where(parse_where(where))
+    recs = load_records(url, experiment, per_experiment=True).where(parse_where(where))
     resolved = [_resolve(text, recs) for text in items]
     configs = []
     for item in resolved:
-        cfg = config_of(item.runs[0])
+        cfg = item.runs[0].config
         if item.kind == "arm":
             nuisance = recs.experiments[item.experiment].nuisance if item.experiment in recs.experiments else ()
             cfg = {k: v for k, v in cfg.items() if k not in ("train.seed", *nuisance)}
@@ -245,25 +239,25 @@ class History:
 def run_history(url: str, item: str, *, experiment: str | None = None) -> History:
     """`compare RUN --history`: the run's current result after its earlier ones (set aside by `--rerun-outdated`
     or `--redo-damaged`), each with its code fingerprint and its test loss's difference to the current one."""
-    from cemctl.db.engine import open_readonly_db
+    from cemctl.db.read import open_reader
     from cemctl.records import load_records
     from cemctl.records.load import history_of
 
-    engine = open_readonly_db(url)
-    recs = load_records(engine, experiment, per_experiment=True, config=False, arms=False)
+    reader = open_reader(url)
+    recs = load_records(reader, experiment, per_experiment=True, arms=False)
     found = _resolve(item, recs)
     if found.kind != "run":
         raise ConfigError("compare", f"--history compares one run with its earlier results; {item!r} is an arm",
                           allowed=["a run id or unique prefix"])
     r = found.runs[0]
-    rows = [dict(h, current=False) for h in history_of(engine, [r["run_id"]]).get(r["run_id"], [])]
-    rows.append({"folder": "(current)", "state": r["state"], "test_loss": r["test_loss"], "val_loss": r["val_loss"],
-                 "code_fingerprint": r["code_fingerprint"], "set_aside_at": r["finished_at"], "current": True})
-    now = r["test_loss"]
+    rows = [dict(h, current=False) for h in history_of(reader, [r.run_id]).get(r.run_id, [])]
+    rows.append({"folder": "(current)", "state": r.state, "test_loss": r.test_loss, "val_loss": r.val_loss,
+                 "code_fingerprint": r.code_fingerprint, "set_aside_at": r.finished_at, "current": True})
+    now = r.test_loss
     for h in rows:
         h["test_loss_minus_current"] = (h["test_loss"] - now if isinstance(h["test_loss"], (int, float))
                                         and isinstance(now, (int, float)) else None)
-    return History(r["run_id"], rows)
+    return History(r.run_id, rows)
 
 
 def curves_figure(url: str, cmp: Comparison) -> Any:

@@ -67,7 +67,8 @@ def evaluate_target(url: str, target: str, runs_root: Path, *, steps: str, subla
         except CemError as e:
             report.notes.append(f"{run_dir.name}: evaluated, not ingested: {e}")
         report.evaluated_runs += 1
-        trained_ppl = (runfiles.read_result(run_dir) or {}).get("test_ppl")
+        result = runfiles.read_result(run_dir)
+        trained_ppl = result.test_ppl if result is not None else None
         report.rows += [{**r, "_run": run_dir.name, "_trained_ppl": trained_ppl} for r in rows]
     if not report.rows:
         raise EvalRefused(f"experiment {resolved.name!r}: no run could be evaluated ({len(report.notes)} skipped or failed)")

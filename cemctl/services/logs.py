@@ -51,7 +51,7 @@ def find_run_dir(run: str, runs_root: Path, url: str | None = None) -> Path:
 
 def _slurm_logs(run_dir: Path, runs_root: Path | None) -> list[tuple[Path, Path]]:
     """(folder, file) of the current SLURM job's stdout/stderr, located by its job id (never by a recorded path)."""
-    from cemctl.db.runs import DefaultRunsRoot
+    from cemctl.db.roots import DefaultRunsRoot
 
     job = runfiles.read_job(run_dir)
     if job is None or job.executor != "slurm" or not job.job_id:

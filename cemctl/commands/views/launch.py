@@ -62,14 +62,14 @@ def read_progress(run_dir: Any) -> Progress:
 
 def finished_wall_s(run_dir: Any) -> float | None:
     """A finished run's wall time (its result.json), None without one."""
-    wall = (runfiles.read_result(run_dir) or {}).get("wall_time_s")
-    return float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall > 0 else None
+    result = runfiles.read_result(run_dir)
+    wall = result.wall_time_s if result is not None else None
+    return wall if wall is not None and wall > 0 else None
 
 
 def _result_note(run_dir: Any) -> str:
-    result = runfiles.read_result(run_dir) or {}
-    loss = result.get("test_loss")
-    return f"test loss {F.loss(loss)}" if isinstance(loss, (int, float)) else ""
+    result = runfiles.read_result(run_dir)
+    return f"test loss {F.loss(result.test_loss)}" if result is not None and result.test_loss is not None else ""
 
 
 class _Base:

@@ -27,7 +27,7 @@ from cem_core.names import printable
 from cemctl.commands.views.table import (GAP, REPEAT_PRIORITY, Cell, Column, Layout, axis_headers, axis_priorities, fit,
                                          hidden_note, line_width, natural_width, render_plain, render_rich)
 from cemctl.records import formats as F
-from cemctl.records.fields import field as field_of
+from cemctl.records.fields import column_field as field_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import RenderableType
@@ -65,7 +65,7 @@ def raw_value(r: dict[str, Any], key: str) -> Any:
     """A record's value of a field (an axis the record was loaded without its config for: from its axes)."""
     if key in r:
         return r[key]
-    return r.get("_axes", {}).get(key)
+    return r.axes.get(key)
 
 
 def cell_text(r: dict[str, Any], key: str) -> str:
@@ -126,7 +126,7 @@ def _axes(rows: Sequence[dict[str, Any]], meta: Any) -> list[str]:
     """The grid's varied keys of the runs shown, in the grid file's order."""
     order = list(getattr(meta, "axes", []) or [])
     for r in rows:
-        order += [k for k in r.get("_axes", {}) if k not in order]
+        order += [k for k in r.axes if k not in order]
     return order
 
 
@@ -142,7 +142,7 @@ def experiment_view(exp: "ExperimentStatus", *, width: int | None, now: float, c
     if limit and len(rows) > limit:
         order = sorted(range(len(rows)), key=lambda i: (STATE_PRIORITY.get(rows[i]["state"], 9), i))[:limit]
         rows = [rows[i] for i in sorted(order)]
-    axes = [a for a in _axes(rows, exp.meta) if any(a in r.get("_axes", {}) for r in rows)]
+    axes = [a for a in _axes(rows, exp.meta) if any(a in r.axes for r in rows)]
     values = {a: [raw_value(r, a) for r in rows] for a in axes}
     varying = [a for a in axes if len({F.value(v) for v in values[a]}) > 1]
     names = _short_names(axes)

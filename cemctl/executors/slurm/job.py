@@ -55,7 +55,7 @@ class TrainJob(Checkpointable):
         result = runfiles.read_result(rd)
         if result:
             runfiles.update_job(rd, state="exited", reason="already finished", job_id=job_id)
-            return {"state": result.get("state")}
+            return {"state": result.state}
         if attempt > max_attempts:
             reason = f"gave up after {max_attempts} attempts (requeued {restarts} times)"
             runfiles.update_job(rd, state="exited", reason=reason, job_id=job_id, ended_time=time.time())

@@ -120,10 +120,11 @@ def experiment_records(src: "Source", name: str, scale: str | None = None) -> "R
 
 def live_copy(src: "Source", records: Sequence[dict[str, Any]], now: float | None = None) -> list[dict[str, Any]]:
     """The records with those not yet ended brought up to their run folders (`cemctl.records.live`), as copies."""
-    from cemctl.records.live import LIVE_STATES, live_records
+    from cem_core.runfiles import IN_FLIGHT_STATES
+    from cemctl.records.live import live_records
 
-    out = [dict(r) if r.get("state") in LIVE_STATES else r for r in records]
-    live_records([r for r in out if r.get("state") in LIVE_STATES], now=now, timeout_s=src.timeout_s)
+    out = [r.copy() if r.state in IN_FLIGHT_STATES else r for r in records]
+    live_records([r for r in out if r.state in IN_FLIGHT_STATES], now=now, timeout_s=src.timeout_s)
     return out
 
 
@@ -575,7 +576,7 @@ def run_view(src: "Source", run_id: str, *, log_lines: int = LOG_LINES, now: flo
         if text != "":
             shown_fields.append((f.name, text + (f" {f.unit}" if f.unit and f.kind in ("int", "float") else ""),
                                  describe(f.name)))  # a list of names and values: room for the whole name ('att')
-    axes = rec.get("_axes") or {}
+    axes = rec.axes
     config = [(k, cell(k, v), k in axes) for k, v in sorted(config_of(rec).items(), key=lambda kv: (kv[0] != "task", kv[0]))]
     tags = sorted((k[4:], str(v)) for k, v in rec.items() if k.startswith("tag."))
     events = [{"time": cell("started_at", e.time), "state": e.state, "reason": e.reason or "",

@@ -485,7 +485,7 @@ def detach(argv: list[str], runs_root: Path | str, run_dirs: Sequence[Path] = ()
     """
     import subprocess
 
-    from cemctl.records.live import last_event
+    from cem_core.runfolder import last_event
 
     logs = Path(runs_root).resolve() / ".launch"
     logs.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ A run is started when it has no terminal result and no live job:
 - a job still queued or running (the executor recorded in job.json says so:
   a live local process, or the SLURM job in `squeue`): left alone;
 - a damaged run (its files contradict the database, or fail their schema:
-  `cemctl.db.state`): skipped with the reason unless `--redo-damaged`;
+  `cem_core.runfolder`): skipped with the reason unless `--redo-damaged`;
 - a finished run trained by older model code (`cemctl.db.outdated`):
   skipped as done unless `--rerun-outdated` (the launcher sets its files aside);
 - anything else (planned, queued by a dead orchestrator, stale, killed,
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cem_core import runfiles
+from cem_core.runfiles import RunState
 from cemctl.executors import jobs_alive
 
 START, RESUME, RETRY, SKIP = "start", "resume", "retry", "skip"
@@ -69,10 +70,9 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
     for run_id, found in files.items():  # the one rule of what a result is (ingest calls the same run damaged)
         if found.problem and run_id not in damaged:
             damaged[run_id] = found.problem
-    stale = judge((run_id, (results[run_id] or {}).get("code_fingerprint"),
-                   lambda d=Path(run_dir): runfiles.read_run_config(d).config)
-                  for run_id, run_dir in runs
-                  if (results[run_id] or {}).get("state") in ("done", "diverged") and run_id not in damaged)
+    stale = judge((run_id, res.code_fingerprint, lambda d=Path(run_dir): runfiles.read_run_config(d).config)
+                  for run_id, run_dir in runs for res in (results[run_id],)
+                  if res is not None and RunState(res.state).final and run_id not in damaged)
     older = {rid: f"trained by older model code ({o.recorded}; this code is {o.current})" for rid, o in stale.items()}
     out: list[Selection | None] = []
     pending: list[tuple[int, Path, runfiles.JobRecord]] = []
@@ -88,7 +88,7 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
             out.append(Selection(run_id, run_dir, SKIP, "result.json cannot be read yet (not valid JSON); judged "
                                  "again at the next launch (never started over: its file would be replaced)"))
             continue
-        state = (results[run_id] or {}).get("state")
+        state = results[run_id].state if results[run_id] is not None else None
         if run_id in older and rerun_outdated:
             out.append(Selection(run_id, run_dir, RETRY, f"rerun: {older[run_id]}", outdated=True))
             continue
@@ -125,7 +125,7 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
                 result_list.append(Selection(run_id, run_dir, SKIP, f"already {job.state} ({job.executor} job {job.job_id})"))
                 continue
         step = newest_checkpoint_step(run_dir)
-        failed = (results[run_id] or {}).get("state") == "failed"
+        failed = results[run_id] is not None and results[run_id].state == "failed"
         if run_id in damaged:
             result_list.append(Selection(run_id, run_dir, RETRY, f"redo damaged run ({damaged[run_id]})"))
         elif failed:

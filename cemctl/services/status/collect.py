@@ -5,8 +5,8 @@ library, incremental and cheap), then reconciles runs the database still
 calls `queued` with their executor: a SLURM job that left `squeue` without
 ever starting, or a local orchestrator that is gone, makes the run `stale`
 with the reason. `collect_status` reads the run records (`cemctl.records`: one
-query, only the sources the fields shown need; no torch, no pandas), then selects,
-sorts and limits them, so the command only renders.
+query; without a selection only the rows shown; no torch, no pandas, no ORM), then
+selects, sorts and limits them, so the command only renders.
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
-
-from sqlalchemy import func, select
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING, Any, Sequence
 
 from cem_core import runfiles
 from cem_core.runfiles import FINAL_STATES, RUN_STATES
-from cemctl.db.engine import read_session
-from cemctl.db.models import Experiment, ExperimentRun, Run
-from cemctl.records import NO_EXPERIMENT, ExperimentMeta
+from cemctl.records.load import NO_EXPERIMENT, ExperimentMeta
+from cemctl.records.record import RunRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sqlalchemy.engine import Engine
+
+    from cemctl.db.read import Reader
 
 MAX_SYNC_IDS = 20000  # above this, sync everything (one IN list must stay below SQLite's limit)
 
@@ -39,7 +40,7 @@ class ExperimentStatus:
     """One experiment's runs as `cemctl status` shows them: run records (`cemctl.records`) in grid order."""
 
     name: str
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
     state_counts: dict[str, int] | None = None  # every run's state (`runs` may be a selection)
     total_runs: int | None = None
     matching: int | None = None  # runs meeting a --state/--where selection (None: no selection)
@@ -52,7 +53,7 @@ class ExperimentStatus:
     def counts(self) -> dict[str, int]:
         if self.state_counts is not None:
             return {s: self.state_counts[s] for s in RUN_STATES if self.state_counts.get(s)}
-        c = Counter(r["state"] for r in self.runs)
+        c = Counter(r.state for r in self.runs)
         return {s: c[s] for s in RUN_STATES if c[s]}
 
     @property
@@ -60,72 +61,69 @@ class ExperimentStatus:
         return self.total_runs if self.total_runs is not None else len(self.runs)
 
 
-def collect_status(engine: Engine, experiment: str | None = None, *, limit: int = 0,
+def collect_status(source: "Engine | Reader", experiment: str | None = None, *, limit: int = 0,
                    scale: str | None = None, runs_root: Path | str | None = None, states: Sequence[str] | None = None,
                    where: Sequence[Any] = (), sort: Sequence[tuple[str, bool]] | None = None, fields: Sequence[str] = (),
                    arms: bool = False, now: float | None = None) -> list[ExperimentStatus]:
     """One ExperimentStatus per experiment (or just `experiment`), runs in grid order.
 
     The runs are the run records of `cemctl.records.load_records` (one per experiment and run; the runs no
-    experiment links under "(no experiment)" when no experiment is named), of `scale` only when given, read
-    with what `fields` (canonical field names: `cemctl.records.fields.resolve`), `where` (parsed conditions) and
-    `arms` need. `states` and `where` select runs; `counts` and `total` still cover every run. `sort`: [(field,
+    experiment links under "(no experiment)" when no experiment is named), of `scale` only when given. `states` and
+    `where` (parsed conditions) select runs; `counts` and `total` still cover every run. `sort`: [(field,
     descending), ...] (ties by the next), missing values last. `limit` > 0: at most `limit` runs each (without a sort: running, stale,
-    failed, ... first, then grid order). Raises CemError for an unknown experiment (listing the known ones).
+    failed, ... first, then grid order). `fields`: the fields a view shows (canonical names): without a selection
+    only the rows shown are read, and arms are labelled only when a field shown needs them. Raises CemError for an
+    unknown experiment (listing the known ones).
     """
+    from cemctl.db.read import open_reader
     from cemctl.records import load_records
     from cemctl.records.fields import sources
     from cemctl.records.where import describe
 
-    wanted = set(sources([*fields, *(c.key for c in where), *(k for k, _ in (sort or ()))]))
+    reader = open_reader(source)
     fast = limit > 0 and not where and not sort and not arms and states is None
-    picked = None
-    if fast:  # the counts by SQL, and only the runs shown read: a 10,000-run project costs what a small one does
-        from cemctl.records.load import summarize
+    picked = summary = None
+    with reader.snapshot():
+        if fast:  # the counts by SQL, and only the runs shown read: a 10,000-run project costs what a small one does
+            from cemctl.records.load import summarize
 
-        summary = summarize(engine, experiment, scale=scale, limit=limit, priority=STATE_PRIORITY)
-        picked = {(name, rid) for name, sm in summary.items() for rid in sm.picked}
-    recs = load_records(engine, experiment, scale=scale, per_experiment=True, runs_root=runs_root,
-                        config=bool(wanted & {"config"}) or arms, arms=arms or bool(wanted & {"arm"}),
-                        tags=bool(wanted & {"tags", "notes"}), environment="environment" in wanted,
-                        history="history" in wanted, extras="extras" in wanted, outdated=not fast, now=now,
-                        run_ids=sorted({rid for _, rid in picked}) if picked is not None else None)
+            summary = summarize(reader, experiment, scale=scale, limit=limit, priority=STATE_PRIORITY)
+            picked = {(name, rid) for name, sm in summary.items() for rid in sm.picked}
+        recs = load_records(reader, experiment, scale=scale, per_experiment=True, runs_root=runs_root, now=now,
+                            arms=not fast or "arm" in sources(fields),
+                            run_ids=sorted({rid for _, rid in picked}) if picked is not None else None)
     if picked is not None:
-        recs.records = [r for r in recs.records if (r["_experiment"], r["run_id"]) in picked]
+        recs.records = [r for r in recs.records if (r.group, r.run_id) in picked]
     by_name: dict[str, ExperimentStatus] = {}
     for name, meta in recs.experiments.items():
         by_name[name] = ExperimentStatus(name, meta=meta)
     for r in recs.records:
-        exp = by_name.setdefault(r["_experiment"], ExperimentStatus(r["_experiment"]))
-        exp.runs.append(r)
+        by_name.setdefault(r.group, ExperimentStatus(r.group)).runs.append(r)
     if experiment is None and NO_EXPERIMENT in by_name:  # runs no experiment links: listed last
         by_name[NO_EXPERIMENT] = by_name.pop(NO_EXPERIMENT)
-    if fast:
+    if summary is not None:
         from cemctl.db.outdated import outdated_by_experiment, outdated_runs
 
-        stale_code = outdated_runs(engine)  # finished runs with another fingerprint than this code's: usually none
-        by_exp = outdated_by_experiment(engine, stale_code, scale=scale) if stale_code else {}
+        stale_code = outdated_runs(reader)  # finished runs with another fingerprint than this code's: usually none
+        by_exp = outdated_by_experiment(reader, stale_code, scale=scale) if stale_code else {}
         for name, sm in summary.items():
             exp = by_name.setdefault(name, ExperimentStatus(name))
             exp.state_counts, exp.total_runs = dict(sm.counts), sm.total
             exp.done_wall_s = list(sm.done_wall_s)
             exp.outdated = by_exp.get(name, []) if name != NO_EXPERIMENT else sorted(
                 rid for rid in sm.picked if rid in stale_code)
-            for r in exp.runs:
-                r["outdated"] = r["run_id"] in stale_code
         if experiment is None and NO_EXPERIMENT in by_name:
             by_name[NO_EXPERIMENT] = by_name.pop(NO_EXPERIMENT)
         return [e for e in by_name.values() if e.runs or e.name != NO_EXPERIMENT or e.total_runs]
     out = [e for e in by_name.values() if e.runs or e.name != NO_EXPERIMENT]
     for exp in out:
-        exp.outdated = sorted(r["run_id"] for r in exp.runs if r.get("outdated"))
-        exp.state_counts = dict(Counter(r["state"] for r in exp.runs))
+        exp.outdated = sorted(r.run_id for r in exp.runs if r.outdated)
+        exp.state_counts = dict(Counter(r.state for r in exp.runs))
         exp.total_runs = len(exp.runs)
-        exp.done_wall_s = [float(r["wall_time_s"]) for r in exp.runs if r["state"] == "done"
-                           and isinstance(r.get("wall_time_s"), (int, float)) and r["wall_time_s"] > 0]
+        exp.done_wall_s = [r.wall_time_s for r in exp.runs if r.state == "done" and r.wall_time_s]
         selection = []
         if states is not None:
-            exp.runs = [r for r in exp.runs if r["state"] in states]
+            exp.runs = [r for r in exp.runs if r.state in states]
             selection.append("--state " + ",".join(states))
         if where:
             from cemctl.records.where import matches
@@ -140,15 +138,15 @@ def collect_status(engine: Engine, experiment: str | None = None, *, limit: int 
             if sort:
                 exp.runs = exp.runs[:limit]
             else:
-                order = sorted(range(len(exp.runs)), key=lambda i: (STATE_PRIORITY.get(exp.runs[i]["state"], 9), i))
+                order = sorted(range(len(exp.runs)), key=lambda i: (STATE_PRIORITY.get(exp.runs[i].state, 9), i))
                 exp.runs = [exp.runs[i] for i in sorted(order[:limit])]
     return out
 
 
-def sort_records(rows: list[dict[str, Any]], key: str, *, descending: bool = False) -> list[dict[str, Any]]:
+def sort_records(rows: list[RunRecord], key: str, *, descending: bool = False) -> list[RunRecord]:
     """Records ordered by a field's value (numbers as numbers, then text); missing values last either way; ties
     keep their order."""
-    pairs = [(r.get(key) if key in r else r.get("_axes", {}).get(key), r) for r in rows]
+    pairs = [(r.get(key) if key in r else r.axes.get(key), r) for r in rows]
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # noqa: E731
     numbers = [(v, r) for v, r in pairs if number(v)]
     texts = [(str(v), r) for v, r in pairs if v is not None and not number(v) and not (isinstance(v, float))]
@@ -158,55 +156,59 @@ def sort_records(rows: list[dict[str, Any]], key: str, *, descending: bool = Fal
     return [r for _, r in numbers] + [r for _, r in texts] + [r for _, r in pairs if id(r) not in kept]
 
 
-def sort_by(rows: list[dict[str, Any]], order: Sequence[tuple[str, bool]]) -> list[dict[str, Any]]:
+def sort_by(rows: list[RunRecord], order: Sequence[tuple[str, bool]]) -> list[RunRecord]:
     """Records ordered by several fields (`parse_sort`): by the first, ties by the next, ..."""
     for key, descending in reversed(list(order)):  # stable sorts, the last key first
         rows = sort_records(rows, key, descending=descending)
     return rows
 
 
+SYNC_CHECK_SQL = "SELECT r.id, r.state, r.result_mtime, r.config_mtime FROM runs r"
+
+
 def refresh(
-    engine: Engine,
+    source: "Engine | Reader",
     runs_root: Path | str,
     experiment: str | None = None,
     *,
     heartbeat_timeout_s: float | None = None,
     reconcile: bool = True,
 ) -> None:
-    """Sync the run dirs into the database, then mark vanished queued jobs stale."""
+    """Sync the run dirs into the database, then mark vanished queued jobs stale. Only what changed is read (and
+    only then is the writing machinery loaded: a status with nothing to sync costs a query and two stats a run)."""
+    from cemctl.db.read import open_reader
+
+    reader = open_reader(source)
     timeout_s = runfiles.heartbeat_timeout_s(heartbeat_timeout_s)
     # done / diverged runs never change again (a launch never restarts them): they are re-read
     # only when their result.json or config.json is not the one recorded (deleted, replaced,
     # edited: damaged), two stats each. A planned run with no events.jsonl has never been touched by an executor or the
     # trainer (both append an event first), so it is skipped too. `cemctl sync` reads all.
-    with read_session(engine) as s:
-        q = select(Run.id, Run.state, Run.result_mtime, Run.config_mtime).distinct()
-        if experiment is not None:
-            q = q.join(ExperimentRun, ExperimentRun.run_id == Run.id).join(
-                Experiment, Experiment.id == ExperimentRun.experiment_id
-            ).where(Experiment.name == experiment)
-        root = os.path.join(str(runs_root), "")  # with its trailing separator: a run's files are root + id + "/" + name
-        result_name, config_name = os.sep + runfiles.RESULT_FILE, os.sep + runfiles.CONFIG_FILE
-        events_name = os.sep + runfiles.EVENTS_FILE
-        run_ids: list[str] | None = [
-            rid for rid, state, result_mtime, config_mtime in s.execute(q)
-            for rdir in (root + rid,)
-            if (_changed(rdir + result_name, result_mtime) or _changed(rdir + config_name, config_mtime)
-                if state in FINAL_STATES else
-                state != "planned" or os.path.exists(rdir + events_name) or _changed(rdir + config_name, config_mtime))
-        ]
-        if experiment is None:
-            n_all = s.execute(select(func.count()).select_from(Run)).scalar_one()
-            if n_all == 0:
-                run_ids = None  # an empty database: take every run dir found (rebuild from files)
+    sql, params = SYNC_CHECK_SQL, {}
+    if experiment is not None:
+        sql += (" WHERE r.id IN (SELECT er.run_id FROM experiment_runs er JOIN experiments e"
+                " ON e.id = er.experiment_id WHERE e.name = :name)")
+        params["name"] = experiment
+    root = os.path.join(str(runs_root), "")  # with its trailing separator: a run's files are root + id + "/" + name
+    result_name, config_name = os.sep + runfiles.RESULT_FILE, os.sep + runfiles.CONFIG_FILE
+    events_name = os.sep + runfiles.EVENTS_FILE
+    rows = reader.rows(sql, **params)
+    run_ids: list[str] | None = [
+        rid for rid, state, result_mtime, config_mtime in rows
+        for rdir in (root + rid,)
+        if (_changed(rdir + result_name, result_mtime) or _changed(rdir + config_name, config_mtime)
+            if state in FINAL_STATES else
+            state != "planned" or os.path.exists(rdir + events_name) or _changed(rdir + config_name, config_mtime))
+    ]
+    if experiment is None and not rows:
+        run_ids = None  # an empty database: take every run dir found (rebuild from files)
     if run_ids is not None and len(run_ids) > MAX_SYNC_IDS:
         run_ids = None
     if run_ids == []:
-        if reconcile:
-            reconcile_queued(engine, [], runs_root=runs_root)
-        return
+        return  # nothing queued or running (those are always looked at): nothing to reconcile either
     from cemctl.db.ingest import sync_runs  # only when something changed: a status with nothing to sync never loads it
 
+    engine = reader.write_engine()
     sync_runs(engine, runs_root, heartbeat_timeout_s=timeout_s, run_ids=run_ids)
     if reconcile:
         reconcile_queued(engine, run_ids, runs_root=runs_root)
@@ -223,7 +225,7 @@ def _changed(path: str, recorded_mtime: float | None) -> bool:
     return stat.S_ISLNK(st.st_mode) or st.st_mtime != recorded_mtime
 
 
-def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
+def reconcile_queued(engine: "Engine", run_ids: list[str] | None = None, *,
                      runs_root: Path | str | None = None) -> list[str]:
     """Queued runs whose job is gone (left squeue, orchestrator dead), and running runs whose local trainer on
     this host is gone or is not the recorded process any more (a reused PID), become stale; returns their ids.
@@ -233,16 +235,15 @@ def reconcile_queued(engine: Engine, run_ids: list[str] | None = None, *,
     makes before it trusts a run to be alive. "Cannot tell" (squeue failed) leaves the run as it is:
     heartbeats decide later. Running jobs elsewhere (SLURM, other hosts) are judged by their heartbeat.
     """
-    from cemctl.db.runs import recorded_runs_root
+    from cemctl.db.read import open_reader
+    from cemctl.db.roots import recorded_runs_root
 
-    root = Path(runs_root) if runs_root is not None else recorded_runs_root(engine)
+    reader = open_reader(engine)
+    root = Path(runs_root) if runs_root is not None else recorded_runs_root(reader)
     if root is None:
         return []
-    with read_session(engine) as s:
-        q = select(Run.id, Run.state).where(Run.state.in_(("queued", "running")))
-        if run_ids is not None:
-            q = q.where(Run.id.in_(run_ids))
-        queued = [(rid, root / rid, state) for rid, state in s.execute(q)]
+    queued = [(rid, root / rid, state) for rid, state in reader.rows(
+        "SELECT id, state FROM runs WHERE state IN ('queued', 'running')") if run_ids is None or rid in run_ids]
     records = [(rid, rdir, state, runfiles.read_job(rdir)) for rid, rdir, state in queued]
     here = runfiles.hostname()
     records = [(rid, rdir, job) for rid, rdir, state, job in records if job is not None and job.live

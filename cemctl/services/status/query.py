@@ -1,6 +1,6 @@
 """What `cemctl status` asks for, as data: sync the run dirs, then read the rows (`status_snapshot`).
 
-    engine, can_write = open_status_db(url)           # never creates a database; read-only where it must
+    reader, can_write = open_status_db(url)           # never creates a database; read-only where it must
     statuses = status_snapshot(engine, runs_root, "fig2a", sync=can_write, limit=50, states=["failed"],
                                where=["attn_steps>=2"], sort="-test_loss", fields=["test", "tag.phase"])
     status_json(statuses)                             # the same rows, complete, as one JSON document
@@ -17,19 +17,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING
 
 from cem_core.errors import ConfigError
 from cem_core.runfiles import RUN_STATES
 from cemctl.services.status.collect import ExperimentStatus, collect_status, refresh
 
+if TYPE_CHECKING:  # pragma: no cover
+    from sqlalchemy.engine import Engine
 
-def open_status_db(url: str) -> tuple[Engine, bool]:
-    """The results database for reading (never created); whether status may sync run dirs into it."""
-    from cemctl.db.engine import is_readonly, open_existing_db
+    from cemctl.db.read import Reader
+    from cemctl.records.record import RunRecord
 
-    engine = open_existing_db(url)
-    return engine, not is_readonly(engine)
+
+def open_status_db(url: str) -> tuple["Reader", bool]:
+    """The results database for reading (never created; `cemctl.db.read`: a SQLite file through `sqlite3`,
+    read-only); whether status may sync run dirs into it."""
+    from cemctl.db.read import open_reader, writable
+
+    reader = open_reader(url, migrate=True)
+    return reader, writable(reader)
 
 
 def sync_before_reading(url: str, runs_root: Path | str, experiment: str | None = None) -> bool:
@@ -37,12 +44,12 @@ def sync_before_reading(url: str, runs_root: Path | str, experiment: str | None 
     the same incremental sync as `status` (only the files that changed are read), so a run that finished while no
     orchestrator was there to record it shows its result, not the state last recorded. False when the database
     cannot be written (a read-only file, a full disk): the command then reads it as it is."""
-    from cemctl.db.runs import resolve_runs_root
+    from cemctl.db.roots import resolve_runs_root
 
-    engine, can_sync = open_status_db(url)
+    reader, can_sync = open_status_db(url)
     if not can_sync:
         return False
-    refresh(engine, resolve_runs_root(engine, runs_root), experiment)
+    refresh(reader, resolve_runs_root(reader, runs_root), experiment)
     return True
 
 
@@ -57,18 +64,18 @@ def parse_states(text: str | None) -> list[str] | None:
     return states or None
 
 
-def table_limit(engine: Engine, experiment: str | None, limit: int) -> int:
+def table_limit(source: "Engine | Reader", experiment: str | None, limit: int) -> int:
     """`limit` rows for one experiment; with every experiment shown, a budget of `limit` rows shared
     between them (at least 10 each; unfinished runs first), so the tables stay quick to draw."""
     if limit <= 0 or experiment is not None:
         return limit
-    from cemctl.db import list_experiments
+    from cemctl.db.read import open_reader
 
-    n = max(1, len(list_experiments(engine)))
+    n = max(1, open_reader(source).rows("SELECT COUNT(*) FROM experiments")[0][0])
     return max(min(10, limit), limit // n)
 
 
-def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = None, *, sync: bool = True,
+def status_snapshot(source: "Engine | Reader", runs_root: Path, experiment: str | None = None, *, sync: bool = True,
                     heartbeat_timeout_s: float | None = None, limit: int = 0, scale: str | None = None,
                     states: Sequence[str] | None = None, where: Sequence[str] = (),
                     sort: str | Sequence[str] | None = None,
@@ -77,17 +84,19 @@ def status_snapshot(engine: Engine, runs_root: Path, experiment: str | None = No
     meeting `states` and `where` (`--where` text), ordered by `sort` (`--sort` text: FIELD, -FIELD or FIELD:desc),
     at most `limit` each (0: all); `counts` and totals cover every run. `fields`: the fields a view will show
     (any name `cemctl.records.fields.resolve` takes), so only what they need is read."""
-    from cemctl.db.runs import resolve_runs_root
+    from cemctl.db.read import open_reader
+    from cemctl.db.roots import resolve_runs_root
     from cemctl.records.fields import resolve_all
     from cemctl.records.where import parse_where
 
+    reader = open_reader(source)
     conds = parse_where(where)
     order = parse_sort(sort)
     names = resolve_all(fields, what="--columns") if fields else []
-    root = resolve_runs_root(engine, runs_root)  # a copied project reads its own runs
+    root = resolve_runs_root(reader, runs_root)  # a copied project reads its own runs
     if sync:
-        refresh(engine, root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
-    return collect_status(engine, experiment, limit=table_limit(engine, experiment, limit), scale=scale,
+        refresh(reader, root, experiment, heartbeat_timeout_s=heartbeat_timeout_s)
+    return collect_status(reader, experiment, limit=table_limit(reader, experiment, limit), scale=scale,
                           states=states, where=conds, sort=order, fields=names, arms=arms, runs_root=root, now=now)
 
 
@@ -113,9 +122,6 @@ def parse_sort(text: str | Sequence[str] | None) -> list[tuple[str, bool]] | Non
     return out or None
 
 
-JSON_SKIP = ("_experiment",)
-
-
 @dataclass(frozen=True)
 class GridProgress:
     """What is left of the runs `status` collected: counts and ETA (`cemctl.records.progress.grid_eta_s`)."""
@@ -139,15 +145,16 @@ def grid_progress(statuses: list[ExperimentStatus]) -> GridProgress | None:
     queued = sum(e.counts.get("queued", 0) for e in statuses)
     if not running and not queued:
         return None
-    shown = Counter(r["state"] for r in runs)
+    shown = Counter(r.state for r in runs)
     unseen = ([{"state": "running"}] * max(0, running - shown["running"])
               + [{"state": "queued"}] * max(0, queued - shown["queued"]))
     done = [{"state": "done", "wall_time_s": w} for e in statuses for w in (e.done_wall_s or [])]
-    return GridProgress(running, queued, grid_eta_s([r for r in runs if r["state"] != "done"] + unseen + done))
+    return GridProgress(running, queued, grid_eta_s([r for r in runs if r.state != "done"] + unseen + done))
 
 
 def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> dict[str, Any]:
-    """Every field of every run shown (the run records; `axes`: the grid's varied keys of the run)."""
+    """Every field of every run shown: the run records, as export and the API give them (every catalogue field,
+    every config key, `tag.NAME`), and `axes`: the grid's varied keys of the run."""
     now = time.time() if now is None else now
     return {
         "time": now,
@@ -159,7 +166,5 @@ def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> d
     }
 
 
-def _json_record(r: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in r.items() if not k.startswith("_")}
-    out["axes"] = r.get("_axes", {})
-    return out
+def _json_record(r: "RunRecord") -> dict[str, Any]:
+    return {**r.as_dict(), "axes": r.axes}
