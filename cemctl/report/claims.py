@@ -123,25 +123,35 @@ def _num(v: Any) -> float:
     return x if math.isfinite(x) else math.nan
 
 
-def _arms(records: Sequence[Mapping[str, Any]]) -> list[Arm]:
-    """The arms of runs-frame records (each with `arm`, `arm_label`, the config keys, test and validation loss)."""
+def _arms(frame: "pd.DataFrame") -> list[Arm]:
+    """The arms of runs-frame rows (`arm`, `arm_label`, the config keys, test and validation loss): each arm's config
+    read once, from its first row; the runs' own numbers from a few columns."""
     from cem_core.arms import config_of
 
     out: dict[str, Arm] = {}
-    for r in records:
-        aid = str(r["arm"])
+    if frame.empty:
+        return []
+    n = len(frame)
+
+    def col(name: str) -> list[Any]:
+        return frame[name].tolist() if name in frame.columns else [None] * n
+
+    arms, seeds, ids, values, vals = col("arm"), col(SEED), col("run_id"), col(VALUE), col(SELECT_BY)
+    for i in range(n):
+        aid = str(arms[i])
         arm = out.get(aid)
         if arm is None:
+            r = frame.iloc[i].to_dict()
             cfg = {k: v for k, v in config_of(r).items() if k != SEED}
-            names = frozenset(n.strip() for n in str(r.get(EXPERIMENT) or "").split(",")
-                              if n.strip() and str(r.get(EXPERIMENT)) != "nan")
+            names = frozenset(x.strip() for x in str(r.get(EXPERIMENT) or "").split(",")
+                              if x.strip() and str(r.get(EXPERIMENT)) != "nan")
             arm = out[aid] = Arm(aid, str(r["arm_label"]), cfg, {}, [], names, params=_num(r.get(PARAMS)),
                                  compute=_num(r.get(COMPUTE)))
-        seed = int(r[SEED])
-        arm.values[seed] = float(r[VALUE])
-        arm.run_ids.append(str(r["run_id"]))
-        arm.seed_runs[seed] = str(r["run_id"])
-        val = _num(r.get(SELECT_BY))
+        seed = int(seeds[i])
+        arm.values[seed] = float(values[i])
+        arm.run_ids.append(str(ids[i]))
+        arm.seed_runs[seed] = str(ids[i])
+        val = _num(vals[i])
         if math.isfinite(val):
             arm.val[seed] = val
     return list(out.values())
@@ -762,25 +772,26 @@ def _fresh_arms(frame: "pd.DataFrame", settings: Sequence[str], exclude: Sequenc
                 only: Sequence[int] | None = None) -> dict[str, list[Arm]]:
     """{setting: its arms} of the runs, without the seeds in `exclude` (stage 2: those that chose the rates) or with
     only those in `only` (stage 1 beside its confirmation: never the fresh seeds)."""
-    records = frame.to_dict("records") if len(frame) else []
-    drop = set(exclude)
-    keep = set(only) if only is not None else None
-    by: dict[str, list[dict[str, Any]]] = {s: [] for s in settings}
-    for r in records:
-        if (drop and int(r[SEED]) in drop) or (keep is not None and int(r[SEED]) not in keep):
-            continue
-        by.setdefault(str(r.get(SETTING)), []).append(r)
-    return {s: _arms(rows) for s, rows in by.items() if s in settings}
+    if frame.empty:
+        return {s: [] for s in settings}
+    seeds = frame[SEED].astype(int)
+    mask = ~seeds.isin(list(exclude)) if exclude else seeds == seeds
+    if only is not None:
+        mask &= seeds.isin(list(only))
+    kept = frame[mask]
+    size = kept[SETTING].astype(str) if SETTING in kept.columns else None
+    return {s: _arms(kept[size == s] if size is not None else kept) for s in settings}
 
 
 def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: Sequence[str] | None = None,
-                  power: bool = False, slopes: Mapping[str, float] | None = None,
+                  power: bool = False,
+                  slopes: "Mapping[str, float] | Callable[[list[str]], Mapping[str, float]] | None" = None,
                   declared: Mapping[tuple[str, str, str], str] | None = None,
                   designs: Sequence["Design"] = (), seed: int = 0) -> Page:
     """Every part at every scale: the primary row (stage 2 where a confirmation grid declares the part, else the
     part's fixed or stage-1 contrast) unadjusted and adjusted, stage 1 beside a confirmed part, robustness rows,
     the gap's trend and convergence (`slopes`: run id -> change of the validation loss per 10% of the budget over
-    the last third), the registration label (`declared`: (experiment, claim, part) -> label), the group-sequential
+    the last third, or a function of the run ids the rows used that returns it), the registration label (`declared`: (experiment, claim, part) -> label), the group-sequential
     analysis of parts of an experiment launched `--until-decided` (`designs`), and the size ladder. A part that
     cannot be evaluated (a selector matching two arms) says why on its own row; the others are evaluated."""
     import pandas as pd
@@ -818,10 +829,11 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
         family = []
         for claim in claims:
             for part in claim.parts:
-                rows.append(_part_row(claim, part, scale, at, arms_by, arms_of, scale_designs, slopes, declared,
+                rows.append(_part_row(claim, part, scale, at, arms_by, arms_of, scale_designs, declared,
                                       robust_rows, ladder, curve, power))
                 family.append(len(rows) - 1)
         _adjust(rows, family, power)
+    _trends(rows, slopes)
     parts = pd.DataFrame(rows)
     if power and not parts.empty and "seeds_for_80pct_power" in parts.columns:
         parts["seeds_for_80pct_power"] = parts["seeds_for_80pct_power"].astype(object)
@@ -832,7 +844,7 @@ def evaluate_page(runs: "pd.DataFrame", claims: Sequence[ClaimSpec], *, scales: 
 
 def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", arms_by: dict[str, list[Arm]],
               arms_of: Callable[..., dict[str, list[Arm]]], designs: Sequence["Design"],
-              slopes: Mapping[str, float] | None, declared: Mapping[tuple[str, str, str], str] | None,
+              declared: Mapping[tuple[str, str, str], str] | None,
               robust_rows: list[dict[str, Any]], ladder: list[dict[str, Any]],
               curve: tuple[float, float, int] | None, power: bool) -> dict[str, Any]:
     source = part.source or claim.source
@@ -877,8 +889,6 @@ def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", 
     d = decide(est, part.expect, use_margin, ALPHA)
     low, high = _interval(est, 1 - ALPHA) if est is not None else (math.nan, math.nan)
     decisive = stage != "stage 1" and est is not None and math.isfinite(d.p)
-    fall, conv = convergence(prim.arm_runs, slopes, margin if primary.unit == "nats" else math.nan)
-    trend, tlo, thi = gap_trend(prim.arm_runs, slopes, primary.coefs) if primary.unit == "nats" else (math.nan,) * 3
     try:
         vrows = robustness(primary, pool, stage=stage, scale=scale, margin=margin)
     except PooledArms:
@@ -901,7 +911,7 @@ def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", 
         "runs": ",".join(sorted(set(prim.runs))), "why_not_run": prim.why if est is None else "",
         "advice": _advice(prim) if stage == "stage 1" else (_advice(first) if first is not None else ""),
         "robustness": sign_summary(est.effect if est is not None else math.nan, d.label, vrows),
-        "fall_per_10pct": fall, "convergence": conv, "trend": trend, "trend_low": tlo, "trend_high": thi,
+        "_arm_runs": prim.arm_runs,
         "sequential": sequential,
     })
     if stage == "stage 1" and est is not None:
@@ -912,8 +922,23 @@ def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", 
         row.update(stage1_effect=first.est.effect, stage1_low=flo, stage1_high=fhi, stage1_label=fd.label,
                    stage1_rates=_rates_text(first, part, "stage 1" if part.chooses else "fixed"))
     row["_ps"] = dict(d.candidates) if decisive else {}
-    row["_est"], row["_info"], row["_coefs"] = est, prim.info, primary.coefs
+    row["_est"], row["_info"], row["_coefs"], row["_coefs_trend"] = est, prim.info, primary.coefs, primary.coefs
     return row
+
+
+def _trends(rows: list[dict[str, Any]], slopes: "Mapping[str, float] | Callable[[list[str]], Mapping[str, float]] | None"
+            ) -> None:
+    """Each row's convergence and gap trend from its runs' slopes (`slopes` a callable: asked once, for the runs the
+    rows used, not for every run there is)."""
+    used = sorted({r for row in rows for runs in row["_arm_runs"] for r in runs})
+    if callable(slopes):
+        slopes = slopes(used) if used else {}
+    for row in rows:
+        arm_runs = row.pop("_arm_runs")
+        nats = row["unit"] == "nats"
+        fall, conv = convergence(arm_runs, slopes, row["margin"] if nats else math.nan)
+        trend, tlo, thi = gap_trend(arm_runs, slopes, row.pop("_coefs_trend")) if nats else (math.nan,) * 3
+        row.update(fall_per_10pct=fall, convergence=conv, trend=trend, trend_low=tlo, trend_high=thi)
 
 
 def _adjust(rows: list[dict[str, Any]], family: list[int], power: bool) -> None:

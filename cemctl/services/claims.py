@@ -567,7 +567,8 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
     if runs.empty:
         raise CemError("claims: the results database holds no runs yet (plan and launch the figure grids first)")
     page = evaluate_page(runs, claims, scales=[scale] if scale is not None else None, power=power,
-                         slopes=val_slopes(engine, runs), declared=declared_labels(runs_root, claims),
+                         slopes=lambda ids: val_slopes(engine, runs[runs["run_id"].isin(ids)]),
+                         declared=declared_labels(runs_root, claims),
                          designs=load_designs(runs_root, scale))
     parts = page.parts
     parts["evidence"] = [evidence(r) for r in parts.itertuples()]
