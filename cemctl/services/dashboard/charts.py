@@ -294,22 +294,6 @@ def no_result_note(states: dict[str, int] | Sequence[dict[str, Any]], metric: st
     return f"No finished run with a {metric} yet" + (f" ({said})." if said else " (no run meets the selection).")
 
 
-def default_chart_x(meta: Any, records: Sequence[dict[str, Any]], keys: Sequence[str]) -> str | None:
-    """The metric chart's x when the URL names none: the grid's `x`, else its first varying numeric axis
-    (`cemctl.report.generic.default_x`, as the static report draws it)."""
-    import pandas as pd
-
-    from cem_core.arms import config_of
-    from cemctl.report.generic import default_x
-
-    if meta is not None and meta.x in keys:
-        return meta.x
-    if not keys:
-        return None
-    frame = pd.DataFrame([config_of(r) for r in records]) if records else pd.DataFrame(columns=list(keys))
-    return default_x(frame, keys, meta.axes if meta is not None else ())
-
-
 # ----------------------------------------------------------------------------------------------- curves
 
 def curve_rows(src: "Source", records: Sequence[dict[str, Any]], metric: str, x: str, *, val: bool = False,
