@@ -612,3 +612,20 @@ def test_the_dashboards_claims_are_computed_once_per_state_of_the_database_and_t
     register_claims(open_existing_db(f"sqlite:///{tmp_path / 'results.db'}"), "b", tmp_path / "runs")
     again = claims_result(src)
     assert again is not first and set(again.parts["declared"].str[:11]) == {"exploratory"}
+    from cemctl.services.dashboard.tables import claim_verdicts
+
+    [row] = claim_verdicts(src)  # the claims summary page carries the mark too
+    assert row["evidence"].startswith("exploratory (2 of 2 parts: exploratory (first declared")
+    assert "[exploratory" in row["statement"]
+
+
+def test_the_terminal_says_when_a_verdict_depends_on_the_step_size(tmp_path):
+    from cemctl.commands.claims import ClaimsView
+    from cemctl.services.claims import claims_report
+
+    _two_part_project(tmp_path)
+    result = claims_report(f"sqlite:///{tmp_path / 'results.db'}", runs_root=tmp_path / "runs")
+    result.parts.loc[0, "robustness"] = "sign + in 2 of 2 settings; depends on the step size: attn_step_size=1/T " \
+                                        "reads inconclusive"
+    lines = ClaimsView(result, 120, False).plain_lines()
+    assert any(line.endswith("depends on the step size: attn_step_size=1/T reads inconclusive") for line in lines)

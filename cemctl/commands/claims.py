@@ -104,6 +104,9 @@ class ClaimsView:
                 self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {printable(evidence(r))}")
             if getattr(r, "advice", ""):
                 self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {r.advice}")
+            depends = [y.strip() for y in str(getattr(r, "robustness", "") or "").split(";") if "depends on" in y]
+            if depends:
+                self.notes.append(f"  claim {r.claim}, {printable(r.part)}: {depends[0]}")
         if len(unconverged) > 3:  # one line for many
             worst = max(unconverged, key=lambda r: r.fall_per_10pct)
             self.notes.append(f"  not converged: {len(unconverged)} parts (claims "

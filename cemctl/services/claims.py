@@ -278,6 +278,19 @@ def evidence(row: Any) -> str:
     return "exploratory (" + (declared or "not registered") + ")"
 
 
+def claim_evidence(parts: "pd.DataFrame", claim: str, scale: str) -> str:
+    """A claim's evidence mark over its parts: 'confirmatory' when every part that was run is, else 'exploratory (k
+    of n parts: the first reason)' (the page's one-line summary, the terminal's claims table, the dashboard's)."""
+    g = parts[(parts["claim"].astype(str) == str(claim)) & (parts["scale"] == scale) & (parts["verdict"] != "not run")]
+    if g.empty:
+        return ""
+    marks = [evidence(r) for r in g.itertuples()]
+    loose = [m for m in marks if not m.startswith("confirmatory")]
+    if not loose:
+        return "confirmatory"
+    return f"exploratory ({len(loose)} of {len(marks)} part{'s' if len(marks) != 1 else ''}: {loose[0]})"
+
+
 def verdict_text(r: Any) -> str:
     """'not close: contradicted (adjusted)', 'exploratory: not close', 'not run: why'."""
     if r.verdict == "not run":

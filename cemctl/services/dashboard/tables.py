@@ -465,11 +465,19 @@ def claims_by_experiment(src: "Source", compute: bool = True) -> dict[str, str]:
 
 def claim_verdicts(src: "Source") -> list[dict[str, str]]:
     """One row per (claim, scale): its adjusted verdict and statement (`cemctl claims`' summary)."""
+    from cemctl.services.claims import claim_evidence
+
     result = claims_result(src)
     if result is None or result.claims.empty:
         return []
-    return [{k: str(r.get(k, "")) for k in ("claim", "scale", "verdict", "statement")}
-            for r in result.claims.to_dict("records")]
+    out = []
+    for r in result.claims.to_dict("records"):
+        row = {k: str(r.get(k, "")) for k in ("claim", "scale", "verdict", "statement")}
+        row["evidence"] = claim_evidence(result.parts, row["claim"], r.get("scale", ""))
+        if row["evidence"].startswith("exploratory"):  # the page's mark, where the table has no column for it yet
+            row["statement"] += f" [{row['evidence']}]"
+        out.append(row)
+    return out
 
 
 @dataclass
@@ -520,7 +528,8 @@ def claim_parts(src: "Source", experiment: str | None = None) -> list[ClaimPart]
             (text.split(" ", 1)[1] if " " in text else "") if r.get("verdict") != "not run" else f"not run: {why}",
             f"[{f(hlo)}, {f(hhi)}]" if f(hlo) or f(hhi) else "",
             "; ".join(x for x in (str(r.get("evidence", "")), str(r.get("method", "")) + (
-                f", df {df:.0f}" if isinstance(df, float) and math.isfinite(df) else "")) if x),
+                f", df {df:.0f}" if isinstance(df, float) and math.isfinite(df) else ""),
+                next((y.strip() for y in str(r.get("robustness") or "").split(";") if "depends on" in y), "")) if x),
             str(r.get("n", "")), str(r.get("verdict_holm", "")),
             _finite(lo), _finite(hi), _finite(r.get("effect")), _finite(r.get("margin")), str(r.get("unit", ""))))
     return out
