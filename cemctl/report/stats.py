@@ -32,7 +32,7 @@ class TEstimate:
     effect: float
     se: float
     df: float
-    method: str  # "paired t" | "pooled t" | "Welch" | "... jackknife t" (an own-optimum contrast)
+    method: str  # "paired t" | "pooled t" | "Welch" | "chosen rates" (a stage-1 lr_optimum: no test)
     n: int  # seeds per arm (the smallest), or pairs
     censored: str = ""  # "" | "low" | "high" | "both": the side(s) the interval is open on (a stage-1 rate at the
     # edge of its profile: the arm may do better beyond it)
