@@ -47,13 +47,12 @@ def run(s: Settings) -> Section:
     try:
         from cemctl.records import load_records
 
-        recs = load_records(server.app.src.engine, None, per_experiment=True, config=False, arms=False, tags=False,
-                            results=False, outdated=False)
+        recs = load_records(server.app.src.engine, None, per_experiment=True, arms=False)
         sizes: dict[str, int] = {}
         for r in recs.records:
-            sizes[r["_experiment"]] = sizes.get(r["_experiment"], 0) + 1
+            sizes[r["experiment"]] = sizes.get(r["experiment"], 0) + 1
         largest = max((n for n in sizes if n != big.report_experiment), key=lambda n: sizes[n], default=None)
-        one_run = next(r["run_id"] for r in recs.records if r["_experiment"] == big.report_experiment)
+        one_run = next(r["run_id"] for r in recs.records if r["experiment"] == big.report_experiment)
         pages: list[tuple[str, list[tuple[str, str]], bool]] = [
             ("experiments (index)", [("page", "/"), ("claims (every recorded run)", "/claims")], False)]
         for name in [big.report_experiment, largest]:

@@ -251,7 +251,8 @@ def figure_runs(info: ExperimentInfo, runs: "pd.DataFrame") -> "tuple[pd.DataFra
     return (runs if choice is None else choice.runs), choice
 
 
-def report_palette(info: ExperimentInfo, runs: "pd.DataFrame") -> "Palette | None":
+def report_palette(info: ExperimentInfo, runs: "pd.DataFrame", shown: "pd.DataFrame | None" = None
+                   ) -> "Palette | None":
     """The one palette of a report (`cemctl.report.generic.Palette`), left on `runs` for every figure: the generic
     figures, the figure kind's and the extra ones (test-time recursion, energy) colour a value alike. Made from the
     runs the figures show (`figure_runs`): a learning rate chosen per arm never colours."""
@@ -260,7 +261,8 @@ def report_palette(info: ExperimentInfo, runs: "pd.DataFrame") -> "Palette | Non
 
     if runs.attrs.get(PALETTE_ATTR) is None and not runs.empty:
         opts = info.options
-        shown, _ = figure_runs(info, runs)
+        if shown is None:  # (`shown`: `figure_runs(info, runs)` already computed, by the dashboard)
+            shown, _ = figure_runs(info, runs)
         keys = varying(shown, opts.nuisance)
         kind = kind_shown(info.figure)  # the kind's own x first: the metric figure draws what the kind draws
         x = opts.x or next((k for k in kind if k in keys), None) or default_x(shown, keys, info.axes)

@@ -164,7 +164,7 @@ def chart_view(src: "Source", name: str, sel: "Selection", *, metric: str | None
     default = not (x or hue or panel or rates == "all")
     if default:  # the report's figure: its runs, its palette, its x
         shown, choice = figure_runs(info, frame) if not frame.empty else (frame, None)
-        pal = report_palette(info, frame_all) if not frame_all.empty else None
+        pal = report_palette(info, frame_all, shown if frame is frame_all else None) if not frame_all.empty else None
         x = pal.x if pal is not None else None
         hue = [h for h in opts.hue if h in keys]
     else:
