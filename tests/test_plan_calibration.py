@@ -63,3 +63,18 @@ def test_plan_says_when_gpu_hours_are_mostly_a_runs_fixed_cost(tmp_path):
     res = cli(tmp_path, "plan", str(tmp_path / "g.toml"), "--dry-run", env={"COLUMNS": "250"})
     assert res.returncode == 0 and re.search(r"GPU-hours \(\d+% of it each run's fixed start, compilation and "
                                              r"evaluation\)", res.output), res.output
+
+
+def test_launch_says_what_its_runs_will_take_here(tmp_path):
+    """The launch of a grid whose model size this host has measured prints the same estimate plan gives."""
+    from cemctl.services.plan import launch_estimate
+
+    host = socket.gethostname()
+    _, ids = plan_ids(tmp_path, tiny_grid("measured", seeds="[0, 1]"), "measured")
+    _finished_here(tmp_path, ids, seconds=40.0, flops=4e11, host=host)
+    assert cli(tmp_path, "sync").returncode == 0
+    _, new = plan_ids(tmp_path, tiny_grid("next", steps=12, seeds="[0, 1, 2, 3]"), "next")
+    line = launch_estimate(f"sqlite:///{tmp_path / 'results.db'}", [tmp_path / "runs" / r for r in new], 2)
+    assert line.startswith("estimate: about ") and "for 4 runs with 2 workers" in line, line
+    assert f"2 runs finished on this host ({host}) on cpu: nano 10 GFLOP/s per worker" in line
+    assert launch_estimate(f"sqlite:///{tmp_path / 'nothing.db'}", [tmp_path / "runs" / r for r in new], 2) == ""
