@@ -111,7 +111,11 @@ def describe_failure(exc: BaseException, roots: Iterable[Path] = ()) -> str:
         return f"called sys.exit({exc.code!r}) while being imported{where}"
     if isinstance(exc, ProcessExit):
         return f"{exc}{where}"
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    try:
+        said = str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose own __str__ fails: its type is what there is to say
+        said = "(its message cannot be shown)"
+    text = " ".join(f"{type(exc).__name__}: {said}".split())
     return text[:300] + where
 
 

@@ -78,7 +78,8 @@ from cem_core.runfiles.manifest import DEFAULT_NAME, FileEntry, Manifest, Manife
 
 __all__ = [
     "ENTRY_POINT_GROUP", "IMPORTED_DIR", "PLUGINS_DIR", "PluginCopyError", "PluginError", "Untrusted", "add_search_path", "canonical",
-    "current_plugin", "load_entry_points", "load_grid_plugins", "load_plugins", "parse_names", "plugin_sources",
+    "check_not_taken", "current_plugin", "installed_plugins", "load_entry_points", "load_grid_plugins", "load_plugins",
+    "parse_names", "plugin_sources",
     "sync_plugin_copy", "trust_plugin", "untrusted_plugins", "used_plugins",
 ]
 
@@ -130,6 +131,7 @@ def _sync_sys_path() -> None:
 
 
 def _import(name: str, search: Iterable[Path]) -> None:
+    check_not_taken(name)  # whoever named it (a config read from a run folder too)
     for folder in search:
         _add(_sources, Path(folder).resolve())
     _sync_sys_path()
@@ -250,15 +252,29 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def check_name(name: str, folder: Path) -> None:
-    """Refuse a plugin whose top-level name belongs to another module: Python's standard library, cemctl's own
-    packages, or (for a plugin beside the grid) any module importable without the plugin folders."""
+def check_not_taken(name: str) -> None:
+    """Refuse a plugin named like a module of Python's standard library or of cemctl itself: no config, grid or
+    archive makes cemctl import one of those as a plugin."""
     top = name.split(".")[0]
     if top in sys.stdlib_module_names or top in sys.builtin_module_names:
         raise PluginError(name, f"{top!r} is the name of a module of Python's standard library; give the plugin "
                           "another name")
     if top in OWN_PACKAGES:
         raise PluginError(name, f"{top!r} is the name of cemctl's own package; give the plugin another name")
+
+
+def installed_plugins() -> set[str]:
+    """The top-level modules installed distributions declare as cemctl plugins (entry points; nothing imported)."""
+    from importlib.metadata import entry_points
+
+    return {ep.value.split(":")[0].split(".")[0] for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def check_name(name: str, folder: Path) -> None:
+    """Refuse a plugin whose top-level name belongs to another module: Python's standard library, cemctl's own
+    packages, or (for a plugin beside the grid) any module importable without the plugin folders."""
+    top = name.split(".")[0]
+    check_not_taken(name)
     own = _beside(folder, top)
     if own is None:
         return  # an installed plugin (or none: the import says so)
@@ -585,6 +601,7 @@ def trust_plugin(runs_root: str | Path, name: str) -> Untrusted:
     listed, become the source of the jobs' copy (`sync_plugin_copy`), so commands and jobs import it from now on.
     Nothing is imported here. A `ConfigError` line when there is no such plugin or its folder changed."""
     root = Path(runs_root)
+    name = name.split(".")[0]  # a plugin is trusted whole: its top-level package
     waiting = untrusted_plugins(root)
     found = [u for u in waiting if u.name == name]
     if not found:
@@ -594,10 +611,18 @@ def trust_plugin(runs_root: str | Path, name: str) -> Untrusted:
         raise ConfigError("trust", f"archives brought {len(found)} versions of the plugin {name!r} "
                           f"({', '.join(str(u.folder) for u in found)}); remove all but the one to trust", value=name)
     u = found[0]
+    try:
+        check_name(name, u.folder)  # never a name Python would take for another module
+    except PluginError as e:
+        raise ConfigError("trust", f"{e.message}; nothing was trusted", value=name) from None
+    top = u.folder / name if (u.folder / name).is_dir() else u.folder / f"{name}.py"
+    found_files = {p.relative_to(u.folder).as_posix() for p in ([top] if top.is_file() else top.rglob("*"))
+                   if not p.is_dir()}
+    extra = sorted(found_files - set(u.files))  # a planted __pycache__/*.pyc would run instead of its source
     have = {rel: _digest(path.read_bytes()) for rel, path in plugin_sources(name, u.folder)}
-    if have != u.files:
-        changed = sorted(set(have) ^ set(u.files) | {r for r in have if r in u.files and have[r] != u.files[r]})
-        raise ConfigError("trust", f"{u.folder / changed[0]} is not the file the archive brought (sha256 in "
+    if extra or have != u.files:
+        changed = extra or sorted(set(have) ^ set(u.files) | {r for r in have if r in u.files and have[r] != u.files[r]})
+        raise ConfigError("trust", f"{u.folder / changed[0]} is not a file the archive brought (sha256s in "
                           f"{u.folder / DEFAULT_NAME}); nothing was trusted", value=name)
     sync_plugin_copy(root, folders={name: u.folder})
     _untrusted.pop(name, None)

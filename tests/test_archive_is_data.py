@@ -118,3 +118,86 @@ def test_set_plugins_obeys_the_grid_file_rules(tmp_path):
     res = cli(tmp_path, "plan", str(grid), "--dry-run", subprocess=True)
     assert_clean_error(res, contains="standard library")
     assert not (tmp_path / "results.db").exists()
+
+
+def _retarget(src: Path, out: Path, plugins: str, plugin_files: dict[str, bytes]) -> None:
+    """An archive like `src` whose runs' configs name `plugins` and which carries `plugin_files` (relative to
+    plugins/) instead of its own plugin sources: run ids, links and hashes made consistent, as a forger would."""
+    import io
+    import tarfile
+
+    from cem_core.identity import config_hash
+    from cem_core.schema import flatten
+
+    with tarfile.open(src) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    manifest = json.loads(files.pop("manifest.json"))
+    files = {k: v for k, v in files.items() if not k.startswith("plugins/")}
+    files.update({f"plugins/{rel}": data for rel, data in plugin_files.items()})
+    renamed = {}
+    for name in [k for k in files if k.endswith("/config.json")]:
+        cfg = json.loads(files[name])
+        cfg["plugins"] = plugins
+        old = name.split("/")[1]
+        renamed[old] = config_hash(flatten(cfg))
+        files[name] = json.dumps(cfg).encode()
+    files = {"/".join(renamed.get(p, p) for p in k.split("/")): v for k, v in files.items()}
+    for old, new in renamed.items():
+        if f"runs/{new}/result.json" in files:
+            result = json.loads(files[f"runs/{new}/result.json"])
+            files[f"runs/{new}/result.json"] = json.dumps({**result, "run_id": new}).encode()
+    for exp in manifest["experiments"]:
+        for plan in exp["plans"]:
+            for link in plan["links"]:
+                link["run_id"] = renamed.get(link["run_id"], link["run_id"])
+    manifest["files"] = {k: {"sha256": hashlib.sha256(v).hexdigest(), "size": len(v)} for k, v in files.items()}
+    with tarfile.open(out, "w:gz") as tar:
+        for name, data in [("manifest.json", json.dumps(manifest).encode()), *sorted(files.items())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_an_archive_naming_or_bringing_a_module_that_is_not_a_plugin_is_refused(tmp_path):
+    """From a hostile probe: a config naming `this` (or an installed `numpy`) that the archive does not carry made
+    status, report and export import it; an archive bringing its own `numpy` or `os` was imported and trusted, and
+    the job then ran it instead of the installed one. Each is refused at import, one line, nothing imported."""
+    marker = tmp_path / "plugin-ran"
+    src, _ = _marked_project(tmp_path, marker)
+    out = tmp_path / "plug.tar.gz"
+    assert cli(src, "archive", "scalar_precond", "-o", str(out), subprocess=True).returncode == 0
+    evil = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n".encode()
+    cases = {"this": ("this", {}, "standard library"), "numpy": ("numpy", {}, "does not carry"),
+             "own numpy": ("numpy", {"numpy/__init__.py": evil}, "installed module"),
+             "own os": ("os", {"os/__init__.py": evil}, "standard library")}
+    for i, (what, (plugins, files, why)) in enumerate(cases.items()):
+        marker.unlink(missing_ok=True)
+        forged = tmp_path / f"forged{i}.tar.gz"
+        _retarget(out, forged, plugins, files)
+        dst = tmp_path / f"dst{i}"
+        dst.mkdir()
+        res = cli(dst, "import", str(forged), subprocess=True, cwd=dst)
+        line = assert_clean_error(res, contains=why)
+        assert "nothing was imported" in line and "Beautiful is better" not in res.stdout + res.stderr, what
+        assert not marker.exists() and not (dst / "runs").exists(), what
+
+
+def test_trust_takes_only_the_files_the_archive_brought(tmp_path):
+    """A compiled file planted beside the sources (Python would run it instead) is refused at trust; `trust NAME`
+    with nothing waiting is exit 2, and an import of no file leaves no database behind."""
+    marker = tmp_path / "plugin-ran"
+    src, _ = _marked_project(tmp_path, marker)
+    out = tmp_path / "plug.tar.gz"
+    assert cli(src, "archive", "scalar_precond", "-o", str(out), subprocess=True).returncode == 0
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    assert_clean_error(cli(dst, "trust", "scalar_precond", "--yes", subprocess=True, cwd=dst), contains="nothing")
+    assert_clean_error(cli(dst, "import", str(tmp_path / "none.tar.gz"), subprocess=True, cwd=dst), contains="no such")
+    assert sorted(p.name for p in dst.iterdir()) == []
+    assert cli(dst, "import", str(out), subprocess=True, cwd=dst).returncode == 0
+    (folder,) = (dst / "runs" / ".plugins-imported").iterdir()
+    cache = folder / "scalar_precond" / "__pycache__"
+    cache.mkdir()
+    (cache / "__init__.cpython-311.pyc").write_bytes(b"planted")
+    line = assert_clean_error(cli(dst, "trust", "scalar_precond", "--yes", subprocess=True, cwd=dst), contains=".pyc")
+    assert "nothing was trusted" in line and not (dst / "runs" / ".plugins").exists()

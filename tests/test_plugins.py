@@ -73,6 +73,8 @@ def test_the_example_plugin_plans_launches_and_reports_from_a_folder_of_its_own(
     ("hard_exit", "import os\nos._exit(0)\n", "failed on import: called os._exit(0) while being imported (hard_exit.py:2)"),
     ("base_exception", "class Stop(BaseException):\n    pass\n\n\nraise Stop('no')\n",
      "failed on import: Stop: no (base_exception.py:5)"),
+    ("bad_str", "class B(BaseException):\n    def __str__(self):\n        raise RuntimeError('x')\n\n\nraise B()\n",
+     "failed on import: B: (its message cannot be shown) (bad_str.py:6)"),
     ("bad_syntax", "x = (\n", "syntax error in bad_syntax.py, line 1"),
     ("clash", "from cem_core.spec import PreconditionerSpec, register\n"
               "register(PreconditionerSpec('diag', 'clash:X', 'mine', 'mine', params=lambda n, w, r: 0))\n",

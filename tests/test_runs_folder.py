@@ -48,6 +48,20 @@ def test_a_runs_folder_holding_none_of_the_projects_runs_is_refused(elsewhere):
         assert str(where / "elsewhere") in line, line
         assert _states(db) == {ids[0]: "done", ids[1]: "done"}, args
     assert not (where / "rep").exists()
+    # a folder that is not there, a file, a part of the project's runs (a hostile probe: status and report read
+    # the first two as "nothing to sync", sync marked the runs a part lacked damaged)
+    (where / "afile").write_text("")
+    (where / "part").mkdir()
+    import shutil
+
+    shutil.copytree(where / "elsewhere" / ids[0], where / "part" / ids[0])
+    for folder, said in (("nowhere", "there"), ("afile", "not a folder"), ("part", "holds 1 of the 2 runs")):
+        for args in (("status", "--db", db, "--runs-dir", folder), ("sync", "--db", db, "--runs-dir", folder),
+                     ("report", "g", "--db", db, "--runs-dir", folder, "--out", "rep")):
+            line = assert_clean_error(cli(None, *args), contains=folder)
+            assert said in line or "no runs folder there" in line, line
+        assert _states(db) == {ids[0]: "done", ids[1]: "done"}, folder
+    assert not (where / "rep").exists()
 
 
 def test_runs_gone_from_the_recorded_folder_are_gone(elsewhere):

@@ -70,19 +70,28 @@ def trust_command(
             fail(f"trust: give --yes to trust the plugin {name!r} (`cemctl trust` lists its files and sha256s)")
         root, waiting = plugins_to_trust(db_url(db), runs_dir(runs))
         if not waiting:
+            if name is not None:
+                fail(f"trust: no plugin {name!r} from an archive waits for trust in {root} (nothing does)")
             typer.echo(f"nothing to trust: no plugin from an archive waits in {root}")
             return
-        for u in [u for u in waiting if name is None or u.name == name]:
-            typer.echo(f"{u.name}  from {u.archive or 'an archive'}, in {u.folder}:")
-            for rel, entry in u.files.items():
-                typer.echo(f"  {entry.sha256}  {entry.size:>8} B  {rel}")
+        if name is None or not yes:  # what will be trusted, before it is (with --yes: once it is)
+            _list_files([u for u in waiting if name is None or u.name == name.split(".")[0]])
         if name is None:
             typer.echo("read them; `cemctl trust NAME` then lets commands and jobs import that plugin")
             return
         if not yes and not typer.confirm(f"trust {name!r}: commands and jobs of this project will import these files?"):
             fail("trust: nothing was trusted")
         u = trust(db_url(db), runs_dir(runs), name)
+    if yes:
+        _list_files([u])
     typer.echo(f"trusted {u.name}: {len(u.files)} files now in {root}/.plugins, which commands and jobs import")
+
+
+def _list_files(plugins: list) -> None:  # type: ignore[type-arg]
+    for u in plugins:
+        typer.echo(f"{u.name}  from {u.archive or 'an archive'}, in {u.folder}:")
+        for rel, entry in u.files.items():
+            typer.echo(f"  {entry.sha256}  {entry.size:>8} B  {rel}")
 
 
 def register(app: typer.Typer) -> None:

@@ -113,12 +113,14 @@ def heartbeat_timeout(value: float | None) -> float:
     return heartbeat_timeout_s(value)
 
 
-_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*):[^\s@'\"]+@")  # scheme://user:PASSWORD@
+_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+._-]*://[^\s/?#:@'\"]*):[^\s/?#'\"]*@")  # scheme://user:PASSWORD@host
+_QUERY_PASSWORD = re.compile(r"(?i)([?&;][a-z_]*(?:password|passwd|pwd)=)[^&;#\s'\"]*")  # ...?password=PASSWORD
 
 
 def redact(text: str) -> str:
-    """Every password of a database URL in `text` written as *** (an error line is shown, logged, pasted)."""
-    return _PASSWORD.sub(r"\1:***@", text)
+    """Every password of a database URL in `text` written as *** (an error line is shown, logged, pasted): the
+    user's (`scheme://user:***@host`, up to the authority's last @) and a query's (`?password=***`)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1:***@", text))
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":

@@ -389,11 +389,11 @@ def sync_runs(
             q = q.where(Run.id.in_(wanted))
         snaps = {r.id: (_Snapshot.of(r, tags_mtime), r.run_dir) for r, tags_mtime in s.execute(q)}
     stats = IngestStats()
-    if not root.is_dir():  # a mistyped --runs-dir must not make every known run look gone
-        stats.errors.append(f"{root}: no runs folder there (nothing synced)")
-        return stats
     dirs = _run_dirs(root, wanted, set(snaps), stats)
     _check_is_this_projects(engine, root, snaps, dirs)
+    if not root.is_dir():  # the project's own folder not made yet (nothing ran): nothing to read
+        stats.errors.append(f"{root}: no runs folder there (nothing synced)")
+        return stats
     for rid, (snap, _recorded) in snaps.items():
         if rid in dirs:
             continue
@@ -427,20 +427,29 @@ class NotThisProjectsRuns(CemError):
 
 
 def _check_is_this_projects(engine: Engine, root: Path, snaps: dict[str, Any], dirs: dict[str, Path]) -> None:
-    """Refuse (one line, nothing synced) a runs folder other than the one the database recorded that holds not one
-    of the runs that have had a folder (a typo'd --runs-dir, a stale $CEMCTL_RUNS): read, every run would be marked
-    gone. The recorded folder itself may lose its runs (deleted on purpose): those are gone, as they are."""
+    """Refuse (one line, nothing synced) a runs folder other than the one the database recorded that lacks any of
+    the runs that have had a folder (a typo'd --runs-dir, a stale $CEMCTL_RUNS, a folder that is not there, a part
+    of a copy): read, those runs would be marked gone. The recorded folder itself may lose runs (deleted on
+    purpose): those are gone, as they are."""
     from cemctl.db.runs import recorded_runs_root
 
     started = [rid for rid, (snap, _) in snaps.items() if snap.result_mtime is not None or snap.state != "planned"]
-    if not started or any(rid in dirs for rid in snaps):
+    held = sum(rid in dirs for rid in started)
+    if held == len(started):
         return
     recorded = recorded_runs_root(engine)
     if recorded is None or os.path.realpath(recorded) == os.path.realpath(root):
         return
-    raise NotThisProjectsRuns(f"{root} holds none of the {len(started)} runs the results database recorded in "
-                              f"{recorded}; nothing was read: give --runs-dir {recorded} (or unset CEMCTL_RUNS) to "
-                              "use the project's runs folder")
+    with read_session(engine) as s:  # said of every run that has had a folder, not only the ones read now
+        started = list(s.scalars(select(Run.id).where(Run.state != "planned")))
+    held = sum(os.path.isdir(root / rid) for rid in started)
+    if root.is_dir():
+        what = f"{root} holds {held or 'none'} of the {len(started)} runs the results database recorded in {recorded}"
+    else:
+        what = (f"{root} is {'not a folder' if os.path.lexists(root) else 'not there'}; the results database "
+                f"recorded its {len(started)} runs in {recorded}")
+    raise NotThisProjectsRuns(f"{what}; nothing was read: give --runs-dir {recorded} (or unset CEMCTL_RUNS) to use "
+                              "the project's runs folder")
 
 
 def set_state(

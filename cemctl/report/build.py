@@ -436,7 +436,7 @@ def report_experiment(experiment: str, *, db_url: str, out_dir: Path | str | Non
     if exp is None:
         known = ", ".join(e.name for e in list_experiments(engine)) or "none yet; run cemctl plan FILE"
         raise CemError(f"experiment: unknown experiment {experiment!r} in {db_url} (known: {known})")
-    if sync and runs_root is not None and Path(runs_root).is_dir():
+    if sync and runs_root is not None:  # a folder that is not this project's is refused there, in one line
         from cemctl.db.ingest import sync_runs
 
         sync_runs(engine, runs_root, run_ids=[r.id for r in list_runs(engine, experiment=experiment)])

@@ -208,7 +208,7 @@ def run_files_problem(run_dir: Path) -> str:
 def _add_plugin_sources(root: Path, manifest: dict[str, Any], blobs: dict[str, bytes]) -> None:
     """The sources of the plugins the archived runs' configs name (`plugins`), from the runs root's copy of them
     (`cem_core.plugins`), as members `plugins/<path>.py`: an archive of a plugin experiment imports anywhere."""
-    from cem_core.plugins import PLUGINS_DIR, plugin_sources
+    from cem_core.plugins import PLUGINS_DIR, plugin_sources, untrusted_plugins
     from cem_core.plugin_context import parse_names
 
     tops: set[str] = set()
@@ -220,8 +220,10 @@ def _add_plugin_sources(root: Path, manifest: dict[str, Any], blobs: dict[str, b
             raise CemError(f"archive: run {rid}: {e}") from None
         if cfg.plugins:
             tops.update(n.split(".")[0] for n in parse_names(cfg.plugins))
+    waiting = {u.name: u.folder for u in untrusted_plugins(root)}  # an archive's, not trusted: passed on as data
     for top in sorted(tops):
-        found = plugin_sources(top, root / PLUGINS_DIR) or plugin_sources(top)
+        found = (plugin_sources(top, root / PLUGINS_DIR) or plugin_sources(top)
+                 or (plugin_sources(top, waiting[top]) if top in waiting else []))
         if not found:
             raise CemError(f"archive: the runs use the plugin {top!r}, and its source is neither in {root / PLUGINS_DIR} "
                            "nor importable here (plan the grid again, or install the plugin)")
@@ -409,6 +411,7 @@ def import_archive(url: str, runs_root: Path | str, path: Path | str) -> ImportR
     from cemctl.db.runs import refresh_plugin_copy, resolve_runs_root
 
     path = Path(path)
+    _open_regular(path).close()  # no such file, a FIFO, a folder: one line before a database is made
     engine = open_db(url)  # a database that refuses writes is one line now, before anything is read or written
     if is_readonly(engine):
         raise ArchiveError(f"import: {url} is read-only here: nothing was imported")
@@ -469,6 +472,7 @@ def _import(engine: Any, root: Path, path: Path) -> ImportResult:
                 raise ArchiveError(f"import: {path}: run {rid}: config.json hashes to {saved_run_id(cfg)}, "
                                    "not its run id")
             configs[rid] = cfg
+        _check_named_plugins(configs, plugin_tops, manifest, path)
         for rid in manifest["runs"]:  # every JSON run file as its one reader reads it: nothing moves otherwise
             why = run_files_problem(stage / "runs" / rid)
             if why:
@@ -508,9 +512,14 @@ def _check_plugins(stage: Path, manifest: dict[str, Any], path: Path) -> list[st
     replaced, or shadow the archive's). Nothing is imported: `find_spec` of a top-level name runs no code."""
     import filecmp
 
-    from cem_core.plugins import _root_of, plugin_sources, untrusted_plugins
+    from cem_core.plugins import PluginError, _root_of, check_name, plugin_sources, untrusted_plugins
 
     tops = sorted({rel.split("/")[0].removesuffix(".py") for rel in manifest.get("plugins", {})})
+    for top in tops:  # never a name Python would take for another module (the standard library, an installed one)
+        try:
+            check_name(top, stage / "plugins")
+        except PluginError as e:
+            raise ArchiveError(f"import: {path}: the archive's plugin {e.message}; nothing was imported") from None
     waiting: dict[str, list[Path]] = {}
     for u in untrusted_plugins(stage.parent):
         waiting.setdefault(u.name, []).append(u.folder)
@@ -526,6 +535,31 @@ def _check_plugins(stage: Path, manifest: dict[str, Any], path: Path) -> list[st
         else:
             new.append(top)
     return new
+
+
+def _check_named_plugins(configs: dict[str, Any], new_tops: list[str], manifest: dict[str, Any], path: Path) -> None:
+    """Every plugin a run's config names is one the archive carries, one of this project's own (a source here), or
+    an installed cemctl plugin (an entry point): else a command reading the run would import whatever module of that
+    name is installed here (`this`, `numpy`). Refused, naming the run; nothing is imported."""
+    from cem_core.plugin_context import parse_names
+    from cem_core.plugins import PluginError, _root_of, check_not_taken, installed_plugins
+
+    carried = {rel.split("/")[0].removesuffix(".py") for rel in manifest.get("plugins", {})}
+    installed: set[str] | None = None
+    for rid, cfg in configs.items():
+        for top in sorted({n.split(".")[0] for n in parse_names(cfg.plugins)} if cfg.plugins else ()):
+            try:
+                check_not_taken(top)
+            except PluginError as e:
+                raise ArchiveError(f"import: {path}: run {rid}: its config names the plugin {e.message}; nothing was "
+                                   "imported") from None
+            if top in carried:
+                continue
+            installed = installed_plugins() if installed is None else installed
+            if top in installed or (_root_of(top) is not None and top not in new_tops):
+                continue
+            raise ArchiveError(f"import: {path}: run {rid}: its config names the plugin {top!r}, which the archive "
+                               "does not carry and no plugin here provides; nothing was imported")
 
 
 def _place_plugins(stage: Path, root: Path, manifest: dict[str, Any], tops: list[str], path: Path) -> None:
