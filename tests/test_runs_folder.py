@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_clean_error, cli, finish_run
+from tests.helpers import assert_clean_error, cli, finish_run, plan_ids, tiny_grid
 
 GRID = ('[experiment]\nname = "g"\n[base]\n"model.size" = "nano"\n"train.max_steps" = 2\n'
         '[axes]\n"train.seed" = [0, 1]\n')
@@ -89,3 +89,22 @@ def test_tag_note_and_archive_use_the_recorded_runs_folder(elsewhere):
     with tarfile.open(where / "g.tar.gz") as tar:
         assert f"runs/{ids[0]}/tags.json" in tar.getnames()
     assert not Path(where / "runs").exists()
+
+
+def test_a_config_json_written_by_an_older_release_is_this_runs_config(tmp_path):
+    """A run's config.json without a key a later release added (at its default: the same run id) is the run's config:
+    a plan of today recorded over it (forget and plan again over an imported archive) no longer makes sync call the
+    run damaged ("config.json differs from the config recorded in the database")."""
+    from cem_core.identity import ADDED_FIELDS
+
+    _, (rid,) = plan_ids(tmp_path, tiny_grid("old", steps=2, seeds="[0]"), "old")
+    run = tmp_path / "runs" / rid
+    finish_run(run)
+    cfg = json.loads((run / "config.json").read_text())
+    section, key = next(k.split(".") for k in ADDED_FIELDS if "." in k)
+    del cfg[section][key]  # as a release before that key wrote it
+    (run / "config.json").write_text(json.dumps(cfg))
+    res = cli(tmp_path, "sync")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(cli(tmp_path, "status", "--json", "--no-sync").stdout)
+    assert [r["state"] for r in out["experiments"][0]["runs"]] == ["done"], out
