@@ -77,10 +77,10 @@ from cem_core.runfiles.lock import file_lock
 from cem_core.runfiles.manifest import DEFAULT_NAME, FileEntry, Manifest, ManifestError, read_manifest, write_manifest
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "IMPORTED_DIR", "PLUGINS_DIR", "PluginCopyError", "PluginError", "Untrusted", "add_search_path", "canonical",
-    "check_not_taken", "current_plugin", "installed_plugins", "load_entry_points", "load_grid_plugins", "load_plugins",
-    "parse_names", "plugin_sources",
-    "sync_plugin_copy", "trust_plugin", "untrusted_plugins", "used_plugins",
+    "ENTRY_POINT_GROUP", "IMPORTED_DIR", "PLUGINS_DIR", "PluginCopyError", "PluginError", "Untrusted", "add_search_path",
+    "canonical", "check_not_taken", "current_plugin", "installed_plugins", "load_entry_points", "load_grid_plugins",
+    "load_plugins", "parse_names", "plugin_sources", "sync_plugin_copy", "trust_plugin", "untrusted_plugins",
+    "used_plugins",
 ]
 
 PLUGINS_DIR = ".plugins"  # inside a runs root: the copy of the plugin sources the jobs import
