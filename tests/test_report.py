@@ -40,14 +40,26 @@ def _frames_for(kind: str):
     return synthetic_frames(kind, sizes=("nano",), seeds=(0, 1), steps=8)
 
 
-@pytest.mark.parametrize("kind", sorted(FIGURE_KINDS))
-def test_every_figure_kind_renders_png_and_pdf(kind, tmp_path):
+def test_every_figure_kind_renders_png_and_pdf(tmp_path):
+    """Every figure kind's whole report, one after another: png for each, png and pdf for one (saving does not
+    depend on the kind: the pdf of every kind is the slow test below)."""
+    for kind in sorted(FIGURE_KINDS):
+        _check_kind_renders(kind, tmp_path, "png,pdf" if kind == "components" else "png")
+
+
+@pytest.mark.slow
+def test_every_figure_kind_renders_pdf_too(tmp_path):
+    for kind in sorted(FIGURE_KINDS):
+        _check_kind_renders(kind, tmp_path, "png,pdf")
+
+
+def _check_kind_renders(kind, tmp_path, formats):
     runs, curves = _frames_for(kind)
     info = ExperimentInfo(f"test_{kind}", kind, grid_path=f"experiments/{kind}.toml",
                           planned_run_ids=(list(runs["run_id"]) + ["0123456789ab"]) if "run_id" in runs else None)
-    result = build_report(info, runs, curves, tmp_path / kind, formats="png,pdf", dpi=60)
+    result = build_report(info, runs, curves, tmp_path / kind, formats=formats, dpi=60)
     figures = [p for p in result.figures]
-    assert {p.suffix for p in figures} == {".png", ".pdf"}
+    assert {p.suffix for p in figures} == {"." + f for f in formats.split(",")}, kind
     for path in figures:
         data = path.read_bytes()
         assert len(data) > 1000, path
@@ -405,7 +417,8 @@ GRID_FIGURES = {
 PROFILED = {"cpu": {"fig2a", "fig2b", "fig2c", "fig2d", "fig3b", "fig3c", "fig4"}}
 
 
-@pytest.mark.parametrize("scale", ["tiny", "cpu", pytest.param("gpu", marks=pytest.mark.slow),
+@pytest.mark.parametrize("scale", [pytest.param("tiny", marks=pytest.mark.slow), "cpu",
+                                   pytest.param("gpu", marks=pytest.mark.slow),
                                    pytest.param("paper", marks=pytest.mark.slow)])
 def test_every_experiment_file_has_its_figures(scale):
     from pathlib import Path
