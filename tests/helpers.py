@@ -6,6 +6,7 @@
     (tmp_path / "g.toml").write_text(tiny_grid("exp"))
     finish_run(run_dir, test_loss=1.5)                       # a result.json + metrics as a trainer leaves them
     screen = on_pty(["status"], tmp_path, cols=80, rows=24)   # a real terminal: what the user sees (pyte)
+    screen = on_screen(["status"], tmp_path, cols=80, terminal=False)  # the same in this process, COLUMNS=80
 """
 
 from __future__ import annotations
@@ -76,18 +77,30 @@ def cli(where: Path | None, *args: str, subprocess: bool = False, env: dict[str,
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
     from typer.testing import CliRunner
 
-    from cemctl.cli import app
+    from cemctl.cli import _run_app
 
-    old = os.getcwd()
+    # In this process, through the command line's own entry (`cemctl.cli._run_app`: a usage error is its one line,
+    # as in a real process); an exception that escapes it is raised here (a real process would write a crash log).
+    old_cwd, old_argv, code = os.getcwd(), sys.argv, 0
     if cwd is not None:
         os.chdir(cwd)
     try:
-        res = CliRunner().invoke(app, argv, env=env, input=input)
+        with CliRunner().isolation(input=input, env=env) as (out, err, _):
+            sys.argv = ["cemctl", *argv]
+            try:
+                _run_app()
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+                if not isinstance(e.code, (int, type(None))):
+                    sys.stderr.write(f"{e.code}\n")
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            stdout, stderr = out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace")
     finally:
-        os.chdir(old)
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        raise res.exception
-    return CliResult(res.exit_code, res.stdout, res.stderr)
+        sys.argv = old_argv
+        os.chdir(old_cwd)
+    return CliResult(code, stdout, stderr)
 
 
 def assert_clean_error(proc: Any, *, code: int = 2, contains: str = "") -> str:
@@ -343,3 +356,15 @@ def on_pty(args: list[str], where: Path | None = None, *, cols: int = 80, rows: 
                 _, status = os.waitpid(pid, 0)
         os.close(fd)
     return PtyResult(os.waitstatus_to_exitcode(status), bytes(raw), cols, rows)
+
+
+def on_screen(args: list[str], where: Path | None = None, *, cols: int = 80, rows: int = 24, terminal: bool = False,
+              cwd: Path | None = None, env: dict[str, str] | None = None, **pty: Any) -> PtyResult:
+    """What `cemctl ARGS` shows `cols` columns wide: on a real pseudo-terminal (`terminal=True`: `on_pty`, the slow
+    tier), or run in this process with COLUMNS/LINES set, its output read back through the same terminal emulator
+    (the fast tier: the same layout, without a process or a terminal's live displays)."""
+    if terminal:
+        return on_pty(args, where, cols=cols, rows=rows, cwd=cwd, env=env, **pty)
+    res = cli(where, *args, cwd=cwd, env={**(env or {}), "COLUMNS": str(cols), "LINES": str(rows)})
+    raw = (res.stdout + res.stderr).replace("\r\n", "\n").replace("\n", "\r\n").encode()
+    return PtyResult(res.returncode, raw, cols, rows)

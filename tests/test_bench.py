@@ -36,6 +36,7 @@ def test_quick_training_benchmarks_write_markdown_and_json(tmp_path: Path) -> No
     assert "## Targets" in md and "| nano |" in md and "ours vs HF training tokens/s" in md
 
 
+@pytest.mark.slow
 def test_probe_measures_peak_memory_in_a_fresh_process() -> None:
     from bench.memory import peak_memory
     from bench.models import model_config

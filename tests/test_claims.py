@@ -314,6 +314,7 @@ def test_effects_are_rounded_to_what_their_interval_supports_and_open_intervals_
     assert effect_text(math.nan) == "not run"
 
 
+@pytest.mark.slow  # a terminal (its notes wrap between words only there); the page's text: the tests around it
 @pytest.mark.parametrize("cols", [80, 120])
 def test_claims_prints_every_part_within_the_terminal(tmp_path, cols):
     from tests.helpers import on_pty

@@ -166,8 +166,9 @@ def _wrong(parts, labels):
     return wrong
 
 
-def test_family_wise_error_holds_under_the_global_null_with_optional_stopping():
-    sims, looks = 4000, [3, 5, 7, 9, 11, 13, 15]
+@pytest.mark.parametrize("sims", [1000, pytest.param(4000, marks=pytest.mark.slow)])  # the full size: slow
+def test_family_wise_error_holds_under_the_global_null_with_optional_stopping(sims):
+    looks = [3, 5, 7, 9, 11, 13, 15]
     parts = _page(np.random.default_rng(2026), sims, max_seeds=15)
     labels, seeds = run_design(parts, looks, max_seeds=15)
     fwer = float(_wrong(parts, labels).mean())
@@ -211,12 +212,13 @@ def test_the_simulated_estimates_are_the_pages():
                 assert (est.effect, est.se, est.df) == pytest.approx((e[sim, i], s[sim, i], d[sim, i]), rel=1e-9)
 
 
-def test_partial_null_error_power_and_seeds_against_the_fixed_design():
+@pytest.mark.parametrize("sims", [1000, pytest.param(4000, marks=pytest.mark.slow)])  # the full size: slow
+def test_partial_null_error_power_and_seeds_against_the_fixed_design(sims):
     """Eight parts like the cpu page's, four with a real effect (three directional at three times the margin, one
     `close` part as far beyond its margin), four without: the family-wise error over the true-null parts (and over every wrong
     label, a wrong direction included) stays at or below alpha with optional stopping, the parts with effects
     stop early, and the sequential page keeps the fixed design's power at its cap with fewer seeds (printed)."""
-    sims, looks = 4000, [3, 5, 7, 9, 11, 13, 15]
+    looks = [3, 5, 7, 9, 11, 13, 15]
     rng = np.random.default_rng(4242)
     truths = [-0.045, -0.045, 0.0, -0.045, 0.0, 0.0, 0.045, 0.0]
     parts = _page(rng, sims, 15, truth=truths)
@@ -256,8 +258,10 @@ FINDINGS = {
 HOLM_LEVEL = ALPHA / 20  # the strictest level of Holm over the page's 20 parts
 
 
-@pytest.mark.parametrize("name", list(FINDINGS))
-def test_sequential_power_and_seeds_against_the_fixed_design(name):
+@pytest.mark.parametrize("name,sims", [  # 1,000 simulations of two findings fast; every finding at 4,000 slow
+    *[(name, 1000) for name in list(FINDINGS)[:2]],
+    *[pytest.param(name, 4000, marks=pytest.mark.slow) for name in FINDINGS]])
+def test_sequential_power_and_seeds_against_the_fixed_design(name, sims):
     kw = dict(FINDINGS[name])
     method = {"welch": "Welch", "paired": "paired t", "pooled": "pooled t"}[kw["method"]]
     coefs = kw.get("coefs", (1.0, -1.0))
@@ -266,7 +270,6 @@ def test_sequential_power_and_seeds_against_the_fixed_design(name):
                                     coefs=coefs, arm_sds=kw["sds"], sd=sd)
     assert n_fixed is not None and 5 < n_fixed < 100
     looks = sorted({*range(3, n_fixed, 2), n_fixed})
-    sims = 4000
     rng = np.random.default_rng(zlib.crc32(name.encode()))  # a stable seed: str hash() differs per process
     out = {}
     for truth in (-kw["margin"], 0.0):  # at the margin (the power) and at no effect (where 'close' may stop it)

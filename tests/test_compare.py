@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.helpers import assert_clean_error, cli, finish_run, on_pty
+from tests.helpers import assert_clean_error, cli, finish_run, on_screen
 
 GRID = """seeds = [0, 1, 2]
 
@@ -116,12 +116,13 @@ ARMS = ["attn_precond_rank=2, kq_diagonal=shared", "attn_precond_rank=8, kq_diag
         "kq_diagonal=per_head, attn_precond_rank=8", "attn_precond_rank=2, kq_diagonal=per_head"]
 
 
+@pytest.mark.parametrize("terminal", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["columns", "pty"])
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("cols", [80, 120])
-def test_compare_fits_the_terminal(project, cols, n):
+def test_compare_fits_the_terminal(project, cols, n, terminal):
     """Nothing wider than the terminal (main: 3 arms made 92-column tables at 80, every cell folded by the terminal
     into '1.4813 ±' and '0.0070 (n=3)'); every mean +- s.d. and every difference with its interval whole on a line."""
-    screen = on_pty(["compare", *ARMS[:n], "-e", "kq"], project, cols=cols, rows=60, cwd=project)
+    screen = on_screen(["compare", *ARMS[:n], "-e", "kq"], project, cols=cols, rows=60, cwd=project, terminal=terminal)
     screen.assert_clean(0)
     screen.assert_fits()
     text = screen.text

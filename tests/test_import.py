@@ -120,7 +120,7 @@ BAD_MANIFESTS = {
 @pytest.mark.parametrize("case", list(BAD_MANIFESTS))
 def test_every_bad_manifest_shape_is_one_line_and_writes_nothing(archive, tmp_path, case):
     bad = _with_manifest(archive, tmp_path, BAD_MANIFESTS[case])
-    res = cli(tmp_path, "import", str(bad), subprocess=True)
+    res = cli(tmp_path, "import", str(bad))  # in this process: an exception that escapes fails the test itself
     line = assert_clean_error(res)
     assert "internal error" not in line and ("manifest" in line or "archive" in line), line
     _untouched(tmp_path)
@@ -313,7 +313,10 @@ def _snapshot(where: Path) -> dict:
     return {r["run_id"]: (r["state"], r["test_loss"], r.get("tag.phase")) for e in st["experiments"] for r in e["runs"]}
 
 
-@pytest.mark.parametrize("stage", ["staged", "checked", "moved", "planned"])
+@pytest.mark.parametrize("stage", [pytest.param("staged", marks=pytest.mark.slow),  # a process killed at each
+                                   pytest.param("checked", marks=pytest.mark.slow),  # stage: the fast tier kills
+                                   "moved",  # it once, between moving the runs in and recording them
+                                   pytest.param("planned", marks=pytest.mark.slow)])
 def test_a_kill_at_any_stage_leaves_the_project_as_before_or_finishable(archive, tmp_path, stage):
     clean = tmp_path / "clean"
     clean.mkdir()

@@ -11,7 +11,7 @@ import pytest
 from cem_core.config import RunConfig, field_names, resolve
 from cem_core.errors import ConfigError
 from cem_core.keydoc import documented_keys, key_docs
-from tests.helpers import assert_clean_error, cli, on_pty
+from tests.helpers import assert_clean_error, cli, on_screen
 
 
 def _listing(tmp_path, *args: str) -> dict:
@@ -111,9 +111,10 @@ def test_a_pattern_narrows_and_a_typo_names_the_closest_keys(tmp_path):
     assert_clean_error(res, contains="did you mean model.attn_precond_rank")
 
 
+@pytest.mark.parametrize("terminal", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["columns", "pty"])
 @pytest.mark.parametrize("cols", [80, 120])
-def test_keys_on_a_terminal_fit_its_width(tmp_path, cols):
-    screen = on_pty(["keys"], cols=cols, rows=50, cwd=tmp_path)
+def test_keys_on_a_terminal_fit_its_width(tmp_path, cols, terminal):
+    screen = on_screen(["keys"], cols=cols, rows=50, cwd=tmp_path, terminal=terminal)
     assert screen.returncode == 0
     screen.assert_fits()
     text = screen.text

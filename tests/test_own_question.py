@@ -83,7 +83,7 @@ def test_compare_arms_by_label_means_over_seeds_and_overlays_curves(project, tmp
     (["only-one"], "at least two"),
 ])
 def test_compare_bad_items_are_one_line(project, args, what):
-    assert_clean_error(cli(project["where"], "compare", *args, subprocess=True), contains=what)
+    assert_clean_error(cli(project["where"], "compare", *args), contains=what)
 
 
 def test_tags_and_notes_live_in_the_run_and_come_back_through_sync(project, tmp_path):
@@ -119,7 +119,7 @@ def test_tags_and_notes_live_in_the_run_and_come_back_through_sync(project, tmp_
 ])
 def test_bad_tags_are_one_line_and_write_nothing(project, bad, what):
     before = sorted(p.name for p in (project["where"] / "runs").rglob("tags.json"))
-    assert_clean_error(cli(project["where"], *bad, subprocess=True), contains=what)
+    assert_clean_error(cli(project["where"], *bad), contains=what)
     assert sorted(p.name for p in (project["where"] / "runs").rglob("tags.json")) == before
 
 

@@ -78,10 +78,11 @@ x = "model.attn_step_size"
 "model.attn_step_size" = [0.5, 1.0]
 "model.attn_start" = ["h", "norm"]
 """
-REPORTS = [("generic", None), ("curves", "demo"), ("components", "fig2a"), ("components", "fig2b"),
-           ("recursion", "fig2c"), ("recursion", "fig2d"), ("lr_sweep", "fig3a"), ("kq_diagonal", "fig3b"),
-           ("reuse_vs_recursion", "fig3c"), ("reuse_vs_recursion", "fig4"), ("gp_table", "gp"),
-           ("ablation", "t2_ablation")]
+_SECOND = pytest.mark.slow  # a second grid of a figure kind: the fast tier draws one grid of every kind
+REPORTS = [("generic", None), ("curves", "demo"), ("components", "fig2a"), pytest.param("components", "fig2b",
+           marks=_SECOND), ("recursion", "fig2c"), pytest.param("recursion", "fig2d", marks=_SECOND),
+           ("lr_sweep", "fig3a"), ("kq_diagonal", "fig3b"), ("reuse_vs_recursion", "fig3c"),
+           pytest.param("reuse_vs_recursion", "fig4", marks=_SECOND), ("gp_table", "gp"), ("ablation", "t2_ablation")]
 
 
 def _report(tmp_path, grid):
@@ -182,7 +183,8 @@ def _tint_of(colour, base) -> bool:
     return all(-0.01 <= a < 0.99 for a in amounts) and max(amounts) - min(amounts) < 0.02
 
 
-@pytest.mark.parametrize("kind,grid", REPORTS, ids=[g or "own" for _, g in REPORTS])
+@pytest.mark.parametrize("kind,grid", REPORTS, ids=[(r.values if hasattr(r, "values") else r)[1] or "own"
+                                                    for r in REPORTS])
 def test_every_figure_of_a_report_draws_a_hue_value_in_one_colour(tmp_path, kind, grid):
     """Issue 32: the paper figure kinds picked their own colours (Llama blue in the metric figure, pink in
     recursion_attention; 'CEM MLP' orange, then blue). Every artist a figure draws for some runs (read back from the

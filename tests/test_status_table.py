@@ -58,6 +58,30 @@ def _ids(where: Path) -> list[str]:
     return [r["run_id"] for r in json.loads(res.stdout)["experiments"][0]["runs"]]
 
 
+def test_status_at_80_and_120_columns_fits_and_keeps_state_progress_and_test_loss_readable(project):
+    """The fast tier's form of the terminal test below: the table laid out for COLUMNS=80 and 120, in this process;
+    every state whole (main of 2026-11-23 cut it to 'do…' at 120 columns)."""
+    ids = _ids(project)
+    for cols in (80, 120):
+        res = cli(project, "status", "stepsize", "--limit", "0", env={"COLUMNS": str(cols)})
+        assert res.returncode == 0, res.output
+        lines = _rows(res.stdout, ids)
+        assert len(lines) == 12, res.stdout
+        assert all(len(ln) <= cols for ln in lines), res.stdout
+        header = next(ln for ln in res.stdout.splitlines() if ln.startswith("run "))
+        for name in ("attn_step_size", "attn_steps", "seed", "state", "progress", "test"):
+            assert name in header.split(), header
+        done = [ln for ln in lines if re.search(r"\bdone\b", ln)]
+        assert len(done) == 10 and all("40/40 100%" in ln and LOSS4.search(ln) for ln in done)
+        assert any(re.search(r"\bfailed\b", ln) for ln in lines) and any(re.search(r"\bplanned\b", ln) for ln in lines)
+        assert not any(re.search(r"\b(do|fa|pl)\u2026", ln) for ln in lines)
+        if cols >= 120:
+            assert all(len(LOSS4.findall(ln)) == 3 for ln in done)  # train, val and test
+        else:
+            assert "hidden at 80 columns:" in res.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("cols,rows", [(80, 24), (120, 40)])
 def test_status_on_a_terminal_fits_and_keeps_state_progress_and_test_loss_readable(project, cols, rows):
     screen = on_pty(["status", "stepsize", "--limit", "0"], project, cols=cols, rows=rows, cwd=project)
@@ -81,6 +105,7 @@ def test_status_on_a_terminal_fits_and_keeps_state_progress_and_test_loss_readab
         assert "hidden at 80 columns:" in screen.text
 
 
+@pytest.mark.slow
 def test_status_of_old_main_squeezed_the_state_at_120_columns_regression(project):
     """On the main of 2026-11-23 the state read 'do…' at 120 columns; every state is whole now."""
     screen = on_pty(["status", "stepsize", "--limit", "0"], project, cols=120, rows=40, cwd=project)
@@ -128,7 +153,7 @@ def test_columns_wide_state_and_sort(project):
     (["--state", "finished"], "unknown state 'finished'"),
 ])
 def test_bad_table_options_are_one_line(project, args, what):
-    res = cli(project, "status", *args, subprocess=True)
+    res = cli(project, "status", *args)
     line = assert_clean_error(res, contains=what)
     assert "allowed" in line
 
@@ -169,6 +194,7 @@ def test_fit_keeps_required_columns_whole_and_drops_the_least_important_first():
     assert {c.key for c, _ in tight.columns} == {"run", "state"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cols,rows", [(80, 24), (120, 40)])
 def test_plan_at_paper_scale_names_every_size_and_shows_its_cost(tmp_path, cols, rows):
     screen = on_pty(["plan", "fig3a", "--scale", "paper", "--dry-run"], None, cols=cols, rows=rows, cwd=tmp_path)
@@ -215,7 +241,7 @@ def test_where_selects_runs_and_says_how_many(project):
     by_result = cli(project, "status", "--where", "test_loss<1.52", "--json")
     losses = [r["test_loss"] for e in json.loads(by_result.stdout)["experiments"] for r in e["runs"]]
     assert losses and all(x < 1.52 for x in losses)
-    assert_clean_error(cli(project, "status", "--where", "attn_stepz=2", subprocess=True), contains="did you mean")
+    assert_clean_error(cli(project, "status", "--where", "attn_stepz=2"), contains="did you mean")
 
 
 def test_arms_view_has_one_row_per_arm(project):
@@ -231,6 +257,7 @@ def test_arms_view_has_one_row_per_arm(project):
     assert "1.5050 \u00b1 0.0071" in first  # seeds 0 and 1: 1.50 and 1.51
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cols,rows", [(80, 24), (120, 40)])
 def test_status_watch_shows_the_grids_eta_while_runs_are_in_flight(tmp_path, cols, rows):
     """issue 37.5: `status --watch` ends with the whole grid's time left (`_grid_eta_line`), read here on a terminal.

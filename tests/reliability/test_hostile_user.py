@@ -245,7 +245,7 @@ def test_a_symlink_loop_in_runs_is_reported_and_skipped(tmp_path, finished):
     _, ids = finished
     loop = tmp_path / "runs" / "aaaaaaaaaaaa"
     loop.symlink_to(loop)
-    res = cli(tmp_path, "sync", subprocess=True)
+    res = cli(tmp_path, "sync")
     assert res.returncode == 0 and "aaaaaaaaaaaa" in res.stderr
     assert {r["state"] for r in status_rows(tmp_path).values()} == {"done"}
 
@@ -381,8 +381,7 @@ def test_a_read_only_database_can_be_read_by_status_report_and_logs(tmp_path, fi
 def test_bad_option_values_are_one_line_errors(tmp_path, args, needle):
     (tmp_path / "g.toml").write_text(tiny_grid("g"))
     (tmp_path / "results.db").touch()
-    res = cli(None, *args, "--db", str(tmp_path / "results.db"), "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path,
-              subprocess=True, timeout=30)
+    res = cli(None, *args, "--db", str(tmp_path / "results.db"), "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert_clean_error(res, contains=needle)
 
 
@@ -422,8 +421,7 @@ def test_control_characters_in_user_text_are_escaped_in_the_terminal_and_markdow
 def test_status_escapes_a_reason_holding_terminal_controls(tmp_path):
     _, ids = plan_ids(tmp_path)
     runfiles.append_event(tmp_path / "runs" / ids[0], "failed", "boom \x1b]0;owned\x07 \x1b[2J")
-    res = cli(tmp_path, "status", "--no-sync", subprocess=True)
-    res = cli(tmp_path, "status", subprocess=True)
+    res = cli(tmp_path, "status")
     assert res.returncode == 0 and "\x1b]0;" not in res.stdout and "\x07" not in res.stdout
 
 

@@ -29,7 +29,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 def test_report_out_at_the_runs_folder_is_refused_and_every_run_survives(tmp_path, finished):
     before = _tree(tmp_path / "runs")
-    res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "runs"), "--format", "png", subprocess=True)
+    res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "runs"), "--format", "png")
     assert_clean_error(res, contains=str(tmp_path / "runs"))
     assert _tree(tmp_path / "runs") == before
 
@@ -37,7 +37,7 @@ def test_report_out_at_the_runs_folder_is_refused_and_every_run_survives(tmp_pat
 def test_report_out_below_an_existing_file_is_one_line(tmp_path, finished):
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
-    res = cli(tmp_path, "report", "exp", "--out", str(notes / "rep"), "--format", "png", subprocess=True)
+    res = cli(tmp_path, "report", "exp", "--out", str(notes / "rep"), "--format", "png")
     assert_clean_error(res, contains="notes.txt")
     assert notes.read_text() == "mine"
 
@@ -52,11 +52,10 @@ def test_report_never_reads_a_result_json_symlinked_out_of_the_run(tmp_path, fin
     result = tmp_path / "runs" / ids[0] / "result.json"
     result.unlink()
     result.symlink_to(outside)
-    res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep"), "--format", "png", "--no-sync",
-              subprocess=True)
+    res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep"), "--format", "png", "--no-sync")
     row = status_rows(tmp_path)[ids[0]]
     assert row["state"] == "damaged" and "outside the run directory" in row["reason"]
-    rep = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep2"), "--format", "png", subprocess=True)
+    rep = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep2"), "--format", "png")
     for out in (res, rep):
         assert "9.87654" not in out.output and SECRET not in out.output
     for folder in ("rep", "rep2"):
@@ -70,7 +69,7 @@ def test_logs_refuses_a_run_name_with_path_parts(tmp_path, finished):
     secret.mkdir()
     (secret / "train.log").write_text(SECRET)
     for target in ("../secret", str(secret)):
-        res = cli(tmp_path, "logs", target, subprocess=True)
+        res = cli(tmp_path, "logs", target)
         assert res.returncode == 2 and SECRET not in res.output, res.output
 
 
@@ -95,7 +94,7 @@ def test_status_shows_a_done_run_whose_config_was_edited_as_damaged(tmp_path, fi
 def test_a_plain_file_named_like_a_run_is_reported_and_the_runs_are_synced(tmp_path, finished):
     _, ids = finished
     (tmp_path / "runs" / "0123456789ab").write_text("not a run directory")
-    res = cli(tmp_path, "sync", subprocess=True)
+    res = cli(tmp_path, "sync")
     assert res.returncode == 0 and "0123456789ab" in res.stderr and "Traceback" not in res.stderr
     runs = status_rows(tmp_path)
     assert runs[ids[0]]["state"] == runs[ids[1]]["state"] == "done"
@@ -122,7 +121,7 @@ def test_a_config_json_over_the_size_cap_is_damaged_unread(tmp_path, finished):
 @pytest.mark.parametrize("command", [("report", "exp"), ("logs", "0123456789ab")])
 def test_read_only_commands_on_a_missing_database_create_nothing(tmp_path, command):
     db = tmp_path / "missing" / "dir" / "r.db"
-    res = cli(None, *command, "--db", str(db), "--runs-dir", str(tmp_path / "runs"), subprocess=True, cwd=tmp_path)
+    res = cli(None, *command, "--db", str(db), "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.output
     assert not (tmp_path / "missing").exists() and not (tmp_path / "runs").exists()
 
@@ -134,7 +133,7 @@ def test_report_of_an_experiment_whose_runs_all_failed_lists_them(tmp_path):
     _, ids = plan_ids(tmp_path)
     for rid in ids:
         finish_run(tmp_path / "runs" / rid, state="failed", error="RuntimeError: CUDA out of memory")
-    res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep"), "--format", "png", subprocess=True)
+    res = cli(tmp_path, "report", "exp", "--out", str(tmp_path / "rep"), "--format", "png")
     assert res.returncode == 0, res.output
     md = (tmp_path / "rep" / "index.md").read_text()
     assert all(rid in md for rid in ids) and "CUDA out of memory" in md
@@ -144,7 +143,7 @@ def test_report_of_an_experiment_whose_runs_all_failed_lists_them(tmp_path):
 def test_errors_caused_by_set_name_set_not_the_grid_file(tmp_path, setting, needle):
     grid = tmp_path / "g.toml"
     grid.write_text(tiny_grid("g"))
-    res = cli(tmp_path, "plan", str(grid), "--set", setting, subprocess=True)
+    res = cli(tmp_path, "plan", str(grid), "--set", setting)
     line = assert_clean_error(res, contains="--set")
     assert needle in line and str(grid) not in line
     assert not (tmp_path / "runs").exists()
@@ -157,7 +156,7 @@ def test_errors_caused_by_set_name_set_not_the_grid_file(tmp_path, setting, need
 def test_an_empty_grid_file_is_a_one_line_error(tmp_path, text):
     grid = tmp_path / "empty.toml"
     grid.write_text(text)
-    res = cli(tmp_path, "plan", str(grid), subprocess=True)
+    res = cli(tmp_path, "plan", str(grid))
     assert_clean_error(res, contains="empty.toml")
     assert not (tmp_path / "runs").exists()
 
