@@ -54,6 +54,7 @@ def test_builtin_corpus_is_two_megabytes_of_english():
     assert len(set(ids)) == len(ids), "document ids are unique"
 
 
+@pytest.mark.slow
 def test_builtin_corpus_is_deterministic():
     again = _extract()  # a fresh extraction, bypassing the per-process cache
     corpus = load_builtin_corpus()
@@ -213,6 +214,7 @@ def _prepare_in_child(args):
     return str(pd.path), tm.BPE_TRAIN_CALLS, digest, pd.num_tokens("test")
 
 
+@pytest.mark.slow
 def test_two_processes_building_at_once_end_with_one_valid_cache(tmp_path):
     cache_dir = str(tmp_path / "race")
     ctx = multiprocessing.get_context("spawn")

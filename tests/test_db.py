@@ -180,6 +180,7 @@ def _writer(db_url: str, run_dir: str, n_steps: int, barrier) -> None:
     set_state(engine, rid, "done", "worker finished", attempt=1)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing(tmp_path, db_url, runs_root):
     n_workers, n_steps = 8, 20
     text = GRID.replace('"train.lr" = [0.001, 0.002]', '"train.seed" = [0, 1, 2, 3]').replace("seeds = [0]\n", "")

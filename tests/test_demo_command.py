@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cemctl.cli import app
@@ -28,6 +29,7 @@ def test_bad_grid_stops_before_launch(tmp_path, monkeypatch):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_demo_runs_the_four_commands_end_to_end(tmp_path, monkeypatch):
     """A 2-run, 4-step version of the demo grid goes through plan, launch, status and report."""
     monkeypatch.chdir(tmp_path)

@@ -98,7 +98,7 @@ def test_a_corpus_with_an_empty_split_is_refused_at_prepare(tmp_path, split):
     grid = tiny_grid("c", seeds="[0]", cache_dir=str(tmp_path / "cache"),
                      extra=f'"data.corpus" = "jsonl"\n"data.path" = "{corpus}"\n')
     (tmp_path / "g.toml").write_text(grid)
-    res = cli(None, "data", "prepare", str(tmp_path / "g.toml"), "--workers", "1", subprocess=True)
+    res = cli(None, "data", "prepare", str(tmp_path / "g.toml"), "--workers", "1")
     errors = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and len(errors) == 1 and f"{split} " in errors[0].split("empty")[0], res.stderr
     assert "is empty" in errors[0] or "are empty" in errors[0]
