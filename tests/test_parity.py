@@ -8,7 +8,6 @@ a damaged run."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re

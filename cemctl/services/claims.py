@@ -555,13 +555,13 @@ def gather_claims(engine: Any) -> list[Any]:
 def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str | None = None,
                   runs_root: Path | str | None = None, sync: bool = True, power: bool = False,
                   formats: tuple[str, ...] = ("png", "pdf")) -> ClaimsResult:
-    from cemctl.db.engine import is_readonly, open_existing_db
+    from cemctl.db.engine import is_readonly, open_existing_db, open_readonly_db
     from cemctl.db.runs import resolve_runs_root
     from cemctl.records import load_records
     from cemctl.report.claims import claim_verdicts, evaluate_page
     from cemctl.services.claim_plans import declared_labels, load_designs
 
-    engine = open_existing_db(db_url)
+    engine = open_existing_db(db_url) if sync else open_readonly_db(db_url)  # a read writes nothing, not even a WAL
     if runs_root is not None:
         runs_root = resolve_runs_root(engine, runs_root)
     if sync and not is_readonly(engine) and runs_root is not None and Path(runs_root).is_dir():
