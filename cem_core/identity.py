@@ -128,8 +128,12 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, dict):
-            out.update(flatten(v, key))
-        else:
+        if not isinstance(v, dict):
             out[key] = v
+            continue
+        for k2, v2 in v.items():  # a config's section (one level deeper only where there is one)
+            if isinstance(v2, dict):
+                out.update(flatten(v2, f"{key}.{k2}"))
+            else:
+                out[f"{key}.{k2}"] = v2
     return out

@@ -93,3 +93,18 @@ def _clock(value: Any) -> Any:
     if isinstance(value, list):
         return [_clock(v) for v in value]
     return re.sub(r"no heartbeat for \d+ s", "no heartbeat for N s", value) if isinstance(value, str) else value
+
+
+def test_export_writes_the_csv_pandas_would_write(project):
+    """`cemctl export` writes CSV without building a frame (`write_records_csv`); it is the frame's CSV, cell for
+    cell, for records of every state, kind of value, tags and config keys (the two forms held equal)."""
+    import io
+
+    from cemctl.records import load_records
+    from cemctl.records.load import records_frame, write_records_csv
+
+    for experiment in ("own", None):
+        records = load_records(str(project["where"] / "results.db"), experiment).records
+        text = io.StringIO()
+        write_records_csv(records, text)
+        assert text.getvalue() == records_frame(records).to_csv(index=False)

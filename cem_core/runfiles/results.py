@@ -77,12 +77,13 @@ class RunResult:
         loss = self.test_loss
         if self.state == "done" and (number(loss) is None or loss < 0):  # type: ignore[operator]
             raise NotAResult(f"state done but test_loss is {repr(loss)[:60]} (allowed: a finite number >= 0)")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("float | None", "int | None"):
-                object.__setattr__(self, f.name, number(value, int if f.type == "int | None" else float))
-            elif f.type == "str | None" and value is not None:
-                object.__setattr__(self, f.name, str(value))
+        for name, kind in _KINDS:
+            value = getattr(self, name)
+            if kind is str:
+                if value is not None:
+                    object.__setattr__(self, name, str(value))
+            else:
+                object.__setattr__(self, name, number(value, kind))
         code = self.code_fingerprint
         if code is not None and not (code.isalnum() and len(code) <= 32):
             object.__setattr__(self, "code_fingerprint", None)
@@ -92,18 +93,18 @@ class RunResult:
         """result.json's parsed JSON as a RunResult; `NotAResult` (one line) when it is none."""
         if not isinstance(obj, dict):
             raise NotAResult(f"not a result (a JSON {type(obj).__name__}; allowed states: {', '.join(RESULT_STATES)})")
-        known = {f.name for f in dataclasses.fields(cls)} - {"extras"}
-        return cls(**{k: v for k, v in obj.items() if k in known},
-                   extras={k: v for k, v in obj.items() if k not in known})
+        return cls(**{k: v for k, v in obj.items() if k in _KNOWN},
+                   extras={k: v for k, v in obj.items() if k not in _KNOWN})
 
     def to_json(self) -> dict[str, Any]:
         """The object written to result.json (the task's extras beside the fields)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extras"}
         return {**dict(self.extras), **out}
 
-    def extra_number(self, name: str) -> float | None:
-        """A number the task added (`test_rmse`), or None."""
-        return number(self.extras.get(name))
+
+_KINDS = tuple((f.name, {"float | None": float, "int | None": int, "str | None": str}[f.type])
+               for f in dataclasses.fields(RunResult) if f.name not in ("state", "extras"))
+_KNOWN = frozenset(f.name for f in dataclasses.fields(RunResult)) - {"extras"}
 
 
 def result_problem(res: Any) -> str:

@@ -20,24 +20,37 @@ from cem_core.arms import arm_id, config_of
 
 def arm_labels(records: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
                order: Sequence[str] = ()) -> tuple[list[str | None], list[str | None]]:
-    """(arm id, arm label) of each record (a run record, a frame row or a flattened config); (None, None) for one
-    without its config. Named and hashed once per arm: the runs of an arm share both."""
+    """(arm id, arm label) of each record (a run record or a frame row); (None, None) for one without its config."""
     from cemctl.records.record import RunRecord
 
+    return arms_of([r.config if isinstance(r, RunRecord) else config_of(r) for r in records], nuisance=nuisance,
+                   order=order)
+
+
+def arms_of(configs: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
+            order: Sequence[str] = ()) -> tuple[list[str | None], list[str | None]]:
+    """(arm id, arm label) of each flattened config ({} : none). Named and hashed once per arm: the runs of an arm
+    share both (an arm is every key but the nuisance ones)."""
     drop = set(nuisance)
-    keys: list[str | None] = []
-    firsts: dict[str, Mapping[str, Any]] = {}
-    for r in records:
-        c = r.config if isinstance(r, RunRecord) else config_of(r)
+    keys: list[Any] = []
+    firsts: dict[Any, Mapping[str, Any]] = {}
+    for c in configs:
         if not c:
             keys.append(None)
             continue
-        key = json_key({k: v for k, v in c.items() if k not in drop})
+        rest = dict(c)
+        for k in drop:
+            rest.pop(k, None)
+        key: Any = tuple(rest.items())  # the items (flattened configs list their keys in one order)
+        try:
+            hash(key)
+        except TypeError:  # a list value: its JSON text
+            key = json_key(dict(key))
         firsts.setdefault(key, c)
         keys.append(key)
     label = dict(zip(firsts, series_names(list(firsts.values()), nuisance=nuisance, order=order, every_key=True)))
     ids = {k: arm_id(c, nuisance) for k, c in firsts.items()}
-    return [ids[k] if k else None for k in keys], [label[k] if k else None for k in keys]
+    return [ids[k] if k is not None else None for k in keys], [label[k] if k is not None else None for k in keys]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ from cem_core.runfiles import ENDED_STATES, RUN_STATES, RunState, number
 from cemctl.records.progress import elapsed_s, run_eta_s
 from cemctl.records.record import EXTRA_VALUES, RUN_FIELDS, RunRecord
 
+FIELDS = {f.name: f for f in RUN_FIELDS}
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from sqlalchemy.engine import Engine
@@ -269,14 +271,15 @@ def _record(row: dict[str, Any], now: float, root: str | None) -> RunRecord:
     except ValueError:
         cfg = {}
     rec.config = flatten(cfg) if isinstance(cfg, dict) else {}
-    try:
-        tags, notes = json.loads(row["tags_json"] or "{}"), json.loads(row["notes_json"] or "[]")
-    except ValueError:
-        tags, notes = {}, []
-    if isinstance(tags, dict):
-        rec.tags = {str(k): str(v) for k, v in tags.items()}
-    if isinstance(notes, list):
-        rec.note = " | ".join(str(x.get("text", "")) for x in notes if isinstance(x, dict))
+    if row["tags_json"] not in (None, "", "{}") or row["notes_json"] not in (None, "", "[]"):
+        try:
+            tags, notes = json.loads(row["tags_json"] or "{}"), json.loads(row["notes_json"] or "[]")
+        except ValueError:
+            tags, notes = {}, []
+        if isinstance(tags, dict):
+            rec.tags = {str(k): str(v) for k, v in tags.items()}
+        if isinstance(notes, list):
+            rec.note = " | ".join(str(x.get("text", "")) for x in notes if isinstance(x, dict))
     return rec
 
 
@@ -287,8 +290,9 @@ def _avg_rate(rec: RunRecord, state: RunState) -> float | None:
 
 
 def _db_result(row: dict[str, Any]) -> Any:
-    """The result the database recorded, as a `RunResult` (its task's extras from the JSON it keeps)."""
-    from cem_core.runfiles import NotAResult, RunResult
+    """The result the database recorded (ingest kept what `RunResult` read: usable numbers), with the task's extras
+    from the JSON it keeps, as `RunRecord.apply_result` reads a `RunResult`."""
+    from types import SimpleNamespace
 
     text = row["result_json"] or ""
     extras: dict[str, Any] = {}
@@ -298,13 +302,12 @@ def _db_result(row: dict[str, Any]) -> Any:
             extras = {k: found.get(k) for k in EXTRA_VALUES} if isinstance(found, dict) else {}
         except ValueError:
             pass
-    values = {k: row[k] for k in ("test_loss", "test_ppl", "val_loss", "val_ppl", "params_total",
-                                  "params_non_embedding", "flops_per_token", "train_flops", "tokens", "steps",
-                                  "wall_time_s", "error", "diverged_step", "code_fingerprint")}
-    try:
-        return RunResult(state=row["result_state"], extras=extras, **values)
-    except NotAResult:  # recorded by an older cemctl under a looser rule: shown as recorded
-        return RunResult(state="failed", extras=extras, **values)
+    return SimpleNamespace(extras=extras, **{k: row[k] for k in RESULT_COLUMNS})
+
+
+RESULT_COLUMNS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "params_total", "params_non_embedding",
+                  "flops_per_token", "train_flops", "tokens", "steps", "wall_time_s", "error", "diverged_step",
+                  "code_fingerprint")
 
 
 def _link(rec: RunRecord, row: dict[str, Any]) -> None:
@@ -456,7 +459,7 @@ def _add_arms(reader: "Reader", out: list[RunRecord], metas: dict[str, Experimen
     experiment, else over everything loaded with the default nuisance (the seed). Labels are made among every run of
     the group, loaded or not (`labelled_alone=False`: the configs of the others are read), so a label never depends
     on which runs were asked for."""
-    from cemctl.records.labels import arm_labels
+    from cemctl.records.labels import arms_of
 
     by_group = per_experiment or experiment is not None
     groups: dict[str, list[RunRecord]] = {}
@@ -469,7 +472,7 @@ def _add_arms(reader: "Reader", out: list[RunRecord], metas: dict[str, Experimen
         configs = [r.config for r in recs]
         if not labelled_alone and name not in ("", NO_EXPERIMENT):
             configs += _other_configs(reader, name, scale, {r.run_id for r in recs})
-        ids, labels = arm_labels(configs, nuisance=nuisance, order=order)
+        ids, labels = arms_of(configs, nuisance=nuisance, order=order)
         for r, aid, label in zip(recs, ids, labels):
             r.arm, r.arm_label = aid, label
 
@@ -496,43 +499,107 @@ def _other_configs(reader: "Reader", experiment: str, scale: str | None, have: s
     return out
 
 
-def records_frame(records: Sequence[Mapping[str, Any]]) -> "pd.DataFrame":
-    """Records as a DataFrame: the run fields in catalogue order, the config keys (task first, then dotted,
-    alphabetical), tag columns; numbers typed (nullable Int64 for integer fields, float for the rest)."""
-    import pandas as pd
-
+def frame_columns(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A runs table's columns: the run fields in catalogue order, the config keys (task first, then dotted,
+    alphabetical), the tag columns, then any other key a plain record has."""
     typed = all(isinstance(r, RunRecord) for r in records)
     seen: dict[str, None] = {}
     for r in records:
-        if typed:
-            seen.update(dict.fromkeys(r.config))  # type: ignore[attr-defined]
-            seen.update(dict.fromkeys(f"tag.{k}" for k in r.tags))  # type: ignore[attr-defined]
+        if isinstance(r, RunRecord):
+            seen.update(dict.fromkeys(r.config))
+            seen.update(dict.fromkeys(f"tag.{k}" for k in r.tags))
         else:
             seen.update(dict.fromkeys(k for k in r if not k.startswith("_")))
-    names = [f.name for f in RUN_FIELDS]
     config = sorted((k for k in seen if ("." in k and not k.startswith("tag.")) or k == "task"),
                     key=lambda k: (k != "task", k))
-    tag_cols = sorted(k for k in seen if k.startswith("tag."))
-    columns = [c for c in names if typed or c in seen or not records] + config + tag_cols
-    columns += [k for k in seen if k not in set(columns)]
-    kinds = {f.name: f for f in RUN_FIELDS}
+    columns = [f.name for f in RUN_FIELDS if typed or f.name in seen or not records] + config + \
+        sorted(k for k in seen if k.startswith("tag."))
+    return columns + [k for k in seen if k not in set(columns)]
+
+
+def _columns(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[Sequence[Any]]:
+    """Each column's values, by attribute and by key in one C call per record when every record is a RunRecord."""
+    from operator import attrgetter, itemgetter
+
+    if not records or not all(isinstance(r, RunRecord) for r in records):
+        return [[r.get(c) for r in records] for c in columns]
+    fields = [c for c in columns if c in FIELDS]
+    config = [c for c in columns if c not in FIELDS and not c.startswith("tag.")]
+    tags = [c for c in columns if c.startswith("tag.")]
+    by_field, by_key = attrgetter(*fields), itemgetter(*config) if config else None
+    rows = []
+    for r in records:
+        row = list(by_field(r)) if len(fields) > 1 else [by_field(r)]
+        try:
+            values = by_key(r.config) if by_key is not None else ()  # type: ignore[attr-defined]
+            row += list(values) if len(config) > 1 else [values]
+        except KeyError:  # a key another run's config has (a plugin's)
+            row += [r.config.get(c) for c in config]  # type: ignore[attr-defined]
+        row += [r.tags.get(c[4:]) for c in tags]  # type: ignore[attr-defined]
+        rows.append(row)
+    at = {c: i for i, c in enumerate([*fields, *config, *tags])}
+    transposed = list(zip(*rows))
+    return [transposed[at[c]] for c in columns]
+
+
+def _kind(c: str, vals: Sequence[Any]) -> str:
+    """How a column is typed in a frame and written in a CSV: Int64, float, bool, text; a config key or a tag as
+    pandas infers it from its values (ints with a gap are floats)."""
+    f = FIELDS.get(c)
+    if f is not None:
+        return ("Int64" if f.kind in ("int", "count") and c != "train_flops" else "float" if f.numeric
+                else "bool" if f.kind == "bool" else "text")
+    have = [v for v in vals if v is not None and not (isinstance(v, float) and v != v)]
+    if have and all(isinstance(v, bool) for v in have):
+        return "bool" if len(have) == len(vals) else "text"
+    if have and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in have):
+        return "int" if len(have) == len(vals) and all(isinstance(v, int) for v in have) else "float"
+    return "text"
+
+
+def records_frame(records: Sequence[Mapping[str, Any]]) -> "pd.DataFrame":
+    """Records as a DataFrame (`frame_columns`); numbers typed (nullable Int64 for integer fields, float for the
+    rest); config keys and tags as pandas infers them."""
+    import pandas as pd
+
     data: dict[str, Any] = {}
-    for c in columns:  # typed column by column, in one pass (a DataFrame op per field costs more than the data)
-        f = kinds.get(c)
-        if typed:
-            vals = [getattr(r, c) for r in records] if f is not None else \
-                [r.tags.get(c[4:]) for r in records] if c.startswith("tag.") else \
-                [r.config.get(c) for r in records]  # type: ignore[attr-defined]
-        else:
-            vals = [r.get(c) for r in records]
-        if f is not None and f.kind in ("int", "count") and c != "train_flops":
-            data[c] = pd.array([number(v, int) for v in vals], dtype="Int64")
-        elif f is not None and f.numeric:
-            data[c] = pd.array([number(v) for v in vals], dtype="float64")
-        elif f is not None and f.kind == "bool":
+    columns = frame_columns(records)
+    for c, vals in zip(columns, _columns(records, columns)):  # typed column by column (an op per field is slower)
+        f = FIELDS.get(c)
+        kind = _kind(c, vals) if f is not None else None
+        if kind == "Int64":
+            data[c] = pd.array([v if v is None or type(v) is int else number(v, int) for v in vals], dtype="Int64")
+        elif kind == "float":
+            data[c] = pd.array([v if v is None or type(v) is float else number(v) for v in vals], dtype="float64")
+        elif kind == "bool":
             data[c] = [bool(v) for v in vals]
-        elif f is not None:
-            data[c] = pd.Series(vals, dtype=object)  # text as it is (None stays None)
+        elif kind == "text":
+            data[c] = pd.Series(list(vals), dtype=object)  # text as it is (None stays None)
         else:
-            data[c] = vals  # config keys and tags: pandas infers (float for numbers, NaN where missing)
+            data[c] = list(vals)  # config keys and tags: pandas infers (float for numbers, NaN where missing)
     return pd.DataFrame(data, columns=columns)
+
+
+def write_records_csv(records: Sequence[Mapping[str, Any]], out: Any) -> None:
+    """Records as CSV into the text file `out`, cell for cell what `records_frame(records).to_csv(out, index=False)`
+    writes (tests/test_golden_outputs.py), without building the frame or importing pandas (`cemctl export`). The
+    csv module writes a float by repr, None as an empty cell, as pandas does: a column is only retyped where the
+    frame's type differs from its values' (whole numbers in a float column, a NaN)."""
+    import csv
+
+    columns = frame_columns(records)
+    cells: list[Sequence[Any]] = []
+    for c, vals in zip(columns, _columns(records, columns)):
+        kind = _kind(c, vals)
+        if kind in ("Int64", "int"):
+            vals = [v if v is None or type(v) is int else number(v, int) for v in vals]
+        elif kind == "float":
+            vals = [v if v is None or (type(v) is float and v - v == 0.0) else number(v) for v in vals]
+        elif kind == "bool" and c in FIELDS:
+            vals = [bool(v) for v in vals]
+        elif kind == "text":
+            vals = [None if isinstance(v, float) and v != v else v for v in vals]
+        cells.append(vals)
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(zip(*cells))

@@ -23,6 +23,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
+from cem_core.runfiles.files import number
+
 if TYPE_CHECKING:  # pragma: no cover
     from cem_core.runfiles import RunResult
 
@@ -63,7 +65,7 @@ def _f(default: Any, kind: str, source: str, help: str, unit: str = "", short: s
     return field(default=default, metadata={"field": (kind, source, help, unit, short, tuple(aliases))})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class RunRecord(Mapping[str, Any]):
     """One run as every surface shows it (see the module docstring). Attributes in catalogue order."""
 
@@ -209,8 +211,8 @@ class RunRecord(Mapping[str, Any]):
         return dataclasses.replace(self, config=dict(self.config), tags=dict(self.tags), axes=dict(self.axes))
 
     def apply_result(self, res: "RunResult") -> None:
-        """The fields a result gives (`cem_core.runfiles.RunResult`, from the database or its result.json): the
-        one rule for both."""
+        """The fields a result gives (a `cem_core.runfiles.RunResult` from result.json, or what the database kept of
+        one: the same attributes): the one rule for both."""
         for name in RESULT_VALUES:
             setattr(self, name, getattr(res, name))
         if res.val_loss is not None:
@@ -221,7 +223,7 @@ class RunRecord(Mapping[str, Any]):
             if value is not None:
                 setattr(self, name, value)
         for name in EXTRA_VALUES:
-            setattr(self, name, res.extra_number(name))
+            setattr(self, name, number(res.extras.get(name)))
         self.error = res.error
 
 

@@ -89,8 +89,7 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
                 runs_root: Path | str | None = None) -> ExportResult:
     """Write the selected runs' records (or their curves, or a TensorBoard folder) to `out`. `runs_root`: first
     bring the database up to date with these run folders (the same incremental sync as `status`)."""
-    from cemctl.db.engine import open_readonly_db
-    from cemctl.services.results import curves_long, runs_table
+    from cemctl.services.results import curves_long
 
     if fmt not in FORMATS:
         raise format_error(fmt, f"unknown format {fmt!r}")
@@ -117,10 +116,17 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
         from cemctl.services.status.query import sync_before_reading
 
         sync_before_reading(url, runs_root, experiment)
-    engine = open_readonly_db(url)
-    runs = runs_table(engine, experiment, where=where, scale=scale)
-    if runs.empty:
+    from cemctl.db.read import open_reader
+    from cemctl.records import select_records
+
+    reader = open_reader(url)
+    recs = select_records(reader, experiment, where=where, scale=scale)
+    if not len(recs):
         raise CemError(f"export: no runs {'of ' + experiment if experiment else ''} meet the selection")
+    if fmt == "csv" and not curves:  # the records as they are: no frame (and no pandas) to build
+        return _write_csv(recs.records, out, to_stdout, force)
+    engine = reader.engine
+    runs = recs.frame()
     if fmt == "tensorboard":
         from cemctl.db.environment import system_frame
 
@@ -134,6 +140,25 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
 
     write_owned_file(out, lambda tmp: _write_frame(frame, fmt, tmp), force=force)
     return ExportResult(out, fmt, len(frame), len(runs))
+
+
+def _write_csv(records: Sequence[Any], out: Path, to_stdout: bool, force: bool) -> ExportResult:
+    import io
+
+    from cemctl.records.load import write_records_csv
+
+    if to_stdout:
+        text = io.StringIO()
+        write_records_csv(records, text)
+        return ExportResult(out, "csv", len(records), len(records), text=text.getvalue())
+    from cemctl.report.outfile import write_owned_file
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            write_records_csv(records, f)
+
+    write_owned_file(out, write, force=force)
+    return ExportResult(out, "csv", len(records), len(records))
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
