@@ -12,6 +12,9 @@ configuration, validation and the counts (a config is hashed into the run id alr
 counts are bookkeeping), logging, checkpoint files,
 the orchestration in `cemctl/`, recursion evaluation after training.
 
+Bookkeeping (how an attempt's result, events and heartbeat are written: `train/attempt.py`,
+`train/preempt.py`) is not model code: a fix there never outdates a finished run.
+
 Each file counts by what it computes, not how it reads: its syntax tree with every
 docstring removed (comments and layout are not in the tree), so editing a docstring,
 a comment or the formatting keeps the fingerprint, while any change to a statement,
@@ -41,6 +44,14 @@ MODEL_CODE: tuple[str, ...] = (
     "data/sources.py", "data/tokenizer.py", "data/packing.py", "data/builtin_corpus.py",
     "gp/model.py", "gp/task.py", "gp/data.py",
 )
+
+
+# A fingerprint recorded by code that computes what a later code computes, shown by retraining archived runs with
+# the later code (evidence: docs/code-equivalence.md): while this installation's fingerprint is the value, a run
+# recorded with the key is current. An entry is added only with its evidence, never to relabel runs silently.
+EQUIVALENT: dict[str, str] = {
+    "6529dbaa6e58": "0664f622f66e",  # train/loop.py's bookkeeping moved to train/attempt.py and train/preempt.py
+}
 
 
 def normalized(source: str) -> str:

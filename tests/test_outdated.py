@@ -68,6 +68,24 @@ def test_only_a_run_trained_by_code_that_computes_differently_is_outdated(projec
     assert "1 finished run was trained by older model code (`cemctl launch own --rerun-outdated`" in text
 
 
+def test_code_shown_to_compute_the_same_is_current_and_nothing_else(project, monkeypatch):
+    """A fingerprint recorded by code that retrained runs showed to compute what this code computes
+    (`EQUIVALENT`, with its evidence) is current; the same fingerprint against other code is not."""
+    from cemctl.db.outdated import judge
+
+    where, ids = project
+    changed = json.loads((where / "runs" / ids[1] / "result.json").read_text())["code_fingerprint"]
+
+    def config() -> dict:
+        return json.loads((where / "runs" / ids[1] / "config.json").read_text())
+
+    assert list(judge([(ids[1], changed, config)])) == [ids[1]]
+    monkeypatch.setitem(fp.EQUIVALENT, changed, fp.code_fingerprint())
+    assert judge([(ids[1], changed, config)]) == {}
+    monkeypatch.setitem(fp.EQUIVALENT, changed, "0123456789ab")  # equivalent to some other code only
+    assert list(judge([(ids[1], changed, config)])) == [ids[1]]
+
+
 def test_the_report_counts_and_marks_them(project):
     where, ids = project
     out = where / "rep"

@@ -14,7 +14,8 @@ numbers may not be what the code would produce now. It stays visible and counted
 launch EXPERIMENT --rerun-outdated` trains exactly those runs again.
 
 Runs finished before fingerprints were recorded (cemctl 0.2) have none and are not
-called outdated: which code trained them cannot be told.
+called outdated: which code trained them cannot be told. A fingerprint shown by retraining to
+compute what this code computes (`cem_core.fingerprint.EQUIVALENT`, with its evidence) is current.
 
 The current fingerprint is computed once per process and plugin set (a few
 milliseconds from the fingerprint cache); only runs whose recorded fingerprint
@@ -80,11 +81,13 @@ def judge(recorded: Iterable[tuple[str, Any, Callable[[], Any]]]) -> dict[str, O
     A plugin's source counts only for the runs whose config uses one of its registered names (`used_plugins`). A
     run trained before that rule recorded the fingerprint with every plugin its grid loads: it is current when
     that one matches too (it cannot tell which part changed when neither does, so it is outdated then)."""
+    from cem_core.fingerprint import EQUIVALENT
+
     base = current_code()
     out: dict[str, Outdated] = {}
     for rid, code, config in recorded:
-        if not isinstance(code, str) or not code or code == base:
-            continue
+        if not isinstance(code, str) or not code or code == base or EQUIVALENT.get(code) == base:
+            continue  # this code, or code shown to compute the same (`cem_core.fingerprint.EQUIVALENT`)
         current = _current_for(config, rid)
         if current is not None and code not in current:
             out[rid] = Outdated(code, current[0])
