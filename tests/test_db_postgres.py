@@ -34,6 +34,9 @@ def pg_url():
     from cemctl.db import engine as engine_module
 
     engine_module._ENGINES.clear()
+    from cemctl.db import read
+
+    read._READERS.clear()
     return PG_URL
 
 
@@ -119,3 +122,35 @@ def test_the_dashboard_serves_postgres_and_its_connection_refuses_a_write(tmp_pa
         server.server_close()
         thread.join(timeout=10)
     assert {r.state for r in list_runs(engine, experiment="g")} == {"planned"}  # nothing was written
+
+
+def test_the_run_record_reads_alike_on_postgres(tmp_path, pg_url):
+    """The record's one query (SQL text run by SQLAlchemy on PostgreSQL, by sqlite3 on a SQLite file): status,
+    status --json, export, the API and compare read every state, tag, note and arm on PostgreSQL too."""
+    import csv
+
+    import cemctl.api as cem
+    from tests.helpers import cli, finish_run, tiny_grid
+
+    (tmp_path / "g.toml").write_text(tiny_grid("g", seeds="[0, 1, 2]"))
+    args = ("--db", pg_url, "--runs-dir", str(tmp_path / "runs"))
+    res = cli(None, "plan", str(tmp_path / "g.toml"), "--json", *args)
+    assert res.returncode == 0, res.output
+    ids = [r["run_id"] for r in json.loads(res.stdout)["runs"]]
+    finish_run(tmp_path / "runs" / ids[0], test_loss=1.4)
+    finish_run(tmp_path / "runs" / ids[1], state="failed", error="RuntimeError: boom")
+    assert cli(None, "tag", ids[0], "phase=b", *args).returncode == 0
+    assert cli(None, "note", ids[0], "looks fine", *args).returncode == 0
+    res = cli(None, "status", "g", *args)
+    assert res.returncode == 0 and "1 done" in res.stdout and "1 failed" in res.stdout, res.output
+    runs = {r["run_id"]: r for r in json.loads(cli(None, "status", "g", "--json", *args).stdout)["experiments"][0]["runs"]}
+    assert (runs[ids[0]]["state"], runs[ids[0]]["test_loss"], runs[ids[0]]["tag.phase"], runs[ids[0]]["note"]) == \
+        ("done", 1.4, "b", "looks fine")
+    assert runs[ids[1]]["reason"] == "RuntimeError: boom" and runs[ids[2]]["state"] == "planned"
+    frame = cem.runs("g", db=pg_url, where=["state=done"])
+    assert list(frame["run_id"]) == [ids[0]] and frame["arm_label"][0] == runs[ids[0]]["arm_label"]
+    out = tmp_path / "x.csv"
+    assert cli(None, "export", "g", "--where", "tag.phase=b", "-o", str(out), "--no-sync", *args).returncode == 0
+    with open(out) as f:
+        assert [r["run_id"] for r in csv.DictReader(f)] == [ids[0]]
+    assert cli(None, "compare", ids[0], ids[1], "--no-sync", *args).returncode == 0

@@ -44,7 +44,7 @@ from cem_core.errors import CemError
 
 BUSY_TIMEOUT_S = 30.0
 _WRITE_OPTION = "cemctl_write"
-_ENGINES: dict[tuple[str, int], Engine] = {}
+_ENGINES: dict[tuple[str, int, bool], Engine] = {}
 
 T = TypeVar("T")
 
@@ -211,7 +211,7 @@ def open_db(url: str, *, migrate: bool = True, busy_timeout_s: float = BUSY_TIME
             url = f"sqlite:///file:{path.as_posix()}?mode={_readonly_mode(path, full)}&uri=true"
         else:
             url = u.set(database=str(path), query={}).render_as_string(hide_password=False)
-    key = (url, os.getpid())
+    key = (url, os.getpid(), migrate)  # an engine opened without migrating (read-only) is not the one that migrates
     if key in _ENGINES:
         return _ENGINES[key]
     kwargs: dict[str, Any] = {}
