@@ -17,7 +17,7 @@ its `ConfigError`) with a one-line message.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -25,10 +25,12 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["arms", "curves", "runs"]
 
 
-def _engine(db: str | None):  # noqa: ANN202
-    from cemctl.db.engine import open_readonly_db
+def _reader(db: str | None) -> Any:
+    """The database, read-only: a SQLite file through `sqlite3`, anything else through SQLAlchemy."""
+    from cemctl.db.read import open_reader
+    from cemctl.db.url import resolve_db_url
 
-    return open_readonly_db(db)
+    return open_reader(resolve_db_url(db))
 
 
 def runs(experiment: str | None = None, *, db: str | None = None, where: Sequence[str] | None = None,
@@ -37,7 +39,7 @@ def runs(experiment: str | None = None, *, db: str | None = None, where: Sequenc
     the results (test_loss, test_ppl, val_loss, tokens, flops, wall_time_s, ...), tag.NAME columns and note."""
     from cemctl.services.results import runs_table
 
-    return runs_table(_engine(db), experiment, where=where, scale=scale)
+    return runs_table(_reader(db), experiment, where=where, scale=scale)
 
 
 def arms(experiment: str | None = None, *, db: str | None = None, where: Sequence[str] | None = None,
@@ -46,7 +48,7 @@ def arms(experiment: str | None = None, *, db: str | None = None, where: Sequenc
     seeds (and the perplexity's, for a loss), params, tokens, FLOPs, tokens/s, wall time, the varying keys."""
     from cemctl.services.results import arms_table_of, runs_table
 
-    return arms_table_of(runs_table(_engine(db), experiment, where=where, scale=scale), metric=metric)
+    return arms_table_of(runs_table(_reader(db), experiment, where=where, scale=scale), metric=metric)
 
 
 def curves(experiment: str | None = None, *, db: str | None = None, where: Sequence[str] | None = None,
@@ -55,5 +57,5 @@ def curves(experiment: str | None = None, *, db: str | None = None, where: Seque
     metric (train_loss, val_loss, lr, grad_norm, tokens_per_s), value."""
     from cemctl.services.results import curves_long, runs_table
 
-    engine = _engine(db)
-    return curves_long(engine, runs_table(engine, experiment, where=where, scale=scale))
+    reader = _reader(db)
+    return curves_long(reader.engine, runs_table(reader, experiment, where=where, scale=scale))

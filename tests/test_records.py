@@ -452,3 +452,24 @@ def test_elapsed_ends_where_the_evidence_ends(state, times, expected):
     got = elapsed_s(state, started=100.0, now=1000.0, **times)
     assert got == (pytest.approx(expected) if expected is not None else None)
     assert elapsed_s(state, started=None, now=1000.0, **times) is None
+
+
+def test_a_selective_where_is_tested_in_the_query_and_selects_and_labels_as_the_whole_table(project):
+    """issue 49: `--where test_loss<1.45`, `state=done`, `attn_precond_rank=8` are pushed into the record's query
+    (only the runs they select are read); the records they give are those `matches` keeps of every record, with
+    the arm labels every record has (a label never depends on the selection)."""
+    from cemctl.records import load_records
+    from cemctl.records.load import pushdown
+    from cemctl.records.where import matches, parse_where
+
+    db = str(project["where"] / "results.db")
+    every = load_records(db, "own").records
+    labels = {r.run_id: (r.arm, r.arm_label) for r in every}
+    for text in (["test_loss<1.45"], ["state=done"], ["attn_precond_rank=8"], ["train.lr=0.002", "state=running"],
+                 ["state in done,failed", "wall_time_s>=20"], ["scale=tiny", "attempts>=2"]):
+        conds = parse_where(text)
+        assert len(pushdown(conds, "sqlite")) == len(conds), text  # every one of these is tested by the database
+        got = load_records(db, "own", where=conds).records
+        assert [r.run_id for r in got] == [r.run_id for r in every if matches(conds, r)], text
+        assert all(labels[r.run_id] == (r.arm, r.arm_label) for r in got), text
+    assert pushdown(parse_where(["note~lr", "tag.phase=b", "state!=done", "task=lm"]), "sqlite") == []

@@ -55,6 +55,11 @@ class Reader:
         """Whether a cached reader still reads the database its URL names (a file replaced since: not)."""
         return True
 
+    def state(self) -> tuple[Any, ...] | None:
+        """What changes whenever the database changes (a cache keyed by it never shows stale data); None: cannot
+        tell (no cache)."""
+        return None
+
     def rows(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
@@ -100,6 +105,18 @@ class SqliteReader(Reader):
 
     def current(self) -> bool:
         return self._file is not None and self._identity() == self._file
+
+    def state(self) -> tuple[Any, ...] | None:
+        """The database file's and its WAL's identity, size and modification time (a commit moves them)."""
+        out: list[Any] = [str(self.path)]
+        for name in (self.path, Path(f"{self.path}-wal")):
+            try:
+                st = os.stat(name)
+            except OSError:
+                out.append(None)
+                continue
+            out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(out)
 
     def _run(self, sql: str, params: dict[str, Any]) -> sqlite3.Cursor:
         sql, bound = expand(sql, params)

@@ -31,8 +31,8 @@ __all__ = ["Field", "NO_EXPERIMENT", "NOT_IN_GRID", "ExperimentMeta", "RunRecord
 
 def select_records(engine: "Engine", experiment: str | None = None, *, where: Sequence[str] | None = None,
                    scale: str | None = None, **kw: Any) -> RunRecords:
-    """`load_records`, then the runs meeting every `--where` condition (the same fields in every command)."""
+    """`load_records` of the runs meeting every `--where` condition (the same fields in every command; what the
+    database can test is tested in the query)."""
     from cemctl.records.where import parse_where
 
-    conds = parse_where(where)
-    return load_records(engine, experiment, scale=scale, **kw).where(conds)
+    return load_records(engine, experiment, scale=scale, where=parse_where(where), **kw)

@@ -28,29 +28,40 @@ def arm_labels(records: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] 
 
 
 def arms_of(configs: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
-            order: Sequence[str] = ()) -> tuple[list[str | None], list[str | None]]:
-    """(arm id, arm label) of each flattened config ({} : none). Named and hashed once per arm: the runs of an arm
-    share both (an arm is every key but the nuisance ones)."""
-    drop = set(nuisance)
-    keys: list[Any] = []
+            order: Sequence[str] = (), among: Sequence[Mapping[str, Any]] = (),
+            table: dict[Any, tuple[str, str]] | None = None) -> tuple[list[str | None], list[str | None]]:
+    """(arm id, arm label) of each flattened config ({}: none). Named and hashed once per arm: the runs of an arm
+    share both (an arm is every key but the nuisance ones). The labels tell apart the arms of `configs` and of
+    `among` (the other runs of their experiment), or are looked up in `table` (`arm_table` of them all)."""
+    keys = [arm_key(c, nuisance) if c else None for c in configs]
+    if table is None or any(k is not None and k not in table for k in keys):
+        table = arm_table([*configs, *among], nuisance=nuisance, order=order)
+    return [table[k][0] if k is not None else None for k in keys], [table[k][1] if k is not None else None for k in keys]
+
+
+def arm_key(config: Mapping[str, Any], nuisance: Sequence[str]) -> Any:
+    """What makes an arm, hashable: a flattened config's items but the nuisance keys (flattened configs list their
+    keys in one order)."""
+    rest = dict(config)
+    for k in nuisance:
+        rest.pop(k, None)
+    key: Any = tuple(rest.items())
+    try:
+        hash(key)
+    except TypeError:  # a list value: its JSON text
+        key = json_key(rest)
+    return key
+
+
+def arm_table(configs: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
+              order: Sequence[str] = ()) -> dict[Any, tuple[str, str]]:
+    """{arm key: (arm id, arm label)} of the arms among `configs`."""
     firsts: dict[Any, Mapping[str, Any]] = {}
     for c in configs:
-        if not c:
-            keys.append(None)
-            continue
-        rest = dict(c)
-        for k in drop:
-            rest.pop(k, None)
-        key: Any = tuple(rest.items())  # the items (flattened configs list their keys in one order)
-        try:
-            hash(key)
-        except TypeError:  # a list value: its JSON text
-            key = json_key(dict(key))
-        firsts.setdefault(key, c)
-        keys.append(key)
-    label = dict(zip(firsts, series_names(list(firsts.values()), nuisance=nuisance, order=order, every_key=True)))
-    ids = {k: arm_id(c, nuisance) for k, c in firsts.items()}
-    return [ids[k] if k is not None else None for k in keys], [label[k] if k is not None else None for k in keys]
+        if c:
+            firsts.setdefault(arm_key(c, nuisance), c)
+    labels = series_names(list(firsts.values()), nuisance=nuisance, order=order, every_key=True)
+    return {k: (arm_id(c, nuisance), label) for (k, c), label in zip(firsts.items(), labels)}
 
 
 # ---------------------------------------------------------------------------------------------------------------

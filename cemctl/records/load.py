@@ -150,13 +150,15 @@ ENV_COLUMNS = tuple(f.name for f in RUN_FIELDS if f.source == "environment")
 def load_records(source: "Engine | Reader | str", experiment: str | None = None, *, scale: str | None = None,
                  per_experiment: bool = False, per_scale: bool = False, arms: bool = True,
                  runs_root: Path | str | None = None, now: float | None = None,
-                 run_ids: Sequence[str] | None = None) -> RunRecords:
+                 run_ids: Sequence[str] | None = None, where: Sequence[Any] = ()) -> RunRecords:
     """The records of the runs (see the module docstring): every field of the catalogue, the config, the tags.
     `source`: an engine, a reader (`cemctl.db.read`) or a database URL. `runs_root`: the folder `run_dir` is made
     from (default: the one the database recorded). Raises CemError for an unknown experiment (listing the known
     ones). `per_scale` (with `experiment=None`): one record per run and scale it was planned at (`cemctl claims`
     across scales). `run_ids`: only these runs (a run page, the rows `cemctl status` shows); their arms are
-    labelled among their experiments' runs all the same. `arms=False`: leave `arm` and `arm_label` empty."""
+    labelled among their experiments' runs all the same. `where`: the runs meeting these conditions
+    (`cemctl.records.where`); those the database can test are pushed into the query (`pushdown`), so a selective
+    filter reads only what it selects. `arms=False`: leave `arm` and `arm_label` empty."""
     from cemctl.db.read import open_reader
     from cemctl.db.roots import recorded_runs_root
 
@@ -167,8 +169,10 @@ def load_records(source: "Engine | Reader | str", experiment: str | None = None,
         exps = {row[0]: row for row in reader.rows(EXPERIMENTS_SQL)}
         if experiment is not None and experiment not in {e[1] for e in exps.values()}:
             raise _unknown(exps, experiment)
-        linked = _query(reader, LINKED_SQL, experiment, exps, scale, wanted)
-        lone = _query(reader, LONE_SQL, None, exps, None, wanted) if experiment is None and scale is None else []
+        pushed = pushdown(where, reader.dialect)
+        linked = _query(reader, LINKED_SQL, experiment, exps, scale, wanted, pushed)
+        lone = _query(reader, LONE_SQL, None, exps, None, wanted, [p for p in pushed if "er." not in p[0]]) \
+            if experiment is None and scale is None else []
         lone.sort(key=lambda r: r["created_at"] or 0.0)
         root = Path(runs_root) if runs_root is not None else recorded_runs_root(reader)
         root_text = str(Path(os.path.abspath(root))) if root is not None else None
@@ -207,15 +211,20 @@ def load_records(source: "Engine | Reader | str", experiment: str | None = None,
         _add_outdated(reader, out)
         _add_history(reader, out)
         if arms and out:
-            _add_arms(reader, out, metas, experiment, per_experiment, scale, labelled_alone=wanted is None)
+            _add_arms(reader, out, metas, experiment, per_experiment, scale,
+                      labelled_alone=wanted is None and not pushed)
+    if where:
+        from cemctl.records.where import matches
+
+        out = [r for r in out if matches(where, r)]  # what the query could not test (or tested loosely)
     return RunRecords(out, metas, True)
 
 
 def _query(reader: "Reader", sql: str, experiment: str | None, exps: dict[Any, Any], scale: str | None,
-           wanted: list[str] | None) -> list[dict[str, Any]]:
+           wanted: list[str] | None, pushed: Sequence[tuple[str, dict[str, Any]]] = ()) -> list[dict[str, Any]]:
     """The rows of `sql` (LINKED_SQL or LONE_SQL: each ends in a WHERE clause) for one experiment, one scale, these
-    run ids (500 at a time)."""
-    where, params = [], {}
+    run ids (500 at a time), meeting the `pushed` conditions."""
+    where, params = [p[0] for p in pushed], {k: v for p in pushed for k, v in p[1].items()}
     if experiment is not None:
         where.append("er.experiment_id = :eid")
         params["eid"] = next(i for i, e in exps.items() if e[1] == experiment)
@@ -457,9 +466,9 @@ def _add_arms(reader: "Reader", out: list[RunRecord], metas: dict[str, Experimen
               per_experiment: bool, scale: str | None, *, labelled_alone: bool) -> None:
     """`arm` and `arm_label` of each record: per experiment (its nuisance keys, its axes order) when records are per
     experiment, else over everything loaded with the default nuisance (the seed). Labels are made among every run of
-    the group, loaded or not (`labelled_alone=False`: the configs of the others are read), so a label never depends
-    on which runs were asked for."""
-    from cemctl.records.labels import arms_of
+    the group, loaded or not (`labelled_alone=False`: the arms of the others are read, once per state of the
+    database), so a label never depends on which runs were asked for."""
+    from cemctl.records.labels import arm_table, arms_of
 
     by_group = per_experiment or experiment is not None
     groups: dict[str, list[RunRecord]] = {}
@@ -469,33 +478,95 @@ def _add_arms(reader: "Reader", out: list[RunRecord], metas: dict[str, Experimen
         meta = metas.get(name)
         nuisance = meta.nuisance if meta is not None else ("train.seed",)
         order = meta.axes if meta is not None else []
-        configs = [r.config for r in recs]
-        if not labelled_alone and name not in ("", NO_EXPERIMENT):
-            configs += _other_configs(reader, name, scale, {r.run_id for r in recs})
-        ids, labels = arms_of(configs, nuisance=nuisance, order=order)
+        table = None
+        if not labelled_alone:
+            key = (reader.state(), name, scale, nuisance, tuple(order))
+            table = _ARM_TABLES.get(key) if key[0] is not None else None
+            if table is None:
+                table = arm_table(_group_configs(reader, name, scale), nuisance=nuisance, order=order)
+                if key[0] is not None:
+                    _ARM_TABLES.clear()  # one state of the database at a time
+                    _ARM_TABLES[key] = table
+        ids, labels = arms_of([r.config for r in recs], nuisance=nuisance, order=order, table=table)
         for r, aid, label in zip(recs, ids, labels):
             r.arm, r.arm_label = aid, label
 
 
-def _other_configs(reader: "Reader", experiment: str, scale: str | None, have: set[str]) -> list[dict[str, Any]]:
-    """The configs of the experiment's other runs (as `load_records` keeps them): the arms a label tells apart."""
+_ARM_TABLES: dict[Any, Any] = {}  # the arms of a group, per state of the database (`Reader.state`)
+
+
+def _group_configs(reader: "Reader", group: str, scale: str | None) -> list[dict[str, Any]]:
+    """The configs of every run of a group as `load_records` keeps them: an experiment's (of `scale`), the runs
+    no experiment links (NO_EXPERIMENT), or every run ("")."""
     from cem_core.identity import flatten
 
-    sql = ("SELECT r.id, r.config_json, r.state, " + IN_GRID + " AS in_grid FROM experiment_runs er JOIN "
-           + LATEST_PLANS + " JOIN runs r ON r.id = er.run_id JOIN experiments e ON e.id = er.experiment_id "
-           "WHERE e.name = :name" + (" AND er.scale = :scale" if scale is not None else ""))
-    params: dict[str, Any] = {"name": experiment, **({"scale": scale} if scale is not None else {})}
-    out, seen = [], set(have)
-    for rid, text, state, in_grid in reader.rows(sql, **params):
-        if rid in seen or (not in_grid and not (state in RUN_STATES and RunState(state).ended)):
-            continue
-        seen.add(rid)
+    texts: dict[str, Any] = {}
+    if group != NO_EXPERIMENT:
+        sql = ("SELECT r.id, r.config_json, r.state, " + IN_GRID + " AS in_grid FROM experiment_runs er JOIN "
+               + LATEST_PLANS + " JOIN runs r ON r.id = er.run_id JOIN experiments e ON e.id = er.experiment_id "
+               "WHERE 1 = 1" + (" AND e.name = :name" if group else "") + (" AND er.scale = :scale" if scale else ""))
+        params = {**({"name": group} if group else {}), **({"scale": scale} if scale else {})}
+        for rid, text, state, in_grid in reader.rows(sql, **params):
+            if in_grid or state in ENDED_STATES:  # else it left the grid before it ran
+                texts.setdefault(rid, text)
+    if group in ("", NO_EXPERIMENT) and scale is None:
+        texts.update(reader.rows("SELECT r.id, r.config_json FROM runs r WHERE r.id NOT IN "
+                                 "(SELECT run_id FROM experiment_runs)"))
+    out = []
+    for text in texts.values():
         try:
             cfg = json.loads(text or "{}")
         except ValueError:
             continue
         if isinstance(cfg, dict):
             out.append(flatten(cfg))
+    return out
+
+
+# What the record's query can test itself: a field's SQL (the record holds the column's value), for `pushdown`.
+FIELD_SQL = {"run_id": "r.id", "state": "r.state", "executor": "r.executor", "host": "r.host",
+             "attempts": "r.attempts", "total_steps": "r.total_steps", "scale": "er.scale",
+             "test_loss": "res.test_loss", "test_ppl": "res.test_ppl", "val_ppl": "res.val_ppl",
+             "wall_time_s": "res.wall_time_s", "train_flops": "res.train_flops", "diverged_step": "res.diverged_step",
+             "code_fingerprint": "res.code_fingerprint"}
+_COMPARE = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+def pushdown(conds: Sequence[Any], dialect: str) -> list[tuple[str, dict[str, Any]]]:
+    """The SQL (with its parameters) of the conditions the database can test: a field of `FIELD_SQL` or (SQLite) a
+    numeric config key, compared with `=`, `<`, `<=`, `>`, `>=` or `in`. Each selects at least every run the
+    condition does (equal numbers within `where`'s relative 1e-12), never fewer: the records are filtered again by
+    `cemctl.records.where.matches`, which decides."""
+    from cemctl.records.fields import field
+
+    out: list[tuple[str, dict[str, Any]]] = []
+    for i, c in enumerate(conds):
+        if c.op not in (*_COMPARE, "in"):
+            continue
+        if c.key in FIELD_SQL:
+            expr, kind = FIELD_SQL[c.key], FIELDS[c.key].kind
+        elif dialect == "sqlite" and field(c.key).source == "config" and field(c.key).kind in ("int", "float"):
+            expr, kind = f"json_extract(r.config_json, '$.{c.key}')", "float"
+        else:
+            continue
+        values = c.value if c.op == "in" else (c.value,)
+        numeric = FIELDS[c.key].numeric if c.key in FIELDS else True
+        if any(isinstance(v, bool) or (numeric != isinstance(v, (int, float))) for v in values) \
+                or (not numeric and c.op not in ("=", "in")):
+            continue  # a value the column cannot hold as written, text compared by order: `matches` alone decides
+        parts, params = [], {}
+        for j, v in enumerate(values):
+            name = f"w{i}_{j}"
+            if not numeric or (c.op == "=" or c.op == "in") and isinstance(v, int) and kind in ("int", "count"):
+                parts.append(f"{expr} {'=' if c.op == 'in' else _COMPARE[c.op]} :{name}")
+                params[name] = v
+            elif c.op in ("=", "in"):  # a number equal within 1e-12 relative, as `where` compares
+                parts.append(f"{expr} BETWEEN :{name}_lo AND :{name}_hi")
+                params[f"{name}_lo"], params[f"{name}_hi"] = v - abs(v) * 2e-12, v + abs(v) * 2e-12
+            else:
+                parts.append(f"{expr} {_COMPARE[c.op]} :{name}")
+                params[name] = v
+        out.append(("(" + " OR ".join(parts) + ")", params))
     return out
 
 

@@ -20,10 +20,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from sqlalchemy.engine import Engine
 
+    from cemctl.db.read import Reader
+
 CURVE_METRICS = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
 
 
-def runs_table(engine: "Engine", experiment: str | None = None, *, where: Sequence[str] | None = None,
+def runs_table(engine: "Engine | Reader", experiment: str | None = None, *, where: Sequence[str] | None = None,
                scale: str | None = None) -> "pd.DataFrame":
     """One row per run (of `experiment`, else of every experiment, each run once) meeting `where`: the run
     record of `cemctl.records` as a frame (every catalogue field, config key and tag)."""
