@@ -124,7 +124,7 @@ def from_plain(klass: type, d: Any, *, prefix: str = "", source: str | None = No
             continue
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            kwargs[key] = from_plain(tp, value, prefix=dotted, source=source, strict=strict)
+            kwargs[key] = from_plain(tp, value, prefix=dotted, source=source, strict=strict)  # type: ignore[arg-type]
         elif strict:
             kwargs[key] = coerce(dotted, tp, value, source=source)
         else:

@@ -105,7 +105,7 @@ def describe_failure(exc: BaseException, roots: Iterable[Path] = ()) -> str:
         return f"syntax error in {where}: {' '.join(str(exc.msg).split())}"[:400]
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if any(_inside(f.filename, r) for r in roots)]
-    frame = (mine or frames or [None])[-1]
+    frame = (mine or frames or [None])[-1]  # type: ignore[list-item]
     where = f" ({_where(frame.filename, roots)}:{frame.lineno})" if frame is not None else ""
     if isinstance(exc, SystemExit):
         return f"called sys.exit({exc.code!r}) while being imported{where}"

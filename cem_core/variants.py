@@ -91,7 +91,7 @@ def _cem_attention_flops(m: "ModelConfig", seq_len: int) -> tuple[int, int]:
 
 
 _NO_CEM_ATTENTION = {"model.kq_diagonal": ("none",), "model.attn_precond": ("identity",), "model.attn_start": ("h",)}
-for _spec in (
+for _spec in (  # type: ignore[assignment]
     AttentionSpec("llama", "cem_core.model.attention:LlamaAttention", "multi-head attention with RoPE (the Llama baseline)",
                   label="Llama attention", family="baseline", params=_llama_attention_params,
                   flops=lambda m, L: (8 * m.d_model * m.d_model + _scores(m, L), 0),
@@ -137,7 +137,7 @@ def _cem_mlp(width):  # noqa: ANN001, ANN202 - (ModelConfig -> int) -> (params, 
 
 
 _NO_CEM_MLP = {"model.mlp_precond": ("identity",)}
-for _spec in (
+for _spec in (  # type: ignore[assignment]
     MlpSpec("llama", "cem_core.model.mlp:LlamaMLP", "gated SiLU MLP (the Llama baseline)", label="gated MLP",
             family="baseline", params=_gated_params, flops=lambda m, L: (6 * m.d_model * m.d_mlp, 0),
             width=_cem_width, requires={**_NO_CEM_MLP, "model.mlp_steps": (1,)}),
@@ -161,7 +161,7 @@ for _spec in (
 # ---------------------------------------------------------------------------------------------- tasks
 
 # The counts build on the specs above (cem_core.counts imports this module), so a task names its counts lazily.
-for _spec in (
+for _spec in (  # type: ignore[assignment]
     TaskSpec("lm", "cem_core.train.tasks:LMTask", "language modelling", counts="cem_core.counts:lm_task_counts"),
     TaskSpec("gp", "cem_core.gp.task:GPTask", "the synthetic Gaussian-process regression study",
              counts="cem_core.gp.counts:gp_task_counts",

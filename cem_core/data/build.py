@@ -166,7 +166,7 @@ def remove_shards(shard_dir: Path) -> list[str]:
         except (OSError, ValueError, RunFileError):
             continue
         files = record.get("files") if isinstance(record, dict) else None
-        if not isinstance(files, dict) or not {"index", "digest", "tokens"} <= set(record):
+        if not isinstance(files, dict) or not {"index", "digest", "tokens"} <= set(record):  # type: ignore[arg-type]
             continue
         records.append(rel)
         for name, entry in files.items():

@@ -184,7 +184,7 @@ def _extract() -> list[Document]:
     try:
         from pydoc_data.topics import topics
     except ImportError:
-        topics = {}
+        topics = {}  # type: ignore[misc]
     for name in sorted(topics):
         text = topics[name].strip()
         if text:

@@ -171,7 +171,7 @@ def bpe_tokenizer(
     tok = HfTok.from_file(str(path))
     if tok.get_vocab_size() > vocab_size:  # never: the trainer caps the size
         raise CemError(f"{path}: BPE has {tok.get_vocab_size()} ids, more than data.bpe_vocab_size={vocab_size}")
-    return HFTokenizer(tok, name="bpe", vocab_size=vocab_size, eod_id=tok.token_to_id(BPE_SPECIAL), identity=identity)
+    return HFTokenizer(tok, name="bpe", vocab_size=vocab_size, eod_id=tok.token_to_id(BPE_SPECIAL), identity=identity)  # type: ignore[arg-type]
 
 
 class SentencePieceTokenizer:

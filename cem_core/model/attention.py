@@ -101,9 +101,9 @@ class LlamaAttention(ResidualSublayer):
         self.register_buffer("rope_sin", sin, persistent=False)
 
     def _rope_for(self, L: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if L > self.rope_cos.shape[0]:  # longer than the configured context: made for this call
+        if L > self.rope_cos.shape[0]:  # type: ignore[index]  # longer than the configured context: made for this call
             return rope_cache(L, self.head_dim, self.rope_theta, device=self.rope_cos.device)
-        return self.rope_cos[:L], self.rope_sin[:L]
+        return self.rope_cos[:L], self.rope_sin[:L]  # type: ignore[index]
 
     def delta(self, n: torch.Tensor) -> torch.Tensor:
         """The attention output for normed input n [B, L, d] (no residual)."""
@@ -156,7 +156,7 @@ class CEMAttention(nn.Module):
         """[K, L, L] additive scores bias with the causal mask, or None (pure causal)."""
         if self.position != "alibi":
             return None
-        return alibi_bias(self.slopes, self.self_bias, self.other_bias, L)
+        return alibi_bias(self.slopes, self.self_bias, self.other_bias, L)  # type: ignore[arg-type]
 
     def keys(self, n: torch.Tensor) -> torch.Tensor:
         B, L, _ = n.shape
@@ -197,7 +197,7 @@ class CEMAttention(nn.Module):
         (then the SDPA path runs, and from then on for calls of this shape)."""
         alibi = self.position == "alibi"
         try:
-            return cem_flex_attention(qk, kk, v, scale=self.scale, slopes=self.slopes if alibi else None,
+            return cem_flex_attention(qk, kk, v, scale=self.scale, slopes=self.slopes if alibi else None,  # type: ignore[arg-type]
                                       delta=self.self_bias - self.other_bias if alibi else None, extra=extra)
         except Exception as e:  # noqa: BLE001 - the SDPA path computes the same function
             if torch.compiler.is_compiling():

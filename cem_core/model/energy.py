@@ -34,14 +34,14 @@ def phi(z: torch.Tensor, nodes: int = 48, chunk: int = 1 << 18) -> torch.Tensor:
     Evaluated in chunks of `chunk` elements so large activations do not need nodes x memory.
     """
     x, w = _gauss_legendre(nodes)
-    x = torch.as_tensor(x, dtype=z.dtype, device=z.device)
-    w = torch.as_tensor(w, dtype=z.dtype, device=z.device)
+    x = torch.as_tensor(x, dtype=z.dtype, device=z.device)  # type: ignore[assignment]
+    w = torch.as_tensor(w, dtype=z.dtype, device=z.device)  # type: ignore[assignment]
     flat = z.reshape(-1)
     parts = []
     for start in range(0, max(flat.numel(), 1), chunk):
         zc = flat[start : start + chunk]
         t = zc[:, None] * (x + 1) / 2  # nodes mapped to [0, z]
-        parts.append((zc / 2) * (F.silu(t) * w).sum(-1))
+        parts.append((zc / 2) * (F.silu(t) * w).sum(-1))  # type: ignore[arg-type]
     return torch.cat(parts).reshape(z.shape)
 
 
@@ -78,7 +78,7 @@ def energy_trajectory(layer: CEMAttention | CEMMLP, h: torch.Tensor) -> list[tor
     """Energies [B, L] of RMSNorm(x_t) for t = 0..T along the layer's own recursion."""
     n = layer.norm(h)
     energy = attention_energy if isinstance(layer, CEMAttention) else mlp_energy
-    return [energy(layer, layer.norm(x), n) for x in layer.iterate(h)]
+    return [energy(layer, layer.norm(x), n) for x in layer.iterate(h)]  # type: ignore[arg-type]
 
 
 @torch.no_grad()

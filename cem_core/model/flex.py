@@ -191,12 +191,12 @@ def cem_flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sca
         return score
 
     fn = _flex() if compiled else flex_attention
-    out, lse = fn(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(L, q.device), scale=scale,
+    out, lse = fn(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(L, q.device), scale=scale,  # type: ignore[operator]
                   **_LSE)
     lse = getattr(lse, "lse", lse)  # return_aux gives an AuxOutput, return_lse the tensor [B, K, L]
     if delta is not None and delta.requires_grad and torch.is_grad_enabled():
         with torch.no_grad():
-            s_diag = scale * (q.float() * k.float()).sum(-1) + delta_c[None, :, None]  # [B, K, L]
+            s_diag = scale * (q.float() * k.float()).sum(-1) + delta_c[None, :, None]  # type: ignore[index]  # [B, K, L]
             if extra is not None:
                 s_diag = s_diag + extra.diagonal(dim1=-2, dim2=-1).float()[:, None]
         out = _DiagonalBiasGrad.apply(out, delta, s_diag, lse.detach(), v.detach())

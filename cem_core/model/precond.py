@@ -40,7 +40,7 @@ class Preconditioner(nn.Module):
         """Dense [n, width, width] (for tests and diagnostics)."""
         return torch.eye(self.width).expand(self.n, self.width, self.width).clone()
 
-    def apply(self, y: torch.Tensor) -> torch.Tensor:
+    def apply(self, y: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         """P y for y [..., width] (n == 1)."""
         return y
 
@@ -62,7 +62,7 @@ class DiagPreconditioner(Preconditioner):
     def matrix(self) -> torch.Tensor:
         return torch.diag_embed(self.diagonal())
 
-    def apply(self, y: torch.Tensor) -> torch.Tensor:
+    def apply(self, y: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return y * self.diagonal()[0].to(y.dtype)
 
     def project_heads(self, o: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
@@ -82,7 +82,7 @@ class DiagLowRankPreconditioner(DiagPreconditioner):
         lowrank = self.U @ self.V.transpose(1, 2)
         return super().matrix() + lowrank + lowrank.transpose(1, 2)
 
-    def apply(self, y: torch.Tensor) -> torch.Tensor:
+    def apply(self, y: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         U, V = self.U[0].to(y.dtype), self.V[0].to(y.dtype)
         return super().apply(y) + (y @ V) @ U.T + (y @ U) @ V.T
 

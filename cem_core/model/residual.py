@@ -21,5 +21,5 @@ class ResidualSublayer(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = h
         for _ in range(self.steps):
-            x = x + self.delta(self.norm(x))
+            x = x + self.delta(self.norm(x))  # type: ignore[operator]
         return x

@@ -20,7 +20,37 @@ Torch-free.
 """
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as the type checker sees them (at run time: imported on first use)
+    from cem_core.runfiles.files import (  # noqa: F401
+        ACTIVE_STATES, CANCEL_FILE, CHECKPOINT_DIR, CHECKPOINT_RE, CONFIG_FILE, DEFAULT_HEARTBEAT_TIMEOUT_S,
+        ENDED_STATES, EVALS_FILE, EVENTS_FILE, EXECUTOR_LOG, EXIT_PREEMPTED, FINAL_STATES, HEARTBEAT_FILE,
+        IN_FLIGHT_STATES, JOB_FILE, LOCK_FILE, LOG_FILE, MAX_JSON_BYTES, MAX_LOG_BYTES, METRICS_FILE, RESULT_FILE,
+        RESULT_STATES, RUN_STATES, RunFileError, RunState, TERMINAL_STATES, TROUBLED_STATES, append_event,
+        append_jsonl, atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_path, checkpoint_name,
+        confined_path, finite_json, fsync_dir, heartbeat_timeout_s, hostname, iter_jsonl, list_checkpoints, number,
+        open_run_file, publish_dir, read_bytes, read_json, read_json_object, read_jsonl, read_run_file, run_json,
+    )
+    from cem_core.runfiles.job import (  # noqa: F401
+        JOB_STATES, JobRecord, JobUnreadable, LIVE_JOB_STATES, cancel_requested, clear_cancel, heartbeat_age_s,
+        last_metrics, read_heartbeat, read_job, request_cancel, update_job, write_job,
+    )
+    from cem_core.runfiles.manifest import (  # noqa: F401
+        Audit, Manifest, ManifestError, audit_folder, file_digest, read_manifest, remove_owned, write_manifest,
+    )
+    from cem_core.runfiles.results import (  # noqa: F401
+        NotAResult, ResultFile, RunResult, read_result, read_result_file,
+    )
+    from cem_core.runfiles.process import (  # noqa: F401
+        TOKEN_ENV, describe_mismatch, process_matches, process_start,
+    )
+    from cem_core.runfiles.rundir import (  # noqa: F401
+        Heartbeat, RunDir, call_quietly, truncate_metrics,
+    )
+    from cem_core.runfiles.saved_config import (  # noqa: F401
+        SavedConfig, config_from_object, config_of_record, parse_config, read_config_file, read_run_config,
+    )
 
 # Names are imported on first use (PEP 562): `cemctl status` imports the file names and states without paying for the
 # manifests, the config reader and the trainer's writers.

@@ -138,11 +138,12 @@ def number(value: Any, kind: type = float) -> Any:
     if kind is int:
         if isinstance(value, int):
             return int(value) if _INT64[0] <= value <= _INT64[1] else None
-        if not math.isfinite(value) or value != int(value):
+        x = float(value)
+        if not math.isfinite(x) or x != int(x):
             return None
-        return int(value) if _INT64[0] <= value <= _INT64[1] else None
-    value = float(value)
-    return value if math.isfinite(value) else None
+        return int(x) if _INT64[0] <= x <= _INT64[1] else None
+    x = float(value)
+    return x if math.isfinite(x) else None
 
 
 class RunFileError(CemError):
@@ -422,7 +423,10 @@ def _replace_with_temp(path: Path, fill: Callable[[int, Path], None], *, durable
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True, pause: bool = True) -> None:
     """Write `data` to `path` so that readers see either the old or the new file, never half."""
-    atomic_write(path, lambda f: f.write(data), durable=durable, pause=pause)
+    def write(f: BinaryIO) -> None:
+        f.write(data)
+
+    atomic_write(path, write, durable=durable, pause=pause)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, durable: bool = True, indent: int = 2,

@@ -67,7 +67,8 @@ class JobRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
         """Tolerant (`cem_core.convert`): unknown keys are dropped, wrongly typed values become defaults."""
-        return from_plain(cls, d, strict=False)
+        record: JobRecord = from_plain(cls, d, strict=False)
+        return record
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

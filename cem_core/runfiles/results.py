@@ -102,7 +102,7 @@ class RunResult:
         return {**dict(self.extras), **out}
 
 
-_KINDS = tuple((f.name, {"float | None": float, "int | None": int, "str | None": str}[f.type])
+_KINDS = tuple((f.name, {"float | None": float, "int | None": int, "str | None": str}[str(f.type)])
                for f in dataclasses.fields(RunResult) if f.name not in ("state", "extras"))
 _KNOWN = frozenset(f.name for f in dataclasses.fields(RunResult)) - {"extras"}
 

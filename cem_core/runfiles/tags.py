@@ -53,7 +53,7 @@ class TagsRecord:
         A run's file is read strictly (`read_tags`): nothing in it is ever dropped without a word."""
         if not isinstance(d, dict):
             return cls()
-        raw_tags = d.get("tags") if isinstance(d.get("tags"), dict) else {}
+        raw_tags: dict[Any, Any] = d["tags"] if isinstance(d.get("tags"), dict) else {}
         tags = {str(k): str(v) for k, v in raw_tags.items()
                 if isinstance(k, str) and TAG_NAME.match(k) and isinstance(v, (str, int, float, bool))}
         notes = [{"time": float(n["time"]) if isinstance(n.get("time"), (int, float)) else None, "text": n["text"]}

@@ -153,8 +153,8 @@ def _run(rd: RunDir, cfg: RunConfig, world: World, dev: torch.device) -> dict[st
                 if monitor is not None:
                     monitor.stop()  # the peaks are in environment.json before the result appears
                 rd.write_result(result)
-                reason = (result.error or "").strip().splitlines()[-1:] or [""]
-                rd.append_event(result.state, reason[0][:500], attempt=attempt)
+                last = (result.error or "").strip().splitlines()[-1:] or [""]
+                rd.append_event(result.state, last[0][:500], attempt=attempt)
     finally:
         preempt.restore()
         if monitor is not None:

@@ -273,8 +273,8 @@ class _GpuProbe:
         }
         handle = self._nvml_handle()
         if handle is not None:
-            out["gpu_util_pct"] = float(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            out["gpu_mem_used_bytes"] = int(self._nvml.nvmlDeviceGetMemoryInfo(handle).used)
+            out["gpu_util_pct"] = float(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu)  # type: ignore[union-attr]
+            out["gpu_mem_used_bytes"] = int(self._nvml.nvmlDeviceGetMemoryInfo(handle).used)  # type: ignore[union-attr]
         return out
 
 

@@ -26,8 +26,8 @@ def error_text(exc: BaseException, previous: RunResult | None = None, lines: int
     """The traceback's last `lines` lines, then the failure line when it says more than the last of them
     (the user's file:line, the advice for a failure that will repeat). `previous` is the previous attempt's result."""
     tail = error_tail(exc, lines).splitlines()
-    failed = previous is not None and previous.state == "failed"
-    line = failure_line(exc, (previous.error or "") if failed else "", previous.attempt if failed else None)
+    failed = previous if previous is not None and previous.state == "failed" else None
+    line = failure_line(exc, (failed.error or "") if failed else "", failed.attempt if failed else None)
     if not tail or tail[-1].strip() != line:
         tail.append(line)
     return "\n".join(tail)

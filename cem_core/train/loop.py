@@ -158,7 +158,7 @@ def maybe_compile(model: torch.nn.Module, mode: str, dev: torch.device) -> torch
         log.warning("torch.compile failed (%s: %s); training eagerly", type(e).__name__, str(e).splitlines()[0][:200])
         return model
     log.info("torch.compile: on (train.compile=%s, %s)", mode, dev.type)
-    return compiled
+    return compiled  # type: ignore[return-value]
 
 
 def compile_probe(compiled: torch.nn.Module, model: torch.nn.Module,
@@ -246,7 +246,7 @@ def _setup(cfg: RunConfig, world: World, dev: torch.device, st: RunState) -> _Tr
     torch.manual_seed(t.seed)
     model = task.build_model().to(dev)
     if t.activation_checkpointing and hasattr(model, "checkpoint_blocks"):
-        model.checkpoint_blocks = True
+        model.checkpoint_blocks = True  # type: ignore[assignment]
     optimizer = build_optimizer(model, t, dev)
     total = total_steps(cfg)
     scheduler = build_scheduler(optimizer, t, total)
@@ -306,7 +306,7 @@ def _step(tr: _Training, step: int, world: World, hooks: TestHooks) -> tuple[flo
     loss_sum = torch.zeros((), dtype=torch.float32, device=next(tr.model.parameters()).device)
     for a in range(tr.accum):
         x, y = tr.task.train_batch(tr.sampler.indices(step, a, world.rank))
-        sync = tr.train_model.no_sync() if (world.size > 1 and a < tr.accum - 1) else contextlib.nullcontext()
+        sync = tr.train_model.no_sync() if (world.size > 1 and a < tr.accum - 1) else contextlib.nullcontext()  # type: ignore[operator]
         with sync:
             with tr.autocast():
                 _, loss = tr.train_model(x, y)

@@ -29,7 +29,7 @@ from cem_core.model.roles import is_decayed, param_roles
 
 def decay_split(model: nn.Module, *, decay_cem_extras: bool = False) -> tuple[list[str], list[str]]:
     """(names decayed, names not decayed) by role (`cem_core.model.roles`); an unknown role raises."""
-    decay, no_decay = [], []
+    decay, no_decay = [], []  # type: ignore[var-annotated]
     for name, role in param_roles(model).items():
         (decay if is_decayed(role, decay_cem_extras=decay_cem_extras) else no_decay).append(name)
     return decay, no_decay

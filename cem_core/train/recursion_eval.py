@@ -186,7 +186,7 @@ def eval_config(cfg: RunConfig, chosen: list[str], steps: int) -> RunConfig:
         changes["attn_steps"] = steps
     if "mlp" in chosen:
         changes["mlp_steps"] = steps
-    return resolve(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **changes)))
+    return resolve(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **changes)))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------

@@ -98,7 +98,7 @@ class LMTask:
     def evaluate(self, model: torch.nn.Module, split: str, *, autocast: AutocastFn, rank: int = 0,
                  world_size: int = 1) -> EvalLike:
         t = self.cfg.train
-        return evaluate(model, self.data, split, seq_len=self.seq_len,
+        return evaluate(model, self.data, split, seq_len=self.seq_len,  # type: ignore[return-value]
                         n_tokens=t.val_tokens if split == "val" else t.test_tokens,
                         micro_batch_seqs=t.micro_batch_seqs, device=self.device, autocast=autocast, rank=rank,
                         world_size=world_size)

@@ -17,7 +17,7 @@ claims.png/pdf into `--out` (default reports/claims). Library:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -67,11 +67,11 @@ class ClaimsView:
             text = evidence(r)
             return "confirmatory" if text.startswith("confirmatory") else "exploratory"
 
-        def verdict(r: object) -> str:
-            if r.stage == "stage 1" and r.verdict != "not run":  # type: ignore[attr-defined]
-                return f"({r.label})"  # type: ignore[attr-defined]
-            return r.verdict_holm if r.verdict_holm not in ("holds", "contradicted") else \
-                f"{r.label_holm}: {r.verdict_holm}"  # type: ignore[attr-defined]
+        def verdict(r: Any) -> str:
+            if r.stage == "stage 1" and r.verdict != "not run":
+                return f"({r.label})"
+            return str(r.verdict_holm if r.verdict_holm not in ("holds", "contradicted") else
+                       f"{r.label_holm}: {r.verdict_holm}")
 
         self.part_rows = [{
             "part": Cell(name), "effect": Cell(effect_text(r.effect, r.ci95_low, r.ci95_high, r.unit)),
@@ -124,8 +124,8 @@ class ClaimsView:
                 need = "more than 1000" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
                 spread = ""
                 if any(x is not None and not (isinstance(x, float) and math.isnan(x)) for x in (lo, hi)):
-                    def txt(x: object) -> str:
-                        return "> 1000" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))  # type: ignore[arg-type]
+                    def txt(x: Any) -> str:
+                        return "> 1000" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
                     spread = f" ({txt(lo)}-{txt(hi)} over the s.d.'s 80% interval)"
                 self.notes.append(f"  claim {r.claim}, {printable(r.part)} ({r.scale}): {need} seeds per arm for 80% "
                                   f"power at its margin and adjusted level{spread}")

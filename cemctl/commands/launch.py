@@ -165,7 +165,7 @@ def _run(req, db, runs, as_json: bool, progress_every_s: float) -> None:  # type
     elif req.executor == "local" and not req.dry_run and not as_json:
         from cemctl.commands.views.launch import LogLaunchView
 
-        view = LogLaunchView(lambda line: print(line, flush=True), every_s=progress_every_s)
+        view = LogLaunchView(lambda line: print(line, flush=True), every_s=progress_every_s)  # type: ignore[assignment]
 
     def say(line: str) -> None:
         if as_json:

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
                 include_curves=curves, sync=not no_sync, where=where or (), scale=scale,
             )
         counts = ", ".join(f"{n} {k}" for k, n in result.counts.items() if n and k != "runs")
-        out = stdout_console()  # a terminal wraps the line between words (it cut "figures, runs" at 80 columns)
-        out.print(f"report written to {result.index_md} (and index.html): "
-                  f"{len({p.stem for p in result.figures})} figures, "
-                  f"runs: {counts}", markup=False, highlight=False, soft_wrap=not out.is_terminal)
+        console = stdout_console()  # a terminal wraps the line between words (it cut "figures, runs" at 80 columns)
+        console.print(f"report written to {result.index_md} (and index.html): "
+                      f"{len({p.stem for p in result.figures})} figures, "
+                      f"runs: {counts}", markup=False, highlight=False, soft_wrap=not console.is_terminal)

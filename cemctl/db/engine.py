@@ -38,8 +38,10 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import DatabaseError as SADatabaseError
 from sqlalchemy.orm import Session
 
-from cemctl.db.errors import FULL_BELOW_BYTES, DatabaseError, disk_full  # noqa: F401 - re-exported
-from cemctl.db.url import resolve_db_url  # noqa: F401 - re-exported
+from cemctl.db.errors import FULL_BELOW_BYTES as FULL_BELOW_BYTES  # re-exported: cemctl.db.engine.DatabaseError
+from cemctl.db.errors import DatabaseError as DatabaseError
+from cemctl.db.errors import disk_full as disk_full
+from cemctl.db.url import resolve_db_url as resolve_db_url
 from cem_core.errors import CemError
 
 BUSY_TIMEOUT_S = 30.0

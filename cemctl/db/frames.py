@@ -39,8 +39,9 @@ def evals_frame(engine: Engine, run_ids: Iterable[str] | None = None) -> Any:
     import pandas as pd
 
     ids = None if run_ids is None else list(run_ids)
-    chunks = [None] if ids is None else [ids[i:i + 500] for i in range(0, len(ids), 500)] or [[]]
-    rows, columns = [], [c.name for c in Eval.__table__.columns]
+    chunks: list[list[str] | None] = [None] if ids is None else [ids[i:i + 500] for i in range(0, len(ids), 500)] or [[]]
+    rows: list[Any] = []
+    columns = [c.name for c in Eval.__table__.columns]
     with read_session(engine) as s:
         for chunk in chunks:  # keep the IN list short
             q = select(Eval.__table__)

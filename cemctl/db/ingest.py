@@ -73,10 +73,10 @@ from cemctl.db.ingest_files import (
     _ingest_metrics,
     _ingest_result,
     _ingest_tags,
-    _mtime,
-    _Outcome,
+    Outcome,
 )
 from cemctl.db.models import Result, Run, RunEvent, RunTags
+from cem_core.runfolder import mtime as _mtime
 
 
 @dataclass
@@ -94,7 +94,7 @@ class IngestStats:
     bad_lines: int = 0
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # run files left out of a run that was synced (one line each)
-    states: Counter = field(default_factory=Counter)
+    states: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
         states = ", ".join(f"{n} {s}" for s, n in sorted(self.states.items())) or "none"
@@ -168,6 +168,11 @@ def _needs_update(snap: _Snapshot | None, run_dir: Path, now: float, timeout_s: 
     return False
 
 
+def _engine_of(session: Session) -> Engine:
+    bind = session.get_bind()
+    return bind if isinstance(bind, Engine) else bind.engine
+
+
 def _create_row(session: Session, run_dir: Path, now: float) -> Run:
     """A row for a run directory the database does not know (rebuilding it from the files)."""
     from cemctl.db.runs import new_run_row
@@ -175,7 +180,7 @@ def _create_row(session: Session, run_dir: Path, now: float) -> Run:
     from cemctl.db.runs import stored_run_dir
 
     d, cfg = resolved_config(run_dir)  # a config that is another run's makes it damaged, never hidden (`_damage`)
-    run = new_run_row(run_dir.name, cfg, stored_run_dir(session.get_bind(), run_dir), now)
+    run = new_run_row(run_dir.name, cfg, stored_run_dir(_engine_of(session), run_dir), now)
     run.config_json = canonical_json(d)
     run.state_reason = "found by sync"
     session.add(run)
@@ -247,7 +252,7 @@ def damage_found(engine: Engine, runs: Iterable[tuple[str, Path]], *, now: float
     return out
 
 
-def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeout_s: float, out: _Outcome) -> None:
+def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeout_s: float, out: Outcome) -> None:
     """Apply the run dir's files to `run` inside the caller's write transaction."""
     folder = read_folder(run_dir, now=now, check_config=False)  # the one reading of the folder's evidence
     metrics_rewritten = _ingest_metrics(session, run, run_dir, out)
@@ -265,7 +270,7 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
     if run.run_dir is None:
         from cemctl.db.runs import stored_run_dir
 
-        run.run_dir = stored_run_dir(session.get_bind(), run_dir)
+        run.run_dir = stored_run_dir(_engine_of(session), run_dir)
     if out.metric_rows or out.event_rows or out.result or out.eval_rows:
         out.changed = True
     run.updated_at = now
@@ -273,7 +278,7 @@ def _ingest_locked(session: Session, run: Run, run_dir: Path, now: float, timeou
 
 
 def _apply_state(session: Session, run: Run, derived: tuple[str, str], last_event: RunEvent | None, now: float,
-                 out: _Outcome) -> None:
+                 out: Outcome) -> None:
     state, reason = derived
     if state == run.state and (state != "damaged" or reason == run.state_reason):
         return
@@ -285,11 +290,11 @@ def _apply_state(session: Session, run: Run, derived: tuple[str, str], last_even
     out.changed = True
 
 
-def _gone(engine: Engine, run_id_: str, run_dir: Path, now: float) -> _Outcome:
+def _gone(engine: Engine, run_id_: str, run_dir: Path, now: float) -> Outcome:
     """A known run whose directory is gone: damaged if it had a result or a job, else left as planned."""
-    out = _Outcome()
+    out = Outcome()
 
-    def write() -> _Outcome:
+    def write() -> Outcome:
         with write_session(engine) as s:
             run = s.get(Run, run_id_)
             if run is None:
@@ -303,16 +308,16 @@ def _gone(engine: Engine, run_id_: str, run_dir: Path, now: float) -> _Outcome:
     return retry_locked(write)
 
 
-def _ingest_one(engine: Engine, run_dir: Path, snap: _Snapshot | None, known: bool, now: float, timeout_s: float) -> _Outcome:
-    out = _Outcome()
+def _ingest_one(engine: Engine, run_dir: Path, snap: _Snapshot | None, known: bool, now: float, timeout_s: float) -> Outcome:
+    out = Outcome()
     if known and not os.path.isdir(run_dir):
         return _gone(engine, run_dir.name, run_dir, now)
     if known and not _needs_update(snap, run_dir, now, timeout_s):
         out.state = snap.state if snap else ""
         return out
 
-    def write() -> _Outcome:
-        o = _Outcome()
+    def write() -> Outcome:
+        o = Outcome()
         with write_session(engine) as s:
             run = s.get(Run, run_dir.name)
             if run is None:
@@ -405,15 +410,16 @@ def sync_runs(
     if not root.is_dir():  # the project's own folder not made yet (nothing ran): nothing to read
         stats.errors.append(f"{root}: no runs folder there (nothing synced)")
         return stats
-    for rid, (snap, _recorded) in snaps.items():
+    for rid, (recorded, _) in snaps.items():
         if rid in dirs:
             continue
         path = root / rid
-        if os.path.isdir(path) or snap.result_mtime is not None or snap.state not in ("planned", "damaged"):
+        if os.path.isdir(path) or recorded.result_mtime is not None or recorded.state not in ("planned", "damaged"):
             dirs[rid] = path  # a known run whose folder is gone is judged by _gone; a planned one waits for its plan
     for rid, run_dir in dirs.items():
         stats.runs_seen += 1
-        snap = snaps.get(rid, (None, None))[0]
+        known = snaps.get(rid)
+        snap = known[0] if known is not None else None
         try:
             out = _ingest_one(engine, run_dir, snap, rid in snaps, now, heartbeat_timeout_s)
         except (CemError, OSError, ValueError, ArithmeticError) as e:  # one bad run dir never stops a sync
@@ -442,7 +448,7 @@ def _check_is_this_projects(engine: Engine, root: Path, snaps: dict[str, Any], d
     the runs that have had a folder (a typo'd --runs-dir, a stale $CEMCTL_RUNS, a folder that is not there, a part
     of a copy): read, those runs would be marked gone. The recorded folder itself may lose runs (deleted on
     purpose): those are gone, as they are."""
-    from cemctl.db.runs import recorded_runs_root
+    from cemctl.db.roots import recorded_runs_root
 
     started = [rid for rid, (snap, _) in snaps.items() if snap.result_mtime is not None or snap.state != "planned"]
     held = sum(rid in dirs for rid in started)
@@ -483,7 +489,8 @@ def set_state(
     run or state.
     """
     from cem_core.runfiles import RUN_STATES, append_event
-    from cemctl.db.runs import get_run, recorded_runs_root, run_folder
+    from cemctl.db.roots import recorded_runs_root
+    from cemctl.db.runs import get_run, run_folder
 
     if state not in RUN_STATES:
         raise CemError(f"state: unknown state {state!r} (allowed: {', '.join(RUN_STATES)})")

@@ -103,7 +103,8 @@ def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
             if len(before) < offset - head or _fingerprint(before) != fingerprint:
                 start = 0
         f.seek(start)
-        pos, carry, last = start, b"", b""
+        pos, last = start, b""
+        carry: bytes | None = b""  # None: inside a line too long to keep
         while pos - start <= runfiles.MAX_LOG_BYTES:
             data = f.read(chunk_bytes)
             if not data:
@@ -170,12 +171,13 @@ def _series(obj: dict[str, Any]) -> str:
 
 
 def _insert(session: Session, model: type) -> Any:
-    name = session.get_bind().dialect.name
-    if name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(model)
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(model)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(model)
 
 
 def _upsert(session: Session, model: type, rows: list[dict[str, Any]], keys: list[str], update: Iterable[str] | None) -> None:
@@ -195,7 +197,7 @@ def _upsert(session: Session, model: type, rows: list[dict[str, Any]], keys: lis
 
 
 @dataclass
-class _Outcome:
+class Outcome:
     created: bool = False
     changed: bool = False
     metric_rows: int = 0
@@ -211,7 +213,7 @@ class _Outcome:
 # One function per run file: rows into the database, evidence for the state
 
 
-def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: _Outcome) -> bool:
+def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: Outcome) -> bool:
     """New metrics.jsonl lines -> `metrics` rows and the run's progress columns; True if the file was rewritten."""
     rid = run.id
     state = {"cleared": False}
@@ -260,7 +262,7 @@ def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: _Outcome) ->
     return lines.restarted
 
 
-def _ingest_events(session: Session, run: Run, run_dir: Path, out: _Outcome) -> RunEvent | None:
+def _ingest_events(session: Session, run: Run, run_dir: Path, out: Outcome) -> RunEvent | None:
     """New events.jsonl lines -> `run_events` rows (attempts, executor, job id); returns the last file event."""
     rid = run.id
     ev_lines = _read_new_lines(run_dir, EVENTS_FILE, run.events_offset or 0, run.events_fingerprint or "")
@@ -340,7 +342,7 @@ def _result_event_time(session: Session, run: Run, state: str) -> float | None:
     return float(when)
 
 
-def _ingest_result(session: Session, run: Run, folder: RunFolder, now: float, out: _Outcome) -> None:
+def _ingest_result(session: Session, run: Run, folder: RunFolder, now: float, out: Outcome) -> None:
     """result.json (as the folder was read, by the one rule of what a result is) -> the `results` row."""
     res, res_mtime = folder.result.result, folder.result.mtime
     if res is None or res_mtime == run.result_mtime:
@@ -364,7 +366,7 @@ _RESULT_COLUMNS = tuple(c.name for c in Result.__table__.columns
                         if c.name not in ("run_id", "result_json", "recorded_at"))
 
 
-def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
+def _ingest_evals(session: Session, run: Run, run_dir: Path, now: float, out: Outcome) -> None:
     """Mirror RUN_DIR/evals.json into `evals` when its mtime changed (upsert; rows gone from the file deleted)."""
     mtime = _mtime(run_dir / EVALS_FILE)
     if mtime == run.evals_mtime:
@@ -407,7 +409,7 @@ _ENV_COLUMNS = {c.name: c for c in RunEnvironment.__table__.columns
                 if c.name not in ("run_id", "environment_json", "file_mtime", "recorded_at")}
 
 
-def _ingest_environment(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
+def _ingest_environment(session: Session, run: Run, run_dir: Path, now: float, out: Outcome) -> None:
     """Mirror RUN_DIR/environment.json into `run_environment` when its mtime changed. A run without one (trained
     before it was recorded) has no row; a damaged one keeps the row it had and is reported (`out.warnings`)."""
     from cem_core.errors import ConfigError
@@ -441,7 +443,7 @@ def _ingest_environment(session: Session, run: Run, run_dir: Path, now: float, o
     out.changed = True
 
 
-def _ingest_tags(session: Session, run: Run, run_dir: Path, now: float, out: _Outcome) -> None:
+def _ingest_tags(session: Session, run: Run, run_dir: Path, now: float, out: Outcome) -> None:
     """Mirror RUN_DIR/tags.json into `run_tags` when its mtime changed. A tags.json that cannot be read keeps the
     row it had (never read as "no tags") and is reported (`out.warnings`); a rebuild marks the row stale
     (file_mtime NULL: `cemctl.db.projection`), so it is read again, and dropped when the file is gone."""
@@ -472,7 +474,7 @@ def _ingest_tags(session: Session, run: Run, run_dir: Path, now: float, out: _Ou
     out.changed = True
 
 
-def _ingest_history(session: Session, run: Run, run_dir: Path, out: _Outcome) -> None:
+def _ingest_history(session: Session, run: Run, run_dir: Path, out: Outcome) -> None:
     """Mirror the results kept in the run's set-aside folders (`.outdated-*`, `.damaged-*`) into `result_history`."""
     from cem_core.runfiles.results import aside_folders, aside_time, result_problem
     from cemctl.db.models import ResultHistory

@@ -37,7 +37,7 @@ file with data.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Connection, Engine
@@ -84,7 +84,7 @@ def _to_v2(conn: Connection) -> None:
         "results",
         [("flops_per_token", "BIGINT"), ("train_flops", "FLOAT"), ("diverged_step", "INTEGER")],
     )
-    RunEvent.__table__.create(conn, checkfirst=True)
+    RunEvent.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]  # a Table (mypy sees a FromClause)
     conn.execute(text("CREATE INDEX IF NOT EXISTS ix_runs_state ON runs (state)"))
     conn.execute(text("CREATE INDEX IF NOT EXISTS ix_experiment_runs_run_id ON experiment_runs (run_id)"))
     # Older rows: a state time so that newer file evidence can win over it.
@@ -212,8 +212,9 @@ def schema_version(conn: Connection) -> int:
 
 
 def _stamp(conn: Connection, version: int) -> None:
-    SchemaVersion.__table__.create(conn, checkfirst=True)
-    conn.execute(SchemaVersion.__table__.insert().values(version=version, applied_at=time.time()))
+    table: Any = SchemaVersion.__table__  # a Table (mypy sees a FromClause)
+    table.create(conn, checkfirst=True)
+    conn.execute(table.insert().values(version=version, applied_at=time.time()))
 
 
 def check_current(engine: Engine) -> int:

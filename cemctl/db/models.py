@@ -46,7 +46,10 @@ from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Te
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Run states and their sets: the run-directory contract (cem_core.runfiles), re-exported here.
-from cem_core.runfiles import ACTIVE_STATES, RESULT_STATES, RUN_STATES, TERMINAL_STATES  # noqa: F401
+from cem_core.runfiles import ACTIVE_STATES as ACTIVE_STATES  # noqa: F401 - re-exported
+from cem_core.runfiles import RESULT_STATES as RESULT_STATES  # noqa: F401
+from cem_core.runfiles import RUN_STATES as RUN_STATES  # noqa: F401
+from cem_core.runfiles import TERMINAL_STATES as TERMINAL_STATES  # noqa: F401
 
 
 

@@ -27,7 +27,7 @@ a plugin makes only the runs of its variants outdated). Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -108,7 +108,7 @@ def outdated_runs(source: "Engine | Reader", run_ids: Iterable[str] | None = Non
         "WHERE r.state IN ('done', 'diverged') AND res.code_fingerprint IS NOT NULL "
         "AND res.code_fingerprint != :current", current=current_code())
         if wanted is None or rid in wanted]
-    return judge((rid, code, lambda config=config: config) for rid, code, config in rows)
+    return judge((rid, code, partial(str, config)) for rid, code, config in rows)
 
 
 def outdated_note(n: int, experiment: str | None = None) -> str:

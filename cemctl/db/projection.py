@@ -74,7 +74,8 @@ def forget_run(session: Session, run_id: str, *, reason: str = "", now: float | 
         if keep:
             column, value = keep
             cond = and_(cond, not_(table.c[column] == value))
-        counts[table.name] = session.execute(delete(table).where(cond)).rowcount or 0
+        gone: Any = session.execute(delete(table).where(cond))  # a CursorResult: it has the rows deleted
+        counts[table.name] = gone.rowcount or 0
     row = session.get(Run, run_id)
     if row is not None:
         for col in Run.__table__.columns:
@@ -117,7 +118,8 @@ def rebuild_run(engine: Engine, runs_root: Path | str, run_id: str, *, reason: s
     """Forget every derived row of the run and read its folder again, in one transaction."""
     from cem_core import runfiles
     from cemctl.db.engine import retry_locked, write_session
-    from cemctl.db.ingest import _ingest_locked, _Outcome
+    from cemctl.db.ingest import _ingest_locked
+    from cemctl.db.ingest_files import Outcome
     from cemctl.db.models import RunEvent
 
     now = time.time() if now is None else now
@@ -125,7 +127,7 @@ def rebuild_run(engine: Engine, runs_root: Path | str, run_id: str, *, reason: s
     run_dir = Path(runs_root) / run_id
 
     def write() -> Rebuilt:
-        out = _Outcome()
+        out = Outcome()
         with write_session(engine) as s:
             forget_run(s, run_id, reason=reason, now=now)
             run = s.get(Run, run_id)

@@ -253,7 +253,7 @@ def open_reader(source: "str | Engine | Reader", *, migrate: bool = False) -> Re
     key = (url, os.getpid(), threading.get_ident(), migrate)  # a connection is one thread's
     if key in _READERS and _READERS[key].current():
         return _READERS[key]
-    reader = _fast_sqlite(url)
+    reader: Reader | None = _fast_sqlite(url)
     if reader is None:
         from cemctl.db.engine import open_existing_db, open_readonly_db
 

@@ -34,7 +34,9 @@ from cem_core.runfiles import CONFIG_FILE, RunFileError, config_of_record
 from cem_core.errors import CemError, ConfigError
 from cemctl.db.engine import read_session, retry_locked, write_session
 from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
-from cemctl.db.roots import DefaultRunsRoot, recorded_runs_root, resolve_runs_root  # noqa: F401 - re-exported
+from cemctl.db.roots import DefaultRunsRoot as DefaultRunsRoot  # re-exported
+from cemctl.db.roots import recorded_runs_root as recorded_runs_root
+from cemctl.db.roots import resolve_runs_root as resolve_runs_root
 from cemctl.db.roots import notice_once
 
 
@@ -128,7 +130,7 @@ def _counts(cfg: RunConfig) -> dict[str, int | None]:
     from cem_core.counts import run_counts
 
     try:
-        return run_counts(cfg)
+        return dict(run_counts(cfg))
     except ConfigError:
         if not cfg.plugins:
             raise

@@ -51,10 +51,10 @@ class Submitted:
 def trainer_argv(run_dir: Path, nproc: int = 1, python: str | None = None) -> list[str]:
     """`python -m cem_core.train RUN_DIR`, or torchrun with `nproc` processes."""
     python = python or sys.executable
-    run_dir = str(Path(run_dir).resolve())
+    folder = str(Path(run_dir).resolve())
     if nproc <= 1:
-        return [python, "-m", "cem_core.train", run_dir]
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "cem_core.train", run_dir]
+        return [python, "-m", "cem_core.train", folder]
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "cem_core.train", folder]
 
 
 def code_env(snapshot_dir: Path | str | None, snapshot_hash: str = "") -> dict[str, str]:

@@ -89,13 +89,13 @@ def _blocks(spec: GridSpec) -> list[_Block]:
         n = len(group[keys[0]])
         main_dims[f"zip[{i}]"] = [tuple((k, group[k][j]) for k in keys) for j in range(n)]
     seed_dim = [((SEED_KEY, s),) for s in spec.seeds] if spec.seeds is not None else None
-    blocks = [_Block({}, list(main_dims.values()) + ([seed_dim] if seed_dim else []))]
+    blocks = [_Block({}, list(main_dims.values()) + ([seed_dim] if seed_dim else []))]  # type: ignore[list-item]
     for extra in spec.extras:
         fixed = set(extra.overrides) | set(extra.axes)
         dims = [d for d in main_dims.values() if not any(k in fixed for k, _ in d[0])]
         dims += [[((k, v),) for v in values] for k, values in extra.axes.items()]
         if seed_dim and SEED_KEY not in fixed:
-            dims.append(seed_dim)
+            dims.append(seed_dim)  # type: ignore[arg-type]
         blocks.append(_Block(dict(extra.overrides), dims))
     return blocks
 

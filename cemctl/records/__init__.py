@@ -19,17 +19,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from cemctl.records.fields import Field, catalogue, field, resolve
+from cemctl.records.fields import catalogue, field, resolve
+from cemctl.records.record import Field
 from cemctl.records.load import NO_EXPERIMENT, NOT_IN_GRID, ExperimentMeta, RunRecords, load_records, records_frame
 
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Engine
 
+    from cemctl.db.read import Reader
+
 __all__ = ["Field", "NO_EXPERIMENT", "NOT_IN_GRID", "ExperimentMeta", "RunRecords", "catalogue", "field",
            "load_records", "records_frame", "resolve", "select_records"]
 
 
-def select_records(engine: "Engine", experiment: str | None = None, *, where: Sequence[str] | None = None,
+def select_records(engine: "Engine | Reader | str", experiment: str | None = None, *, where: Sequence[str] | None = None,
                    scale: str | None = None, **kw: Any) -> RunRecords:
     """`load_records` of the runs meeting every `--where` condition (the same fields in every command; what the
     database can test is tested in the query)."""

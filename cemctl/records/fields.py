@@ -23,7 +23,10 @@ from typing import Iterable, Sequence
 
 from cem_core.errors import ConfigError
 
-from cemctl.records.record import LOSS_UNIT, RUN_FIELDS, SOURCES, Field  # noqa: F401 - the catalogue's home
+from cemctl.records.record import LOSS_UNIT as LOSS_UNIT  # the catalogue's home (re-exported)
+from cemctl.records.record import RUN_FIELDS as RUN_FIELDS
+from cemctl.records.record import SOURCES as SOURCES
+from cemctl.records.record import Field as Field
 
 TAG_PREFIX = "tag."
 TAG_FIELD = re.compile(r"^tag\.[A-Za-z][A-Za-z0-9_.-]{0,63}$")

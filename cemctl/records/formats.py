@@ -12,32 +12,28 @@ Every function returns "" for a missing value, so a table cell is empty rather t
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from cem_core.names import printable
 
 
-def _missing(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
 def loss(x: float | None) -> str:
     """Losses (nats per token, or per byte with the byte tokenizer), always 4 decimals."""
-    if _missing(x):
+    if x is None or x != x:  # none, or NaN
         return ""
     return (f"{x:.4f}" if abs(x) < 1e6 else f"{x:.4g}") if math.isfinite(x) else str(x)  # 1e308: '1e+308'
 
 
 def ppl(x: float | None) -> str:
     """Perplexities, 2 decimals."""
-    if _missing(x):
+    if x is None or x != x:  # none, or NaN
         return ""
     return (f"{x:.2f}" if abs(x) < 1e8 else f"{x:.4g}") if math.isfinite(x) else str(x)
 
 
 def count(n: float | None) -> str:
     """Parameters, tokens, FLOPs: 3 significant digits and a unit (k, M, G, T, P, E)."""
-    if _missing(n):
+    if n is None or n != n:  # none, or NaN
         return ""
     n = float(n)
     for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -52,7 +48,7 @@ def rate(x: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    if _missing(seconds):
+    if seconds is None or seconds != seconds:  # none, or NaN
         return ""
     if not math.isfinite(seconds) or abs(seconds) >= 1e9:  # a clock or heartbeat from nowhere: not 'days' of digits
         return "over 30 years" if seconds > 0 else ""
@@ -68,7 +64,7 @@ def duration(seconds: float | None) -> str:
 
 def hours(h: float | None) -> str:
     """GPU- or CPU-hours: 2 significant digits, '<0.01' below a hundredth."""
-    if _missing(h):
+    if h is None or h != h:  # none, or NaN
         return ""
     if h < 0.01:
         return "<0.01"
@@ -90,7 +86,7 @@ def value(v: Any) -> str:
 
 def timestamp(t: float | None) -> str:
     """A unix time as 'YYYY-MM-DD HH:MM' (local time)."""
-    if _missing(t):
+    if t is None or t != t:  # none, or NaN
         return ""
     import time
 
@@ -102,12 +98,12 @@ def timestamp(t: float | None) -> str:
 
 def fraction(x: float | None) -> str:
     """0.5 -> '50%'."""
-    if _missing(x):
+    if x is None or x != x:  # none, or NaN
         return ""
     return f"{x * 100:.0f}%"
 
 
-def by_kind(kind: str):  # noqa: ANN201 - a formatter: value -> str
+def by_kind(kind: str) -> Callable[[Any], str]:
     """The formatter of a catalogue field's kind (`cemctl.records.fields.Field.kind`)."""
     return {"loss": loss, "ppl": ppl, "count": count, "rate": rate, "duration": duration, "time": timestamp,
             "progress": fraction, "int": integer}.get(kind, value)
@@ -116,7 +112,7 @@ def by_kind(kind: str):  # noqa: ANN201 - a formatter: value -> str
 def integer(n: Any) -> str:
     """A whole number as digits (steps, attempts), in `count`'s form past a billion: a heartbeat claiming 1e308 steps
     prints '1e+290E', never 309 digits."""
-    if _missing(n):
+    if n is None or n != n:  # none, or NaN
         return ""
     if isinstance(n, (int, float)) and not isinstance(n, bool) and abs(n) >= 1e9:
         return count(n)

@@ -13,7 +13,7 @@ groups runs. Two arms or series never share a name: `ArmLabelCollision` is raise
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from cem_core.arms import arm_id, config_of
 
@@ -194,7 +194,7 @@ def series_names(configs: Sequence[Mapping[str, Any]], *, shown: Sequence[str] =
     configs = [dict(c) for c in configs]
     hidden = set(nuisance) | set(shown_with_dims(configs, shown))
     sids = [json_key({k: v for k, v in c.items() if k not in hidden}) for c in configs]
-    firsts: dict[str, dict[str, Any]] = {}
+    firsts: dict[str, Mapping[str, Any]] = {}
     for sid, c in zip(sids, configs):
         firsts.setdefault(sid, c)
     series = list(firsts.values())
@@ -283,7 +283,7 @@ def _determined(configs: Sequence[Mapping[str, Any]], key: str, by: str) -> bool
     return all(seen.setdefault(json_key(c.get(by)), json_key(c.get(key))) == json_key(c.get(key)) for c in configs)
 
 
-def single_name(config: Mapping[str, Any], *, exclude: Sequence[str] = ()) -> str:
+def single_name(config: Mapping[str, Any], *, exclude: Collection[str] = ()) -> str:
     """A run's architecture named on its own: its variants, and the architecture keys away from their default
     (but those in `exclude`: what a figure shows on its axes)."""
     from cem_core.identity import V1_DEFAULTS

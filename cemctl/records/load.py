@@ -77,7 +77,8 @@ class ExperimentMeta:
 
     @property
     def x(self) -> str | None:
-        return self._opts().x
+        x: str | None = self._opts().x
+        return x
 
     @property
     def hue(self) -> tuple[str, ...]:
@@ -85,7 +86,7 @@ class ExperimentMeta:
 
     @property
     def metric(self) -> str:
-        return self._opts().metric
+        return str(self._opts().metric)
 
 
 @dataclass

@@ -356,7 +356,7 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
     (out / "figures").mkdir()
     (out / "tables").mkdir()
     result = ReportResult(out, out / "index.md", out / "index.html")
-    figures, tables = [], []
+    figures, tables = [], []  # type: ignore[var-annotated]
     for fp in parts.figures:
         files = {}
         if len(formats) > 1:  # lay the figure out once, not again for every format it is saved in
@@ -370,7 +370,7 @@ def _write(info: ExperimentInfo, runs: "pd.DataFrame", parts: ReportParts, probl
     all_tables = list(parts.tables)
     if not problems.empty:
         all_tables.append(TablePart("missing_and_failed", problems, "Runs with no usable result, with reasons."))
-    lead = []
+    lead = []  # type: ignore[var-annotated]
     for tp in all_tables:
         paths = write_table(tp.frame, out / "tables", tp.name, caption=tp.caption, csv=tp.csv)
         result.tables += list(paths.values())

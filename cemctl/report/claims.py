@@ -243,7 +243,7 @@ def choose_rate(group: Sequence[Arm], rule: str = "best_sampled") -> Choice | No
              if a.values}
     if not table:
         return None
-    lr, by, _, means = choose(table)
+    lr, by, _, means = choose(table)  # type: ignore[arg-type]
     rates = sorted(table)
     others = sorted((m, r) for r, m in means.items() if r != lr)
     runner, gap = (others[0][1], others[0][0] - means[lr]) if others else (math.nan, math.nan)
@@ -336,7 +336,7 @@ def estimate_part(part: PartSpec, arms_by: Mapping[str, list[Arm]], *, stage: st
             choices = [choose_rate(group, part.choose) for group in chosen]
             if any(c is None for c in choices):
                 continue
-            at = [next(a for a in group if math.isclose(float(a.config.get(LR) or 0), c.sampled, rel_tol=1e-9))
+            at = [next(a for a in group if math.isclose(float(a.config.get(LR) or 0), c.sampled, rel_tol=1e-9))  # type: ignore[union-attr]
                   for group, c in zip(chosen, choices)]  # type: ignore[union-attr]
             common = sorted(set.intersection(*[set(a.values) for a in at]))
             at = [a.only(common) if model == "paired" else a for a in at]
@@ -413,13 +413,13 @@ def power_needs(est: Estimate | None, info: Mapping[str, Any], expect: str, marg
     if model == "paired":
         sd, kw = info.get("paired_sd", math.nan), {"method": "paired t"}
     elif model == "pooled":
-        sd, kw = info.get("pooled_sd", math.nan), {"method": "pooled t", "coefs": tuple(coefs),
-                                                   "stratum_arms": int(info.get("stratum_arms", len(coefs)))}
+        sd, kw = info.get("pooled_sd", math.nan), {"method": "pooled t", "coefs": tuple(coefs),  # type: ignore[dict-item]
+                                                   "stratum_arms": int(info.get("stratum_arms", len(coefs)))}  # type: ignore[dict-item]
     else:
         sds = [float(s) for s in info.get("arm_sds", [])]
         if not sds or not all(math.isfinite(s) for s in sds):
             return none
-        sd, kw = 1.0, {"method": "Welch", "coefs": tuple(coefs)}
+        sd, kw = 1.0, {"method": "Welch", "coefs": tuple(coefs)}  # type: ignore[dict-item]
     if not math.isfinite(sd):
         return none
     lo, hi = sd_range(sd, df) if math.isfinite(df) and df > 0 else (math.nan, math.nan)
@@ -429,8 +429,8 @@ def power_needs(est: Estimate | None, info: Mapping[str, Any], expect: str, marg
             return None
         if kw["method"] == "Welch":
             return seeds_for_power(max_n=MAX_POWER_SEEDS, expect=expect, margin=margin, alpha=alpha,
-                                   arm_sds=[s * scale for s in info["arm_sds"]], **kw)
-        return seeds_for_power(max_n=MAX_POWER_SEEDS, expect=expect, margin=margin, alpha=alpha, sd=sd * scale, **kw)
+                                   arm_sds=[s * scale for s in info["arm_sds"]], **kw)  # type: ignore[arg-type]
+        return seeds_for_power(max_n=MAX_POWER_SEEDS, expect=expect, margin=margin, alpha=alpha, sd=sd * scale, **kw)  # type: ignore[arg-type]
 
     level = level if math.isfinite(level) else ALPHA
     return {"seeds_for_80pct_power": need(1.0, level), "seeds_unadjusted": need(1.0, ALPHA),
@@ -862,7 +862,7 @@ def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", 
     row.update(variance=model, variance_rule=why)
     pool, seeds = arms_by, ()
     if stage == "stage 2":
-        seeds = tuple(confirm.confirm.stage1_seeds) if confirm is not None and confirm.confirm else ()
+        seeds = tuple(confirm.confirm.stage1_seeds) if confirm is not None and confirm.confirm else ()  # type: ignore[assignment]
         pool = arms_of(at, seeds, key=("fresh", seeds))
     try:
         prim = estimate_part(primary, pool, stage=stage, scale=scale)
@@ -896,7 +896,7 @@ def _part_row(claim: ClaimSpec, part: PartSpec, scale: str, at: "pd.DataFrame", 
     for r in vrows:
         robust_rows.append({"claim": claim.id, "part": part.name, "scale": scale, **r})
     ladder += ladder_rows(claim, primary, scale, prim, stage, curve)
-    p_of = min(d.candidates, key=d.candidates.get) if d.candidates else ""
+    p_of = min(d.candidates, key=d.candidates.get) if d.candidates else ""  # type: ignore[arg-type]
     row.update({
         "model": ", ".join(f"{size} {p / 1e6:.2g}M" if math.isfinite(p) else size
                            for size, (p, _) in sorted(prim.arm_sizes.items(), key=lambda kv: kv[1][0])

@@ -95,7 +95,7 @@ class Palette:
         def x_name(c: dict) -> str:  # the hue already names the variant: a recursion depth is just "T=2"
             if x in ("model.attn_steps", "model.mlp_steps"):
                 return f"T={c.get(x)}"
-            return value_text(x, c.get(x))
+            return value_text(x, c.get(x))  # type: ignore[arg-type]
 
         x_text = [x_name(c) if x in keys else "" for c in configs]
         self.curve_style_of = {aid: ", ".join(p for p in (xt, self.style_of[aid] if rest else "") if p) or "all runs"
@@ -329,7 +329,8 @@ def metric_figure(runs: "pd.DataFrame", *, x: str | None = None, hue: Sequence[s
     ax.set_title(f"{ylabel} against {xname}" if pts.x else ylabel, fontsize=10)
     from matplotlib.lines import Line2D
 
-    extra = [Line2D([], [], color="0.35", linestyle=ls, label=st) for st, ls in pts.styles.items()] + \
+    extra = [Line2D([], [], color="0.35", linestyle=ls, label=st)  # type: ignore[arg-type]
+             for st, ls in pts.styles.items()] + \
         [Line2D([], [], color="0.35", marker=m, linestyle="none", label=st) for st, m in pts.marks.items()]
     style.figure_legend(fig, [ax], table["n"], max_cols=2, extra=extra)
     caption = (f"{ylabel[0].upper() + ylabel[1:]} against {xname or 'the arms'}: one colour per series (what "
@@ -459,7 +460,7 @@ def arm_curves(runs: "pd.DataFrame", curves: "pd.DataFrame | None", *, name: str
             vx, vy = (curve.val_x, curve.val_y) if curve is not None else _val_means(val)
             style.tag(ax.plot(vx, vy, "o", color=look.color, markersize=3.5, markeredgecolor="black",
                               markeredgewidth=0.4), ids)
-        handles.append(Line2D([], [], color=look.color, linestyle=look.line, label=f"{look.label}, n={len(per_run)}"))
+        handles.append(Line2D([], [], color=look.color, linestyle=look.line, label=f"{look.label}, n={len(per_run)}"))  # type: ignore[arg-type]
     from matplotlib.ticker import EngFormatter
 
     ax.xaxis.set_major_formatter(EngFormatter())

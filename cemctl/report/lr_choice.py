@@ -65,7 +65,7 @@ def choose(rates: dict[float, list[tuple[float | None, float | None]]]) -> tuple
         by, pick = "validation loss", 0
     else:
         by, pick = "metric (no validation loss)", 1
-    means = {lr: sum(p[pick] for p in v if p[pick] is not None) / max(1, sum(p[pick] is not None for p in v))
+    means = {lr: sum(p[pick] for p in v if p[pick] is not None) / max(1, sum(p[pick] is not None for p in v))  # type: ignore[misc]
              for lr, v in candidates.items()}
     lr = min(sorted(means), key=lambda r: means[r])
     return lr, by, top, means

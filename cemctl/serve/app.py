@@ -312,9 +312,9 @@ class Dashboard:
             rid = rest[0]
             if len(rest) == 1:
                 return self.run(req, rid)
-            page = {"curves.json": self.run_curves_json, "system.json": self.system_json}.get(rest[1])
-            if page is not None:
-                return page(req, rid)
+            run_page = {"curves.json": self.run_curves_json, "system.json": self.system_json}.get(rest[1])
+            if run_page is not None:
+                return run_page(req, rid)
         if head == "compare" and len(rest) <= 1:
             if not rest:
                 return self.compare(req)
@@ -428,7 +428,7 @@ class Dashboard:
         from cemctl.services.dashboard.charts import metric_chart
 
         sel = self.selection(req)
-        args = dict(metric=req.one("metric") or None, x=req.one("x") or None,
+        args: dict[str, Any] = dict(metric=req.one("metric") or None, x=req.one("x") or None,
                     hue=[h for v in req.many("hue") for h in v.split(",")], panel=req.one("panel") or None,
                     log_x=req.maybe("logx"), log_y=req.flag("logy"), rates=req.one("rates") or None)
         return self.json(self.live_memo(("metric", name, sel, sorted(args.items())), name, sel,
@@ -438,7 +438,7 @@ class Dashboard:
         from cemctl.services.dashboard.charts import experiment_curves
 
         sel = self.selection(req)
-        args = dict(metric=req.one("cmetric") or "train_loss", x=req.one("cx") or "tokens",
+        args: dict[str, Any] = dict(metric=req.one("cmetric") or "train_loss", x=req.one("cx") or "tokens",
                     chart_x=req.one("x") or None, hue=[h for v in req.many("hue") for h in v.split(",")],
                     panel=req.one("panel") or None, rates=req.one("rates") or None, log_x=req.flag("clogx"),
                     log_y=req.flag("clogy"), smooth=req.one("smooth") or None)

@@ -86,7 +86,8 @@ class DashboardServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else str(host)
+        text = host.decode() if isinstance(host, bytes) else str(host)
+        shown = f"[{text}]" if ":" in text else text
         return f"http://{shown}:{port}/"
 
     def handle_error(self, request: Any, client_address: Any) -> None:

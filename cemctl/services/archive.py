@@ -132,8 +132,8 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
                 "grid_text": exp.grid_text, "grid_sha256": exp.grid_sha256,
                 "plans": [{"scale": sc, "overrides_json": ov, "links": links} for (sc, ov), links in plans.items()]})
             for links in plans.values():
-                for link in links:
-                    rid = link["run_id"]
+                for link in links:  # type: ignore[assignment]
+                    rid = link["run_id"]  # type: ignore[index]
                     if rid in manifest["runs"]:
                         continue
                     files = {}
@@ -161,8 +161,8 @@ def archive_experiments(url: str, runs_root: Path | str, experiments: Sequence[s
     from cem_core.runfiles.manifest import FileEntry
     from cemctl.services.archive_manifest import archive_manifest_bytes
 
-    files = {name: FileEntry(len(data), _sha256(data)) for name, data in blobs.items()}
-    manifest_bytes = archive_manifest_bytes(manifest["experiments"], files, created=manifest["created"])
+    files = {name: FileEntry(len(data), _sha256(data)) for name, data in blobs.items()}  # type: ignore[misc]
+    manifest_bytes = archive_manifest_bytes(manifest["experiments"], files, created=manifest["created"])  # type: ignore[arg-type]
 
     def write(tmp: Path) -> None:
         with tarfile.open(tmp, "w:gz", compresslevel=9) as tar:
@@ -335,7 +335,7 @@ def _stage_archive(path: Path, stage: Path) -> tuple[dict[str, Any], dict[str, d
                             out.write(chunk)
                     total += size
                     staged[m.name] = {"size": size, "sha256": digest.hexdigest()}
-        except (tarfile.TarError, EOFError, zlib_error()) as e:
+        except (tarfile.TarError, EOFError, zlib_error()) as e:  # type: ignore[misc]
             raise ArchiveError(f"import: {path}: truncated or damaged archive ({e}); nothing was imported") from None
     if manifest_bytes is None:
         raise ArchiveError(f"import: {path}: no manifest.json (not a cemctl archive)")
@@ -359,7 +359,7 @@ def read_manifest(data: bytes, path: Path | str) -> dict[str, Any]:
     except ManifestError as e:
         raise ArchiveError(str(e)) from None
     names = set()
-    for i, e in enumerate(m["experiments"]):
+    for i, e in enumerate(m["experiments"]):  # type: ignore[misc]
         try:
             check_experiment_name(e.get("name"))
         except ConfigError as err:
@@ -674,7 +674,7 @@ def _check_experiments(engine: Any, manifest: dict[str, Any], plans: list[_Impor
                 raise ArchiveError(f"import: {path}: experiment {exp['name']!r}: {e.message}") from None
     for plan in plans:
         try:
-            check_plan(engine, plan)
+            check_plan(engine, plan)  # type: ignore[arg-type]
         except ExperimentClash:
             local = get_experiment(engine, plan.name)
             ours = f", sha256 {local.grid_sha256[:12]}" if local is not None and local.grid_sha256 else ""

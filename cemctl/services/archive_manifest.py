@@ -101,7 +101,7 @@ def _experiment(exp: Any, key: str, source: str, runs: dict[str, Any]) -> None:
         except (ValueError, RecursionError):
             parsed = None
         _check(isinstance(parsed, dict), source, f"{where}.overrides_json", "the JSON text of a table")
-        _overrides(parsed, f"{where}.overrides_json", source)
+        _overrides(parsed, f"{where}.overrides_json", source)  # type: ignore[arg-type]
         plan_key = (plan["scale"], json.dumps(parsed, sort_keys=True, default=str))  # record_plan's plan key
         _check(plan_key not in keys, source, where, "a plan of its own (another has the same scale and overrides)")
         keys.add(plan_key)

@@ -124,7 +124,7 @@ def confirm_change(engine: Any, experiment: str, grid_text: str, grid_sha256: st
         return ""
     return (f"the confirmation design {experiment!r} changed after {len(done)} of its runs finished (registered "
             f"{_date(float(mine[-1]['time']))}); a registered design is not edited: make a new one with `cemctl "
-            f"confirm {parts[0].confirm.of} -o OTHER.toml`, or put the registered file back")
+            f"confirm {parts[0].confirm.of} -o OTHER.toml`, or put the registered file back")  # type: ignore[union-attr]
 
 
 def register_claims(engine: Any, experiment: str, runs_root: Path | str, *, scale: str | None = None,

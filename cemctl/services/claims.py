@@ -160,9 +160,9 @@ def claims_figure(parts: "pd.DataFrame") -> "Figure":
         handles.append(Line2D([], [], color=EXPLORATORY_COLOR, marker="o", linewidth=1.4,
                               label="stage 1, exploratory (rates chosen on these seeds)"))
     if "holm" in drawn:
-        handles.append(Patch(fill=False, edgecolor="black", linewidth=0.9, label="adjusted interval (step-down level)"))
+        handles.append(Patch(fill=False, edgecolor="black", linewidth=0.9, label="adjusted interval (step-down level)"))  # type: ignore[arg-type]
     if "margin" in drawn:
-        handles.append(Patch(color=MARGIN_COLOR, label="the part's margin (+-)"))
+        handles.append(Patch(color=MARGIN_COLOR, label="the part's margin (+-)"))  # type: ignore[arg-type]
     if "clipped" in drawn:
         handles.append(Line2D([], [], color="0.3", marker=">", linestyle="none", label="goes on beyond the axis"))
     if len(scales) > 1:
@@ -245,7 +245,7 @@ def code_notes(engine: Any, runs: "pd.DataFrame", parts: "pd.DataFrame") -> list
             fps = {fp for fp in fps if isinstance(fp, str) and fp}
             if len(fps) > 1:
                 notes.append(f"{r.claim}. {r.part} ({r.scale}): its runs were trained by {len(fps)} versions of the "
-                             f"model code ({', '.join(sorted(fps))}); a difference may be the code's")
+                             f"model code ({', '.join(sorted(fps))}); a difference may be the code's")  # type: ignore[arg-type]
     return notes
 
 

@@ -224,7 +224,7 @@ def compare(url: str, runs_root: Path | str, items: Sequence[str], *, experiment
     cmp = Comparison(resolved, differing)
     cmp.metrics = [(col, [_value(i, col) for i in resolved]) for col in METRICS]
     first = resolved[0]
-    cmp.differences = [(col, [None] + [difference(first, i, col) for i in resolved[1:]]) for col in DIFFERENCE_METRICS]
+    cmp.differences = [(col, [None, *(difference(first, i, col) for i in resolved[1:])]) for col in DIFFERENCE_METRICS]
     env = [(col, [_env_text(i, col) for i in resolved]) for col in ENVIRONMENT]
     cmp.environment = [(col, vals) for col, vals in env if any(vals) and len(set(vals)) > 1]
     return cmp
@@ -277,13 +277,12 @@ def curves_figure(url: str, cmp: Comparison) -> Any:
     runs = pd.concat(frames, ignore_index=True)
     curves = load_curves(engine, runs["run_id"].unique())
 
+    from cemctl.report import style
+
     class _Items:  # one colour per item, named as given
         hue_of = {f"item{i}": (item.text if item.kind == "run" else item.name) for i, item in enumerate(cmp.items)}
         curve_style_of = {k: "all runs" for k in hue_of}
-
-    from cemctl.report import style
-
-    _Items.color = {name: style.CYCLE[i % len(style.CYCLE)] for i, name in enumerate(_Items.hue_of.values())}
+        color = {name: style.CYCLE[i % len(style.CYCLE)] for i, name in enumerate(hue_of.values())}
     part = arm_curves(runs, curves, name="compare", palette=_Items)  # type: ignore[arg-type]
     if part is None:
         raise CemError("compare: these runs have no training curves yet")

@@ -422,7 +422,7 @@ def _add_ladder(plans: list[PartPlan], ladder: tuple[str, ...], transfer: str, a
     if unknown or base in ladder:
         raise ConfigError("--ladder", f"must list model sizes other than {base}", value=", ".join(unknown or [base]),
                           allowed=[s for s in SIZES if s != base])
-    cfg = next((a.config for a in arms_by.get(base, [])), {})
+    cfg = next((a.config for a in arms_by.get(base, [])), {})  # type: ignore[var-annotated]
     base_ctx.update(size=base, context=int(cfg.get("model.context_len") or SIZES[base].context_len),
                     d=int(cfg.get("model.d_model") or SIZES[base].d_model))
     for p in plans:

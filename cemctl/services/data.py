@@ -295,7 +295,7 @@ def cache_inventory(db_url: str, *, cache_dirs: Iterable[Path] = ()) -> list[Cac
                 keys[data_json] = cache_key(cfg.data)[0].base.resolve()
             except CemError:  # a files corpus whose files are gone: no cache of it can be used
                 keys[data_json] = None
-        info = by_base.get(keys[data_json]) if keys[data_json] is not None else None
+        info = by_base.get(keys[data_json]) if keys[data_json] is not None else None  # type: ignore[arg-type]
         if info is None:
             continue
         info.experiments.add(experiment)

@@ -138,7 +138,10 @@ def export_runs(url: str, experiment: str | None = None, *, where: Sequence[str]
         return ExportResult(out, fmt, len(frame), len(runs), text=_write_frame(frame, fmt, None))
     from cemctl.report.outfile import write_owned_file
 
-    write_owned_file(out, lambda tmp: _write_frame(frame, fmt, tmp), force=force)
+    def write(tmp: Path) -> None:
+        _write_frame(frame, fmt, tmp)
+
+    write_owned_file(out, write, force=force)
     return ExportResult(out, fmt, len(frame), len(runs))
 
 

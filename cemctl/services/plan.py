@@ -343,7 +343,7 @@ def plan_experiment(
                 if "no results database" not in str(e):
                     raise
             else:
-                check_plan(engine, plan)
+                check_plan(engine, plan)  # type: ignore[arg-type]
         known = known_states(db_url, [r["run_id"] for r in rows])
         for row in rows:
             if row["run_id"] in known:

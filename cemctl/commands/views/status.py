@@ -19,6 +19,7 @@ columns left out are named under the table). `columns=[...]` shows exactly those
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -32,6 +33,7 @@ from cemctl.records.fields import column_field as field_of
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import RenderableType
 
+    from cemctl.records.record import RunRecord
     from cemctl.services.status import ExperimentStatus
 
 STATE_STYLES = {
@@ -61,14 +63,14 @@ def short_ids(run_ids: Sequence[str]) -> dict[str, str]:
     return {rid: rid[:n] for rid in run_ids}
 
 
-def raw_value(r: dict[str, Any], key: str) -> Any:
+def raw_value(r: "RunRecord", key: str) -> Any:
     """A record's value of a field (an axis the record was loaded without its config for: from its axes)."""
     if key in r:
         return r[key]
     return r.axes.get(key)
 
 
-def cell_text(r: dict[str, Any], key: str) -> str:
+def cell_text(r: "RunRecord", key: str) -> str:
     """A field's value as text, by the field's kind (`cemctl.records.formats`)."""
     if key == "progress":
         return F.progress(r.get("step"), r.get("total_steps"), r.get("state") == "done")
@@ -122,7 +124,7 @@ class ExperimentView:
         return Group(*parts)
 
 
-def _axes(rows: Sequence[dict[str, Any]], meta: Any) -> list[str]:
+def _axes(rows: Sequence["RunRecord"], meta: Any) -> list[str]:
     """The grid's varied keys of the runs shown, in the grid file's order."""
     order = list(getattr(meta, "axes", []) or [])
     for r in rows:
@@ -207,7 +209,7 @@ def _numeric(values: Sequence[Any]) -> bool:
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
 
 
-def _cells(r: dict[str, Any], keys: Sequence[str], ids: dict[str, str]) -> dict[str, Cell]:
+def _cells(r: "RunRecord", keys: Sequence[str], ids: dict[str, str]) -> dict[str, Cell]:
     out: dict[str, Cell] = {}
     for key in keys:
         if key == "run_id":
@@ -225,10 +227,10 @@ def status_views(statuses: Sequence["ExperimentStatus"], *, width: int | None, n
     return [experiment_view(e, width=width, now=now, columns=columns, wide=wide, limit=limit) for e in statuses]
 
 
-def arm_rows(runs: Sequence[dict[str, Any]], metric: str = "test_loss") -> list[dict[str, Any]]:
+def arm_rows(runs: Sequence["RunRecord"], metric: str = "test_loss") -> list[dict[str, Any]]:
     """One dict per arm of the records (first-seen order): arm id and label, runs, finished values of `metric`,
     their mean and s.d., the states."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for r in runs:
         groups.setdefault(r["arm"], []).append(r)
     out = []
@@ -236,7 +238,7 @@ def arm_rows(runs: Sequence[dict[str, Any]], metric: str = "test_loss") -> list[
         vals = [float(r[metric]) for r in rs if r["state"] == "done" and isinstance(r.get(metric), (int, float))
                 and math.isfinite(r[metric])]
         mean = sum(vals) / len(vals) if vals else None
-        sd = math.sqrt(sum((x - mean) ** 2 for x in vals) / (len(vals) - 1)) if len(vals) > 1 else None
+        sd = statistics.stdev(vals) if len(vals) > 1 else None
         states: dict[str, int] = {}
         for r in rs:
             states[r["state"]] = states.get(r["state"], 0) + 1

@@ -232,7 +232,7 @@ def axis_headers(names: dict[str, str], widest: dict[str, int], room: int | None
         if not shorter:
             break
         k = max(shorter, key=width)
-        label[k] = shorter[k]
+        label[k] = shorter[k]  # type: ignore[assignment]
     cut = {k: width(k) for k in names}
     while sum(cut.values()) > room:
         cuttable = [k for k in names if cut[k] > max(3, widest[k])]

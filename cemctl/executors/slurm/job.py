@@ -48,7 +48,7 @@ class TrainJob(Checkpointable):
         job = runfiles.read_job(rd)
         attempt = (job.attempt if job else 0) + 1
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-        common = {"executor": "slurm", "job_id": job_id, "attempt": attempt}
+        common: dict[str, Any] = {"executor": "slurm", "job_id": job_id, "attempt": attempt}
         if runfiles.cancel_requested(rd):
             runfiles.update_job(rd, state="cancelled", reason="cancelled before it started", job_id=job_id)
             return {"state": "cancelled"}

@@ -65,7 +65,7 @@ def render(runs: "pd.DataFrame", curves: "pd.DataFrame | None" = None) -> Report
         bases = sorted({int(base_idx[i]) for i in panel.index if base_idx[i] >= 0})
         baseline_lines(ax, agg, bases, [KQ_COLUMN, "model.size"], label_ns=base_ns, palette=palette)
         ax.set_xticks(range(len(strategies)))
-        ax.set_xticklabels([SHORT.get(s, s) for s in strategies])
+        ax.set_xticklabels([SHORT.get(s, s) for s in strategies])  # type: ignore[misc]
         ax.set_xlim(-0.6, len(strategies) - 0.4)
         ax.set_xlabel("KQ diagonal in A_k")
         ax.set_ylabel("test perplexity")

@@ -76,7 +76,7 @@ def render(runs: "pd.DataFrame", choice: "RateChoice", *, value: str = "test_ppl
             ax.set_title(f"size {size}", fontsize=10)
     for ax in axes[len(sizes):]:
         ax.set_visible(False)
-    extra = [Line2D([], [], color=colors[a], linestyle=styles[a][0], marker=styles[a][1],
+    extra = [Line2D([], [], color=colors[a], linestyle=styles[a][0], marker=styles[a][1],  # type: ignore[arg-type]
                     label=f"{a}, {style.n_note(agg.loc[agg['_arm'].eq(a), 'n'])}") for a in arms]
     extra.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", markeredgecolor="0.3",
                         linestyle="none", label="the rate the figures show"))

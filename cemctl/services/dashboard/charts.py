@@ -28,6 +28,8 @@ from cem_core.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from cemctl.records.record import RunRecord
+
     from cemctl.report.generic import Palette
     from cemctl.services.dashboard.source import Source
     from cemctl.services.dashboard.tables import Selection
@@ -96,7 +98,7 @@ class ChartView:
     rate is asked for or a chart draws the rate), the report's palette, and the keys on x, colour and panels."""
 
     shown: "pd.DataFrame"
-    palette: "Palette"
+    palette: "Palette | None"
     x: str | None
     hue: list[str]
     panel: str | None
@@ -109,7 +111,7 @@ class ChartView:
     default: bool  # the report's own figure
     done: int  # finished runs with the metric among those shown
     states: dict[str, int]
-    records: dict[str, dict[str, Any]]  # run id -> its record as its folder shows it now
+    records: dict[str, "RunRecord"]  # run id -> its record as its folder shows it now
     db_state: dict[str, str]  # run id -> its state in the database (a run in flight is read from its folder)
     auto_panel: bool = False
 
@@ -233,7 +235,7 @@ def metric_chart(src: "Source", name: str, sel: "Selection", *, metric: str | No
     from cemctl.services.dashboard.tables import header
 
     view = chart_view(src, name, sel, metric=metric, x=x, hue=hue, panel=panel, rates=rates)
-    out = {"metric": view.metric, "x": view.x, "hue": view.hue, "panel": view.panel, "keys": view.keys,
+    out: dict[str, Any] = {"metric": view.metric, "x": view.x, "hue": view.hue, "panel": view.panel, "keys": view.keys,
            "metrics": view.metrics, "charts": [], "default": view.default, "chosen_rates": view.chosen_rates}
     if not view.done or view.palette is None:
         out["note"] = no_result_note(view.states, view.metric)
@@ -256,7 +258,7 @@ def metric_chart(src: "Source", name: str, sel: "Selection", *, metric: str | No
         note.append("each arm at its best sampled learning rate by mean validation loss, as the report draws it "
                     "(every rate: the 'rates' choice)")
     if view.auto_panel:
-        note.append(f"more than {MAX_HUES} colours: one panel per {header(view.panel)}")
+        note.append(f"more than {MAX_HUES} colours: one panel per {header(view.panel or '')}")
     out["note"] = "; ".join(note)
     return out
 
@@ -270,7 +272,7 @@ def _metric_json(pts: Any, *, title: str, log_x: bool, log_y: bool) -> dict[str,
     series = []
     for (h, st), look in pts.looks.items():
         sub = table[table["hue"].eq(h) & table["style"].eq(st)]
-        y, lo, hi, n, sd = ([None] * len(xs) for _ in range(5))
+        y, lo, hi, n, sd = ([None] * len(xs) for _ in range(5))  # type: list[Any], list[Any], list[Any], list[Any], list[Any]
         for row in sub.to_dict("records"):
             i = index[float(row["pos"])]
             mean, std, count = _num(row["mean"]), _num(row["std"]), int(row["n"])
@@ -285,7 +287,7 @@ def _metric_json(pts: Any, *, title: str, log_x: bool, log_y: bool) -> dict[str,
             "categories": None if pts.numeric else pts.tick_labels, "series": series}
 
 
-def no_result_note(states: dict[str, int] | Sequence[dict[str, Any]], metric: str) -> str:
+def no_result_note(states: dict[str, int] | Sequence["RunRecord"], metric: str) -> str:
     """What a chart says instead of drawing nothing: no finished run has the metric yet, and the runs' states."""
     from collections import Counter
 
@@ -296,7 +298,7 @@ def no_result_note(states: dict[str, int] | Sequence[dict[str, Any]], metric: st
 
 # ----------------------------------------------------------------------------------------------- curves
 
-def curve_rows(src: "Source", records: Sequence[dict[str, Any]], metric: str, x: str, *, val: bool = False,
+def curve_rows(src: "Source", records: Sequence["RunRecord"], metric: str, x: str, *, val: bool = False,
                db_state: dict[str, str] | None = None
                ) -> tuple[dict[str, tuple[Any, Any]], dict[str, list[tuple[Any, Any, Any]]]]:
     """({run id: (x array, y array)} of one curve metric, sorted by x; {run id: [(step, x, validation loss)]} when
@@ -404,7 +406,7 @@ def folder_curves(run_dir: Any, metric: str, x: str, *, val: bool = False, point
 
 
 def curve_groups(src: "Source", groups: Sequence[tuple[str, Any, str | None, Sequence[str]]],
-                 records: dict[str, dict[str, Any]], *, metric: str, x: str, log_x: bool = False,
+                 records: dict[str, "RunRecord"], *, metric: str, x: str, log_x: bool = False,
                  log_y: bool = False, smooth: str | None = None, title: str = "",
                  db_state: dict[str, str] | None = None, y_label: str | None = None) -> dict[str, Any]:
     """One chart: per group (label, colour, line style, run ids) the mean of its runs' curves (each smoothed as the
@@ -439,7 +441,7 @@ def curve_groups(src: "Source", groups: Sequence[tuple[str, Any, str | None, Seq
         if curve is not None or any(vals.get(r) for r in mine):
             curves.append((label, color, line, curve))
     drawn = [c for c in curves if c[3] is not None]
-    grid = np.unique(np.concatenate([c[3].x for c in drawn])) if drawn else np.array([])
+    grid = np.unique(np.concatenate([c[3].x for c in drawn if c[3] is not None])) if drawn else np.array([])
     if len(grid) > CURVE_POINTS:
         grid = grid[np.linspace(0, len(grid) - 1, CURVE_POINTS).round().astype(int)]
     val_x = [c[3].val_x for c in curves if c[3] is not None and c[3].val_x is not None]
@@ -457,7 +459,7 @@ def curve_groups(src: "Source", groups: Sequence[tuple[str, Any, str | None, Seq
                        "hi": on(curve.high) if curve.high is not None else None, "points": metric == "val_loss",
                        "lines": True, "whiskers": False})
         if curve.val_x is not None and len(curve.val_x):
-            y = [None] * len(allx)
+            y: list[float | None] = [None] * len(allx)
             pos = {float(v): i for i, v in enumerate(allx)}
             for vx, vy in zip(curve.val_x, curve.val_y):
                 if float(vx) in pos and math.isfinite(vy):
@@ -635,9 +637,9 @@ def parallel(src: "Source", name: str, sel: "Selection", *, metric: str | None =
     metrics = metric_choices(recs.records, meta)
     metric = _check("metric", metric or (meta.metric if meta else None), metrics, "metric") or metrics[0]
     rows = [r for r in chosen if _finite(r.get(metric))]
-    axes = []
+    axes: list[dict[str, Any]] = []
     for k in keys:
-        vals = [r.get(k) for r in rows]
+        vals: list[Any] = [r.get(k) for r in rows]
         numeric = bool(vals) and all(_finite(v) for v in vals)
         if numeric:
             positive = all(v > 0 for v in vals)
@@ -658,7 +660,8 @@ def parallel(src: "Source", name: str, sel: "Selection", *, metric: str | None =
         values = []
         for a in axes:
             v = r.get(a["key"])
-            values.append(a["categories"].index(formats.value(v)) if a["categorical"] else float(v))
+            values.append(a["categories"].index(formats.value(v)) if a["categorical"] else
+                          float(v if v is not None else math.nan))
         lines.append({"run": r["run_id"], "label": r.get("arm_label") or "", "values": values})
     without = len(chosen) - len(lines)
     return {"axes": axes, "lines": lines, "metric": metric, "metrics": metrics, "keys": keys,

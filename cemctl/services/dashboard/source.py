@@ -114,7 +114,7 @@ class Source:
         commit moves them), else a clock tick of TOKEN_TTL_S."""
         if not self.db_files:
             return int(time.monotonic() / TOKEN_TTL_S)
-        out = []
+        out: list[tuple[int, int] | None] = []
         for p in self.db_files:
             try:
                 st = os.stat(p)

@@ -20,6 +20,7 @@ from cem_core.errors import CemError, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from cemctl.records.load import ExperimentMeta, RunRecords
+    from cemctl.records.record import RunRecord
     from cemctl.services.dashboard.source import Source
 
 ROW_LIMIT = 200  # runs shown in a table unless the URL asks for more (limit=0: all)
@@ -118,7 +119,7 @@ def experiment_records(src: "Source", name: str, scale: str | None = None) -> "R
     return src.cached(f"records:{name}:{scale}", load)
 
 
-def live_copy(src: "Source", records: Sequence[dict[str, Any]], now: float | None = None) -> list[dict[str, Any]]:
+def live_copy(src: "Source", records: Sequence["RunRecord"], now: float | None = None) -> list["RunRecord"]:
     """The records with those not yet ended brought up to their run folders (`cemctl.records.live`), as copies."""
     from cem_core.runfiles import IN_FLIGHT_STATES
     from cemctl.records.live import live_records
@@ -129,14 +130,14 @@ def live_copy(src: "Source", records: Sequence[dict[str, Any]], now: float | Non
 
 
 def live_experiment(src: "Source", name: str, scale: str | None = None, now: float | None = None
-                    ) -> "tuple[RunRecords, list[dict[str, Any]]]":
+                    ) -> "tuple[RunRecords, list[RunRecord]]":
     """The experiment's records (as the database has them) and their copies brought up to the run folders: what
     every table and chart of its page shows, so that they agree with each other and with `cemctl status`."""
     recs = experiment_records(src, name, scale)
     return recs, live_copy(src, recs.records, now)
 
 
-def frame_of(records: Sequence[dict[str, Any]]) -> "Any":
+def frame_of(records: Sequence["RunRecord"]) -> "Any":
     """Records as the report's runs frame (`cemctl.records.records_frame`)."""
     from cemctl.records import records_frame
 
@@ -162,11 +163,11 @@ def arm_names(src: "Source", name: str, scale: str | None = None) -> dict[str, s
     return src.cached(f"arm-names:{name}:{scale}", compute)
 
 
-def known_keys(records: Sequence[dict[str, Any]]) -> list[str]:
+def known_keys(records: Sequence["RunRecord"]) -> list[str]:
     return list(dict.fromkeys(k for r in records[:50] for k in r if is_config(k)))
 
 
-def select(records: Sequence[dict[str, Any]], sel: Selection) -> list[dict[str, Any]]:
+def select(records: Sequence["RunRecord"], sel: Selection) -> list["RunRecord"]:
     from cemctl.records.where import matches
 
     conds = sel.conds(known_keys(records))
@@ -179,7 +180,7 @@ def experiment_axes(src: "Source", name: str, scale: str | None = None) -> list[
     return src.cached(f"axes:{name}:{scale}", lambda: varying_axes(recs.experiments.get(name), recs.records))
 
 
-def varying_axes(meta: "ExperimentMeta | None", records: Sequence[dict[str, Any]]) -> list[str]:
+def varying_axes(meta: "ExperimentMeta | None", records: Sequence["RunRecord"]) -> list[str]:
     """The config keys that vary among the records (the grid's axes first, in its order), nuisance keys last out."""
     from cem_core.arms import varying_keys
 
@@ -417,7 +418,7 @@ def _sorted(rows: list[dict[str, Any]], key: str, desc: bool) -> list[dict[str, 
     return nums + texts + rest
 
 
-def metric_choices(records: Sequence[dict[str, Any]], meta: "ExperimentMeta | None" = None) -> list[str]:
+def metric_choices(records: Sequence["RunRecord"], meta: "ExperimentMeta | None" = None) -> list[str]:
     """The metrics the arms table and the metric figure can show: the grid's metric (even before any run has it: an
     experiment whose runs all failed shows its page, saying so) and those of ARM_METRICS some run has."""
     grid = [meta.metric] if meta is not None and meta.metric else ["test_loss"]
@@ -546,7 +547,7 @@ def _finite(v: Any, open_: bool = False) -> float:
 
 @dataclass
 class RunView:
-    record: dict[str, Any]
+    record: "RunRecord"
     fields: list[tuple[str, str, str]]  # (header, value text, meaning)
     config: list[tuple[str, str, bool]]  # (key, value text, varied in its grid)
     tags: list[tuple[str, str]]
@@ -592,7 +593,7 @@ def run_view(src: "Source", run_id: str, *, log_lines: int = LOG_LINES, now: flo
                "attempt": "" if e.attempt is None else str(e.attempt), "host": e.host or "", "source": e.source}
               for e in run_events(src.engine, run_id)]
     env = environment_of(src.engine, [run_id]).get(run_id) or {}
-    earlier = env.get("earlier_attempts") if isinstance(env.get("earlier_attempts"), list) else []
+    earlier: Any = env.get("earlier_attempts") if isinstance(env.get("earlier_attempts"), list) else []
     env_rows = [(k, _env_text(k, v)) for k, v in env.items() if k != "earlier_attempts"]
     log = run_log(src, rec, log_lines)
     exps = [e.strip() for e in str(rec.get("experiment") or "").split(",") if e.strip()]
@@ -612,7 +613,7 @@ def _env_text(key: str, value: Any) -> str:
     return formats.value(value) if not isinstance(value, (dict, list)) else formats.value(str(value))
 
 
-def run_log(src: "Source", rec: dict[str, Any], lines: int) -> list[str]:
+def run_log(src: "Source", rec: "RunRecord", lines: int) -> list[str]:
     """The last lines of the run's logs (`cemctl.services.logs`: files inside the run's folder only, control
     characters escaped), each log under a `==> file <==` header."""
     from cemctl.services.logs import tail_logs

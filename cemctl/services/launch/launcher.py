@@ -228,7 +228,7 @@ def resolve_target(engine: Any, url: str, runs_root: Path, req: LaunchRequest) -
     if req.scale is None and len(scales) > 1:
         raise ConfigError("--scale", f"experiment {resolved.name!r} has runs at several scales; say which to launch",
                           allowed=[x.scale for x in scales])
-    scale = pick_scale(engine, resolved.name, req.scale, need_done=False)
+    scale = pick_scale(engine, resolved.name, req.scale, need_done=False)  # type: ignore[assignment]
     resolved = resolve_runs(engine, resolved.name, runs_root, scale=scale, in_grid_only=True)
     exp = get_experiment(engine, resolved.name)
     source = exp.grid_path if exp is not None and exp.grid_path else req.target

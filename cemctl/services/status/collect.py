@@ -147,9 +147,8 @@ def sort_records(rows: list[RunRecord], key: str, *, descending: bool = False) -
     """Records ordered by a field's value (numbers as numbers, then text); missing values last either way; ties
     keep their order."""
     pairs = [(r.get(key) if key in r else r.axes.get(key), r) for r in rows]
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # noqa: E731
-    numbers = [(v, r) for v, r in pairs if number(v)]
-    texts = [(str(v), r) for v, r in pairs if v is not None and not number(v) and not (isinstance(v, float))]
+    numbers = [(float(v), r) for v, r in pairs if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+    texts = [(str(v), r) for v, r in pairs if v is not None and not isinstance(v, (int, float))]
     numbers.sort(key=lambda p: p[0], reverse=descending)
     texts.sort(key=lambda p: p[0], reverse=descending)
     kept = {id(r) for _, r in numbers} | {id(r) for _, r in texts}
@@ -244,9 +243,9 @@ def reconcile_queued(engine: "Engine", run_ids: list[str] | None = None, *,
         return []
     queued = [(rid, root / rid, state) for rid, state in reader.rows(
         "SELECT id, state FROM runs WHERE state IN ('queued', 'running')") if run_ids is None or rid in run_ids]
-    records = [(rid, rdir, state, runfiles.read_job(rdir)) for rid, rdir, state in queued]
     here = runfiles.hostname()
-    records = [(rid, rdir, job) for rid, rdir, state, job in records if job is not None and job.live
+    records = [(rid, rdir, job) for rid, rdir, state in queued for job in (runfiles.read_job(rdir),)
+               if job is not None and job.live
                and (state == "queued" or (job.state == "running" and job.executor == "local" and job.host == here))]
     if not records:
         return []

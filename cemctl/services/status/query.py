@@ -15,9 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from cem_core.errors import ConfigError
 from cem_core.runfiles import RUN_STATES
@@ -146,10 +144,10 @@ def grid_progress(statuses: list[ExperimentStatus]) -> GridProgress | None:
     if not running and not queued:
         return None
     shown = Counter(r.state for r in runs)
-    unseen = ([{"state": "running"}] * max(0, running - shown["running"])
-              + [{"state": "queued"}] * max(0, queued - shown["queued"]))
+    unseen: list[Mapping[str, Any]] = [{"state": "running"}] * max(0, running - shown["running"])
+    unseen += [{"state": "queued"}] * max(0, queued - shown["queued"])
     done = [{"state": "done", "wall_time_s": w} for e in statuses for w in (e.done_wall_s or [])]
-    return GridProgress(running, queued, grid_eta_s([r for r in runs if r.state != "done"] + unseen + done))
+    return GridProgress(running, queued, grid_eta_s([*(r for r in runs if r.state != "done"), *unseen, *done]))
 
 
 def status_json(statuses: list[ExperimentStatus], now: float | None = None) -> dict[str, Any]:
