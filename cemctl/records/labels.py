@@ -35,7 +35,11 @@ def arms_of(configs: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = (
     `among` (the other runs of their experiment), or are looked up in `table` (`arm_table` of them all)."""
     keys = [arm_key(c, nuisance) if c else None for c in configs]
     if table is None or any(k is not None and k not in table for k in keys):
-        table = arm_table([*configs, *among], nuisance=nuisance, order=order)
+        firsts: dict[Any, Mapping[str, Any]] = {}  # each arm's first config
+        for k, c in [*zip(keys, configs), *((arm_key(c, nuisance), c) for c in among if c)]:
+            if k is not None:
+                firsts.setdefault(k, c)
+        table = _named(firsts, nuisance, order)
     return [table[k][0] if k is not None else None for k in keys], [table[k][1] if k is not None else None for k in keys]
 
 
@@ -60,6 +64,11 @@ def arm_table(configs: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] =
     for c in configs:
         if c:
             firsts.setdefault(arm_key(c, nuisance), c)
+    return _named(firsts, nuisance, order)
+
+
+def _named(firsts: Mapping[Any, Mapping[str, Any]], nuisance: Sequence[str],
+           order: Sequence[str]) -> dict[Any, tuple[str, str]]:
     labels = series_names(list(firsts.values()), nuisance=nuisance, order=order, every_key=True)
     return {k: (arm_id(c, nuisance), label) for (k, c), label in zip(firsts.items(), labels)}
 
