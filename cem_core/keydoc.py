@@ -21,6 +21,7 @@ from typing import Any
 
 from cem_core import variants as V
 from cem_core.config import DataConfig, GPConfig, ModelConfig, RunConfig, TrainConfig
+from cem_core.sizes import SIZES
 
 # key -> (meaning, range of a number or "" (names come from the registries), unit)
 _DOCS: dict[str, tuple[str, str, str]] = {
@@ -157,8 +158,6 @@ def key_docs() -> list[KeyDoc]:
 
 def _sizes() -> str:
     """The size presets (`cem_core.sizes.SIZES`), as a wrong value's error lists them."""
-    from cem_core.sizes import SIZES
-
     return ", ".join(SIZES)
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cem_core.config import resolve, saved_run_id
 from cem_core.errors import ConfigError
 from cem_core.names import is_run_id
 from cem_core.runfiles import (
@@ -126,8 +127,6 @@ def last_event(run_dir: Path | str) -> dict[str, Any] | None:
 def resolved_config(run_dir: Path | str) -> tuple[dict[str, Any], RunConfig]:
     """config.json as saved and resolved; ConfigError (one line naming the file) when it cannot be read or
     validated. A config that names plugins is taken as saved (resolving would import them: a run folder is data)."""
-    from cem_core.config import resolve
-
     saved = read_run_config(run_dir)  # the one reader of config.json (strict, one line naming the file)
     if saved.config.plugins:
         return saved.raw, saved.config
@@ -140,8 +139,6 @@ def resolved_config(run_dir: Path | str) -> tuple[dict[str, Any], RunConfig]:
 def checked_config(run_dir: Path | str) -> tuple[dict[str, Any], RunConfig]:
     """`resolved_config`, refused too (ConfigError) when it hashes to another run id than the folder's name (an
     edited config, a folder copied under another name; `cem_core.config.saved_run_id`: no plugin code runs)."""
-    from cem_core.config import saved_run_id
-
     run_dir = Path(run_dir)
     raw, cfg = resolved_config(run_dir)
     if is_run_id(run_dir.name) and saved_run_id(cfg) != run_dir.name:

@@ -19,6 +19,19 @@ def test_an_error_never_prints_a_database_password(tmp_path):
         assert "s3cret" not in line and "-pw" not in line and "***" in line, line
 
 
+
+def test_a_driver_s_own_words_never_print_the_password_or_a_piece_of_it():
+    """With psycopg installed (CI), the driver splits `s3cret@-pw` at its first @ and names the host '-pw@127.0.0.1'
+    in its own message, after the URL: that piece is hidden too (CI printed it)."""
+    from cemctl.commands.common import redact
+
+    line = redact("--db: cannot open 'postgresql://u:s3cret@-pw@127.0.0.1:1/db': failed to resolve host "
+                  "'-pw@127.0.0.1': [Errno -2] Name or service not known")
+    assert "s3cret" not in line and "-pw" not in line and "host '***@127.0.0.1'" in line, line
+    line = redact("cannot open 'postgresql://h/db?password=s3cret-pw': the server refused s3cret-pw")
+    assert "s3cret" not in line and line.count("***") == 2, line
+    assert redact("postgresql://alice@h/db and alice") == "postgresql://alice@h/db and alice"  # no password, no ***
+
 def test_out_dash_is_standard_output_for_text_exports_and_refused_elsewhere(tmp_path, monkeypatch):
     """`-o -` wrote a file named '-'; now export writes csv / jsonl to standard output (what it did to stderr), and
     every command that writes a file or folder refuses '-' in one line, writing nothing."""

@@ -82,6 +82,7 @@ def test_slurm_options_from_the_grid_table_are_checked():
         SlurmOptions.from_mapping({"timeout_min": "ten"})
 
 
+@pytest.mark.slow  # real trainers through SLURM
 def test_launch_on_slurm_completes_and_relaunch_starts_nothing(tmp_path):
     grid = write_grid(tmp_path, name="slurmgrid", steps=6, ckpt=3)
     env = cli_env(tmp_path)
@@ -109,6 +110,7 @@ def test_launch_on_slurm_completes_and_relaunch_starts_nothing(tmp_path):
     assert again.returncode == 0 and "launched 0 of 2" in again.stdout
 
 
+@pytest.mark.slow  # real trainers through SLURM
 def test_requeued_job_resumes_from_its_checkpoint_with_the_same_test_loss(tmp_path):
     grid = write_grid(tmp_path, name="requeue", steps=16, ckpt=4, attention='["llama"]')
     env = cli_env(tmp_path, CEMCTL_TEST_SLEEP_PER_STEP_S="0.4", CEMCTL_HEARTBEAT_TIMEOUT_S="60")

@@ -113,14 +113,21 @@ def heartbeat_timeout(value: float | None) -> float:
     return heartbeat_timeout_s(value)
 
 
-_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+._-]*://[^\s/?#:@'\"]*):[^\s/?#'\"]*@")  # scheme://user:PASSWORD@host
-_QUERY_PASSWORD = re.compile(r"(?i)([?&;][a-z_]*(?:password|passwd|pwd)=)[^&;#\s'\"]*")  # ...?password=PASSWORD
+_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+._-]*://[^\s/?#:@'\"]*):([^\s/?#'\"]*)@")  # scheme://user:PASSWORD@host
+_QUERY_PASSWORD = re.compile(r"(?i)([?&;][a-z_]*(?:password|passwd|pwd)=)([^&;#\s'\"]*)")  # ...?password=PASSWORD
 
 
 def redact(text: str) -> str:
     """Every password of a database URL in `text` written as *** (an error line is shown, logged, pasted): the
-    user's (`scheme://user:***@host`, up to the authority's last @) and a query's (`?password=***`)."""
-    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1:***@", text))
+    user's (`scheme://user:***@host`, up to the authority's last @) and a query's (`?password=***`), and wherever
+    else the text repeats it or a piece of it between @ (a driver's own message: "failed to resolve host '-pw@h'"
+    for the password `s3cret@-pw`, which the driver split at its first @)."""
+    secrets = {m.group(2) for m in (*_PASSWORD.finditer(text), *_QUERY_PASSWORD.finditer(text)) if m.group(2)}
+    text = _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1:***@", text))
+    pieces = {piece for secret in secrets for piece in (secret, *secret.split("@")) if len(piece) >= 3}
+    for piece in sorted(pieces, key=len, reverse=True):
+        text = text.replace(piece, "***")
+    return text
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":

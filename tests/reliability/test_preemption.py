@@ -203,12 +203,14 @@ def _slurm_preempted_then_resumed(tmp_path: Path, preempt) -> None:  # noqa: ANN
                for e in runfiles.read_jsonl(run_dir / "events.jsonl"))
 
 
+@pytest.mark.slow  # a real trainer through SLURM
 @pytest.mark.slurm
 @pytest.mark.skipif(_SLURM is not None, reason=_SLURM or "")
 def test_scontrol_requeue_resumes_from_the_step_the_trainer_reached(tmp_path):
     _slurm_preempted_then_resumed(tmp_path, lambda job: subprocess.run(["scontrol", "requeue", job], check=True))
 
 
+@pytest.mark.slow  # a real trainer through SLURM
 @pytest.mark.slurm
 @pytest.mark.skipif(_SLURM is not None, reason=_SLURM or "")
 def test_the_time_limit_signal_checkpoints_and_requeues(tmp_path):
