@@ -32,6 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BUSY_TIMEOUT_S = 30.0
 
+# The one rule for a run still in its grid, as SQL (the run record, the status summary, `list_runs`): a link
+# (`er`, of experiment_runs) is in the grid when the latest plan of its key (experiment, scale, --set overrides)
+# made it; a run an edited grid file no longer holds keeps its older link. Join with `JOIN {LATEST_PLANS}`.
+LATEST_PLANS = """(SELECT experiment_id, scale, overrides_json, MAX(COALESCE(planned_at, 0.0)) AS latest
+    FROM experiment_runs GROUP BY experiment_id, scale, overrides_json) lp ON lp.experiment_id = er.experiment_id
+    AND lp.scale = er.scale AND lp.overrides_json = er.overrides_json"""
+IN_GRID = "CASE WHEN COALESCE(er.planned_at, 0.0) >= lp.latest THEN 1 ELSE 0 END"
+
 
 def expand(sql: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """`IN (:ids)` with `ids` bound to a list becomes `IN (:ids_0, :ids_1, ...)` (an empty list matches nothing)."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
-from sqlalchemy import case, delete, func, select
+from sqlalchemy import case, column, delete, func, select, text
 from sqlalchemy.engine import Engine
 
 from cem_core.config import RunConfig, canonical_json
@@ -33,6 +33,7 @@ from cem_core.plugins import PLUGINS_DIR, PluginCopyError, sync_plugin_copy
 from cem_core.runfiles import CONFIG_FILE, RunFileError, config_of_record
 from cem_core.errors import CemError, ConfigError
 from cemctl.db.engine import read_session, retry_locked, write_session
+from cemctl.db.read import IN_GRID, LATEST_PLANS
 from cemctl.db.models import RUN_STATES, Experiment, ExperimentRun, Run, RunEvent
 from cemctl.db.roots import DefaultRunsRoot as DefaultRunsRoot  # re-exported
 from cemctl.db.roots import recorded_runs_root as recorded_runs_root
@@ -212,7 +213,7 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
     links of its own runs (`planned_at` = now), so the runs of other scales and
     override sets stay linked (and shown). Runs that left the grid (an edited axis
     value, a dropped seed, a new [[exclude]]) keep their older link: they are
-    "no longer in the grid" (`in_grid_case`), still listed by status and report,
+    "no longer in the grid" (`cemctl.db.read.IN_GRID`), still listed by status and report,
     never launched by name again. A grid file other than the experiment's own
     (another path with other content) raises `ExperimentClash`.
     """
@@ -281,23 +282,6 @@ def record_plan(engine: Engine, plan: PlanLike, runs_root: Path | str) -> Record
     return retry_locked(write)
 
 
-def latest_plans() -> Any:
-    """Subquery: (experiment_id, scale, overrides_json, latest) = when each plan key was last planned."""
-    return (select(ExperimentRun.experiment_id, ExperimentRun.scale, ExperimentRun.overrides_json,
-                   func.max(func.coalesce(ExperimentRun.planned_at, 0.0)).label("latest"))
-            .group_by(ExperimentRun.experiment_id, ExperimentRun.scale, ExperimentRun.overrides_json).subquery())
-
-
-def in_grid_case(latest: Any) -> Any:
-    """1 for a link made by the latest plan of its key (the run is in the grid), 0 for one that left it."""
-    return case((func.coalesce(ExperimentRun.planned_at, 0.0) >= latest.c.latest, 1), else_=0)
-
-
-def join_latest(q: Any, latest: Any) -> Any:
-    return q.join(latest, (latest.c.experiment_id == ExperimentRun.experiment_id) & (latest.c.scale == ExperimentRun.scale)
-                  & (latest.c.overrides_json == ExperimentRun.overrides_json))
-
-
 def get_run(engine: Engine, run_id: str) -> Run | None:
     with read_session(engine) as s:
         return s.get(Run, run_id)
@@ -335,13 +319,11 @@ def list_runs(
             if exp is None:
                 known = ", ".join(s.scalars(select(Experiment.name).order_by(Experiment.name))) or "none yet; run cemctl plan"
                 raise CemError(f"experiment: unknown experiment {experiment!r} (known: {known})")
-            latest = latest_plans()
-            links = join_latest(select(ExperimentRun.run_id, func.min(ExperimentRun.position).label("pos"),
-                                       func.max(in_grid_case(latest)).label("in_grid")), latest).where(
-                ExperimentRun.experiment_id == exp.id)
-            if scale is not None:
-                links = links.where(ExperimentRun.scale == scale)
-            links = links.group_by(ExperimentRun.run_id).subquery()
+            links = text(f"""SELECT er.run_id AS run_id, MIN(er.position) AS pos, MAX({IN_GRID}) AS in_grid
+                FROM experiment_runs er JOIN {LATEST_PLANS} WHERE er.experiment_id = :eid
+                {"AND er.scale = :scale" if scale is not None else ""} GROUP BY er.run_id""").columns(
+                column("run_id"), column("pos"), column("in_grid")).bindparams(
+                eid=exp.id, **({"scale": scale} if scale is not None else {})).subquery()
             q = q.join(links, links.c.run_id == Run.id).order_by(links.c.in_grid.desc(), links.c.pos, Run.id)
             if in_grid_only:
                 q = q.where(links.c.in_grid == 1)

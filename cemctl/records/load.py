@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from cem_core.errors import CemError
 from cem_core.runfiles import ENDED_STATES, RUN_STATES, RunState, number
+from cemctl.db.read import IN_GRID, LATEST_PLANS
 from cemctl.records.progress import elapsed_s, run_eta_s
 from cemctl.records.record import EXTRA_VALUES, RUN_FIELDS, RunRecord
 
@@ -133,11 +134,6 @@ RUN_COLUMNS = """r.id AS run_id, r.state, r.state_reason, r.last_step, r.total_s
     env.cuda_version, env.code_snapshot, env.peak_host_rss_bytes, env.peak_gpu_allocated_bytes"""
 RUN_JOINS = """LEFT JOIN results res ON res.run_id = r.id LEFT JOIN run_tags t ON t.run_id = r.id
     LEFT JOIN run_environment env ON env.run_id = r.id"""
-# A link is in the grid when the latest plan of its key (experiment, scale, --set overrides) made it.
-LATEST_PLANS = """(SELECT experiment_id, scale, overrides_json, MAX(COALESCE(planned_at, 0.0)) AS latest
-    FROM experiment_runs GROUP BY experiment_id, scale, overrides_json) lp ON lp.experiment_id = er.experiment_id
-    AND lp.scale = er.scale AND lp.overrides_json = er.overrides_json"""
-IN_GRID = "CASE WHEN COALESCE(er.planned_at, 0.0) >= lp.latest THEN 1 ELSE 0 END"
 LINKED_SQL = f"""SELECT er.experiment_id AS experiment_id, er.scale AS link_scale, er.position AS link_position,
     er.axes_json, er.marks_json, er.planned_at, {IN_GRID} AS link_in_grid, {RUN_COLUMNS}
     FROM experiment_runs er JOIN {LATEST_PLANS} JOIN runs r ON r.id = er.run_id {RUN_JOINS}
@@ -389,8 +385,8 @@ class Summary:
     done_wall_s: list[float] = field(default_factory=list)  # every done run's wall time (the ETA of runs left)
 
 
-SUMMARY_SQL = """SELECT er.experiment_id, er.run_id, er.scale, er.overrides_json, er.planned_at, er.position, r.state
-    FROM experiment_runs er JOIN runs r ON r.id = er.run_id"""
+SUMMARY_SQL = f"""SELECT er.experiment_id, er.run_id, er.position, r.state, {IN_GRID} AS in_grid
+    FROM experiment_runs er JOIN {LATEST_PLANS} JOIN runs r ON r.id = er.run_id"""
 DONE_WALL_SQL = """SELECT er.experiment_id, res.wall_time_s FROM experiment_runs er JOIN runs r ON r.id = er.run_id
     JOIN results res ON res.run_id = r.id WHERE r.state = 'done' AND er.experiment_id IN (:eids)"""
 
@@ -420,14 +416,8 @@ def summarize(source: "Engine | Reader", experiment: str | None = None, *, scale
             where.append("er.experiment_id = :eid")
             params["eid"] = next(i for i, n in names.items() if n == experiment)
         rows = reader.rows(SUMMARY_SQL + (" WHERE " + " AND ".join(where) if where else ""), **params)
-        latest: dict[tuple[Any, ...], float] = {}  # when each plan key (experiment, scale, --set) was last planned
-        for eid, _, link_scale, overrides, planned, _, _ in rows:
-            key = (eid, link_scale, overrides)
-            if (planned or 0.0) > latest.get(key, -1.0):
-                latest[key] = planned or 0.0
         links: dict[tuple[Any, str], tuple[bool, int, str]] = {}  # (experiment, run) -> (in grid, position, state)
-        for eid, rid, link_scale, overrides, planned, position, state in rows:
-            in_grid = (planned or 0.0) >= latest[(eid, link_scale, overrides)]
+        for eid, rid, position, state, in_grid in rows:
             have = links.get((eid, rid))
             if have is not None:  # linked by two plans of the experiment (scales, --set): in the grid if either is
                 in_grid, position = in_grid or have[0], min(have[1], position or 0)
