@@ -20,7 +20,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from sqlalchemy import BigInteger, Float, Integer, delete, select
 from sqlalchemy.orm import Session
@@ -50,26 +50,11 @@ class _Lines:
     restarted: bool  # the file was rewritten: re-read from the start
 
 
-def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> _Lines:
-    """The complete lines after `offset` (all of them when the bytes before it changed)."""
-    try:
-        head = max(0, offset - _FINGERPRINT_BYTES)
-        data = runfiles.read_run_file(run_dir, name, offset=head, max_bytes=runfiles.MAX_LOG_BYTES)
-    except FileNotFoundError:
-        return _Lines([], 0, 0, "", restarted=offset > 0)
-    start = offset
-    if offset > 0 and (len(data) < offset - head or _fingerprint(data[: offset - head]) != fingerprint):
-        start = 0
-        data = runfiles.read_run_file(run_dir, name, max_bytes=runfiles.MAX_LOG_BYTES)
-    else:
-        data = data[offset - head:]
-    complete = data[: data.rfind(b"\n") + 1]
-    new_offset = start + len(complete)
-    if start == 0:
-        tail = complete[-_FINGERPRINT_BYTES:]
-    else:  # the fingerprint is taken over the bytes just before new_offset
-        tail = (runfiles.read_run_file(run_dir, name, offset=max(0, new_offset - _FINGERPRINT_BYTES),
-                                       max_bytes=runfiles.MAX_LOG_BYTES)[: min(new_offset, _FINGERPRINT_BYTES)])
+CHUNK_BYTES = 8 << 20  # a log is read in chunks this size: memory stays bounded whatever the file's size
+MAX_LINE_BYTES = 1 << 20  # no line is this long: a longer one is skipped (a bad line), never held whole
+
+
+def _parse_lines(complete: bytes) -> list[dict[str, Any] | None]:
     items: list[dict[str, Any] | None] = []
     for raw in complete.split(b"\n")[:-1]:
         if not raw.strip():
@@ -79,17 +64,23 @@ def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> 
         except ValueError:
             obj = None
         items.append(obj if isinstance(obj, dict) else None)
-    return _Lines(items, start, new_offset, _fingerprint(tail), restarted=(start == 0 and offset > 0))
+    return items
 
 
-CHUNK_BYTES = 8 << 20  # metrics.jsonl is read in chunks this size: memory stays bounded whatever the file's size
-MAX_LINE_BYTES = 1 << 20  # no metrics line is this long: a longer one is skipped (a bad line), never held whole
+def _read_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str) -> _Lines:
+    """The complete lines after `offset` (all of them when the bytes before it changed)."""
+    items: list[dict[str, Any] | None] = []
+    lines = _stream_new_lines(run_dir, name, offset, fingerprint, lambda batch, _: items.extend(batch))
+    lines.items = items
+    return lines
 
 
 def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
-                      on_batch: Any, chunk_bytes: int = CHUNK_BYTES) -> _Lines:
-    """Like `_read_new_lines`, but the complete lines go to `on_batch(items)` a chunk at a time (never the whole
-    file in memory; the file is opened once, confined to the run directory); returns the offsets and fingerprint."""
+                      on_batch: Callable[[list[dict[str, Any] | None], bool], None],
+                      chunk_bytes: int = CHUNK_BYTES) -> _Lines:
+    """The complete lines after `offset` (all of them when the bytes before it changed: `restarted`) go to
+    `on_batch(items, restarted)` a chunk at a time (never the whole file in memory; the file is opened once,
+    confined to the run directory); returns the offsets and the fingerprint of the bytes before the new offset."""
     try:
         f = runfiles.open_run_file(run_dir, name)
     except FileNotFoundError:
@@ -102,6 +93,7 @@ def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
             before = f.read(offset - head)
             if len(before) < offset - head or _fingerprint(before) != fingerprint:
                 start = 0
+        restarted = start == 0 and offset > 0
         f.seek(start)
         pos, last = start, b""
         carry: bytes | None = b""  # None: inside a line too long to keep
@@ -119,42 +111,18 @@ def _stream_new_lines(run_dir: Path, name: str, offset: int, fingerprint: str,
             cut = data.rfind(b"\n") + 1
             complete, carry = data[:cut], data[cut:]
             if len(carry) > MAX_LINE_BYTES:
-                on_batch([None])  # one bad line
+                on_batch([None], restarted)  # one bad line
                 carry = None
             if not complete:
                 continue
             last = (last + complete[-_FINGERPRINT_BYTES:])[-_FINGERPRINT_BYTES:]
-            items: list[dict[str, Any] | None] = []
-            for raw in complete.split(b"\n")[:-1]:
-                if not raw.strip():
-                    continue
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    obj = None
-                items.append(obj if isinstance(obj, dict) else None)
-            on_batch(items)
+            on_batch(_parse_lines(complete), restarted)
         new_offset = pos - len(carry or b"") if carry is not None else pos
         if len(last) < _FINGERPRINT_BYTES and new_offset > len(last):  # the bytes just before new_offset
             lo = max(0, new_offset - _FINGERPRINT_BYTES)
             f.seek(lo)
             last = f.read(new_offset - lo)
-    return _Lines([], start, new_offset, _fingerprint(last), restarted=(start == 0 and offset > 0))
-
-
-def _restarted(run_dir: Path, name: str, offset: int, fingerprint: str) -> bool:
-    """Whether the bytes before `offset` are not the ones read last time (the file was rewritten)."""
-    if offset <= 0:
-        return False
-    try:
-        f = runfiles.open_run_file(run_dir, name)
-    except FileNotFoundError:
-        return True
-    with f:
-        head = max(0, offset - _FINGERPRINT_BYTES)
-        f.seek(head)
-        before = f.read(offset - head)
-    return len(before) < offset - head or _fingerprint(before) != fingerprint
+    return _Lines([], start, new_offset, _fingerprint(last), restarted=restarted)
 
 
 def _series(obj: dict[str, Any]) -> str:
@@ -218,8 +186,8 @@ def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: Outcome) -> 
     rid = run.id
     state = {"cleared": False}
 
-    def batch(items: list[dict[str, Any] | None]) -> None:
-        if lines_restarted() and not state["cleared"]:
+    def batch(items: list[dict[str, Any] | None], restarted: bool) -> None:
+        if restarted and not state["cleared"]:
             session.execute(delete(Metric).where(Metric.run_id == rid))
             state["cleared"] = True
         rows: dict[tuple[str, int, str], dict[str, Any]] = {}
@@ -247,13 +215,7 @@ def _ingest_metrics(session: Session, run: Run, run_dir: Path, out: Outcome) -> 
             elif r["kind"] == "val" and r["val_loss"] is not None:
                 run.last_val_loss = r["val_loss"]
 
-    offset = run.metrics_offset or 0
-    restarted_probe = _restarted(run_dir, METRICS_FILE, offset, run.metrics_fingerprint or "")
-
-    def lines_restarted() -> bool:
-        return restarted_probe
-
-    lines = _stream_new_lines(run_dir, METRICS_FILE, offset, run.metrics_fingerprint or "", batch)
+    lines = _stream_new_lines(run_dir, METRICS_FILE, run.metrics_offset or 0, run.metrics_fingerprint or "", batch)
     if lines.restarted and not state["cleared"]:  # rewritten to nothing new: its old rows go all the same
         session.execute(delete(Metric).where(Metric.run_id == rid))
     run.metrics_offset, run.metrics_fingerprint = lines.new_offset, lines.fingerprint
