@@ -84,6 +84,20 @@ def test_keys_status_json_and_export_are_what_they_were(project, tmp_path):
         assert _clock(json.loads(json.dumps(value))) == _clock(want), name
 
 
+def test_status_json_lists_a_runs_fields_in_catalogue_order(project):
+    """The order `cemctl keys` lists (the record's attributes), then the config keys, the tags and the axes: the
+    same in every process (it followed the hash order of a set, so it changed with PYTHONHASHSEED)."""
+    from cemctl.records.fields import RUN_FIELDS
+
+    res = cli(project["where"], "status", "--json", "--no-sync")
+    assert res.returncode == 0, res.output
+    for exp in json.loads(res.stdout)["experiments"]:
+        for run in exp["runs"]:
+            names = list(run)
+            assert names[:len(RUN_FIELDS)] == [f.name for f in RUN_FIELDS]
+            assert names[-1] == "axes"
+
+
 def _clock(value: Any) -> Any:
     """A stale run's reason counts the seconds since its heartbeat as the command ran: not what is frozen."""
     import re

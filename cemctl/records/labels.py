@@ -28,18 +28,14 @@ def arm_labels(records: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] 
 
 
 def arms_of(configs: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
-            order: Sequence[str] = (), among: Sequence[Mapping[str, Any]] = (),
-            table: dict[Any, tuple[str, str]] | None = None) -> tuple[list[str | None], list[str | None]]:
+            order: Sequence[str] = (), table: dict[Any, tuple[str, str]] | None = None,
+            keys: Sequence[Any] | None = None) -> tuple[list[str | None], list[str | None]]:
     """(arm id, arm label) of each flattened config ({}: none). Named and hashed once per arm: the runs of an arm
-    share both (an arm is every key but the nuisance ones). The labels tell apart the arms of `configs` and of
-    `among` (the other runs of their experiment), or are looked up in `table` (`arm_table` of them all)."""
-    keys = [arm_key(c, nuisance) if c else None for c in configs]
+    share both (an arm is every key but the nuisance ones). The labels tell apart the arms of `configs`, or are
+    looked up in `table` (`arm_table` of every run of their experiment). `keys`: their `arm_key`s, when known."""
+    keys = list(keys) if keys is not None else [arm_key(c, nuisance) if c else None for c in configs]
     if table is None or any(k is not None and k not in table for k in keys):
-        firsts: dict[Any, Mapping[str, Any]] = {}  # each arm's first config
-        for k, c in [*zip(keys, configs), *((arm_key(c, nuisance), c) for c in among if c)]:
-            if k is not None:
-                firsts.setdefault(k, c)
-        table = _named(firsts, nuisance, order)
+        table = arm_table(configs, nuisance=nuisance, order=order, keys=keys)
     return [table[k][0] if k is not None else None for k in keys], [table[k][1] if k is not None else None for k in keys]
 
 
@@ -58,12 +54,13 @@ def arm_key(config: Mapping[str, Any], nuisance: Sequence[str]) -> Any:
 
 
 def arm_table(configs: Sequence[Mapping[str, Any]], *, nuisance: Sequence[str] = ("train.seed",),
-              order: Sequence[str] = ()) -> dict[Any, tuple[str, str]]:
-    """{arm key: (arm id, arm label)} of the arms among `configs`."""
+              order: Sequence[str] = (), keys: Sequence[Any] | None = None) -> dict[Any, tuple[str, str]]:
+    """{arm key: (arm id, arm label)} of the arms among `configs` (`keys`: their `arm_key`s where known, else None)."""
     firsts: dict[Any, Mapping[str, Any]] = {}
-    for c in configs:
+    for i, c in enumerate(configs):
         if c:
-            firsts.setdefault(arm_key(c, nuisance), c)
+            k = keys[i] if keys is not None else None
+            firsts.setdefault(arm_key(c, nuisance) if k is None else k, c)
     return _named(firsts, nuisance, order)
 
 

@@ -459,7 +459,7 @@ def _add_arms(reader: "Reader", out: list[RunRecord], metas: dict[str, Experimen
     experiment, else over everything loaded with the default nuisance (the seed). Labels are made among every run of
     the group, loaded or not (`labelled_alone=False`: the arms of the others are read, once per state of the
     database), so a label never depends on which runs were asked for."""
-    from cemctl.records.labels import arm_table, arms_of
+    from cemctl.records.labels import arm_key, arm_table, arms_of
 
     by_group = per_experiment or experiment is not None
     groups: dict[str, list[RunRecord]] = {}
@@ -469,16 +469,19 @@ def _add_arms(reader: "Reader", out: list[RunRecord], metas: dict[str, Experimen
         meta = metas.get(name)
         nuisance = meta.nuisance if meta is not None else ("train.seed",)
         order = meta.axes if meta is not None else []
+        keys = [arm_key(r.config, nuisance) if r.config else None for r in recs]
         table = None
         if not labelled_alone:
             key = (reader.state(), name, scale, nuisance, tuple(order))
             table = _ARM_TABLES.get(key) if key[0] is not None else None
             if table is None:
-                table = arm_table(_group_configs(reader, name, scale), nuisance=nuisance, order=order)
+                loaded = {r.run_id: (r.config, k) for r, k in zip(recs, keys) if k is not None}
+                configs, known = _group_configs(reader, name, scale, loaded)
+                table = arm_table(configs, nuisance=nuisance, order=order, keys=known)
                 if key[0] is not None:
                     _ARM_TABLES.clear()  # one state of the database at a time
                     _ARM_TABLES[key] = table
-        ids, labels = arms_of([r.config for r in recs], nuisance=nuisance, order=order, table=table)
+        ids, labels = arms_of([r.config for r in recs], nuisance=nuisance, order=order, table=table, keys=keys)
         for r, aid, label in zip(recs, ids, labels):
             r.arm, r.arm_label = aid, label
 
@@ -486,9 +489,11 @@ def _add_arms(reader: "Reader", out: list[RunRecord], metas: dict[str, Experimen
 _ARM_TABLES: dict[Any, Any] = {}  # the arms of a group, per state of the database (`Reader.state`)
 
 
-def _group_configs(reader: "Reader", group: str, scale: str | None) -> list[dict[str, Any]]:
+def _group_configs(reader: "Reader", group: str, scale: str | None, loaded: Mapping[str, tuple[dict[str, Any], Any]]
+                   ) -> tuple[list[dict[str, Any]], list[Any]]:
     """The configs of every run of a group as `load_records` keeps them: an experiment's (of `scale`), the runs
-    no experiment links (NO_EXPERIMENT), or every run ("")."""
+    no experiment links (NO_EXPERIMENT), or every run (""); with their arm keys where `loaded` knows them (run id:
+    (config, arm key), not read again), else None."""
     from cem_core.identity import flatten
 
     texts: dict[str, Any] = {}
@@ -503,15 +508,20 @@ def _group_configs(reader: "Reader", group: str, scale: str | None) -> list[dict
     if group in ("", NO_EXPERIMENT) and scale is None:
         texts.update(reader.rows("SELECT r.id, r.config_json FROM runs r WHERE r.id NOT IN "
                                  "(SELECT run_id FROM experiment_runs)"))
-    out = []
-    for text in texts.values():
+    configs, keys = [], []
+    for rid, text in texts.items():
+        if rid in loaded:  # (a config that could not be read is not loaded: read again, skipped)
+            configs.append(loaded[rid][0])
+            keys.append(loaded[rid][1])
+            continue
         try:
             cfg = json.loads(text or "{}")
         except ValueError:
             continue
         if isinstance(cfg, dict):
-            out.append(flatten(cfg))
-    return out
+            configs.append(flatten(cfg))
+            keys.append(None)
+    return configs, keys
 
 
 # What the record's query can test itself: a field's SQL (the record holds the column's value), for `pushdown`.
@@ -611,11 +621,17 @@ def _kind(c: str, vals: Sequence[Any]) -> str:
     if f is not None:
         return ("Int64" if f.kind in ("int", "count") and c != "train_flops" else "float" if f.numeric
                 else "bool" if f.kind == "bool" else "text")
-    have = [v for v in vals if v is not None and not (isinstance(v, float) and v != v)]
-    if have and all(isinstance(v, bool) for v in have):
-        return "bool" if len(have) == len(vals) else "text"
-    if have and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in have):
-        return "int" if len(have) == len(vals) and all(isinstance(v, int) for v in have) else "float"
+    types = set(map(type, vals))
+    missing = type(None) in types
+    types.discard(type(None))
+    if float in types and any(v != v for v in vals if type(v) is float):  # a NaN is a missing value
+        missing = True
+        if not any(v == v for v in vals if type(v) is float):
+            types.discard(float)
+    if types == {bool}:
+        return "text" if missing else "bool"
+    if types and types <= {int, float}:
+        return "int" if types == {int} and not missing else "float"
     return "text"
 
 
@@ -649,17 +665,22 @@ def write_records_csv(records: Sequence[Mapping[str, Any]], out: Any) -> None:
     frame's type differs from its values' (whole numbers in a float column, a NaN)."""
     import csv
 
+    from functools import partial
+    from math import fsum, isfinite
+    from operator import is_not
+
     columns = frame_columns(records)
     cells: list[Sequence[Any]] = []
     for c, vals in zip(columns, _columns(records, columns)):
-        kind = _kind(c, vals)
-        if kind in ("Int64", "int"):
+        kind, types = _kind(c, vals), set(map(type, vals))  # (a column that needs no retyping is written as it is)
+        if kind in ("Int64", "int") and not types <= {int, type(None)}:
             vals = [v if v is None or type(v) is int else number(v, int) for v in vals]
-        elif kind == "float":
+        elif kind == "float" and not (types <= {float, type(None)}
+                                      and isfinite(fsum(filter(partial(is_not, None), vals)))):
             vals = [v if v is None or (type(v) is float and v - v == 0.0) else number(v) for v in vals]
-        elif kind == "bool" and c in FIELDS:
+        elif kind == "bool" and c in FIELDS and types != {bool}:
             vals = [bool(v) for v in vals]
-        elif kind == "text":
+        elif kind == "text" and float in types:
             vals = [None if isinstance(v, float) and v != v else v for v in vals]
         cells.append(vals)
     writer = csv.writer(out, lineterminator="\n")

@@ -20,6 +20,7 @@ Torch-free, pandas-free.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -187,7 +188,7 @@ class RunRecord(Mapping[str, Any]):
         return key in FIELD_NAMES or (key[4:] in self.tags if key.startswith("tag.") else key in self.config)
 
     def __iter__(self) -> Iterator[str]:
-        yield from FIELD_NAMES
+        yield from FIELD_ORDER
         yield from self.config
         yield from (f"tag.{k}" for k in self.tags)
 
@@ -204,8 +205,11 @@ class RunRecord(Mapping[str, Any]):
             self.config[key] = value
 
     def as_dict(self) -> dict[str, Any]:
-        """Every name and its value (fields, then config keys, then tags)."""
-        return dict(self)
+        """Every name and its value (fields in catalogue order, then config keys, then tags)."""
+        out = dict(zip(FIELD_ORDER, _FIELD_VALUES(self)))
+        out.update(self.config)  # (no config key is a field's name: config keys are dotted, or task and plugins)
+        out.update({f"tag.{k}": v for k, v in self.tags.items()})
+        return out
 
     def copy(self) -> "RunRecord":
         return dataclasses.replace(self, config=dict(self.config), tags=dict(self.tags), axes=dict(self.axes))
@@ -229,6 +233,8 @@ class RunRecord(Mapping[str, Any]):
 
 RUN_FIELDS: tuple[Field, ...] = tuple(Field(f.name, *f.metadata["field"]) for f in dataclasses.fields(RunRecord)
                                       if "field" in f.metadata)
-FIELD_NAMES: frozenset[str] = frozenset(f.name for f in RUN_FIELDS)
+FIELD_ORDER: tuple[str, ...] = tuple(f.name for f in RUN_FIELDS)
+FIELD_NAMES: frozenset[str] = frozenset(FIELD_ORDER)
+_FIELD_VALUES = operator.attrgetter(*FIELD_ORDER)
 RESULT_VALUES = ("test_loss", "test_ppl", "val_ppl", "train_flops", "wall_time_s", "diverged_step", "code_fingerprint")
 EXTRA_VALUES = tuple(f.name for f in RUN_FIELDS if f.source == "extras")
