@@ -101,6 +101,9 @@ def test_confirm_writes_registers_and_records_stage_2_before_any_run(stage1):
     row = parts.loc["CEM attention - Llama, each at its own rate"]
     assert (row["stage"], row["verdict"], row["confirmed_by"]) == ("stage 2", "not run", "mine-confirm")
     assert row["stage1_effect"] == pytest.approx(GAP, abs=0.01)
+    # what decides it is the registered loop, not the stage-1 grid again (the page said `cemctl launch mine`)
+    assert "to decide more: cemctl launch mine-confirm --scale tiny --until-decided" in res.stdout, res.stdout
+    assert "cemctl launch mine --scale" not in res.stdout
     # a second confirm of the same design: the same file, written again identically, nothing replaced
     again = cli(stage1, "confirm", "mine", "--scale", "tiny", "--max-seeds", "8")
     assert again.returncode == 0, again.output

@@ -552,6 +552,17 @@ def gather_claims(engine: Any) -> list[Any]:
     return sorted(merged.values(), key=lambda c: (not c.id.isdigit(), int(c.id) if c.id.isdigit() else 0, c.id))
 
 
+
+def next_command(part: Any) -> str:
+    """What decides a part not run yet: its confirmation grid's loop where one is registered (stage 2 decides
+    there, never the stage-1 grid again), else its grid's launch; "" for a part that ran or cannot be evaluated."""
+    if part.verdict != "not run" or not part.scale or isinstance(getattr(part, "error", None), str):
+        return ""
+    confirmed_by = getattr(part, "confirmed_by", "")
+    if isinstance(confirmed_by, str) and confirmed_by:
+        return f"cemctl launch {confirmed_by} --scale {part.scale} --until-decided"
+    return f"cemctl launch {part.experiment} --scale {part.scale}"
+
 def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str | None = None,
                   runs_root: Path | str | None = None, sync: bool = True, power: bool = False,
                   formats: tuple[str, ...] = ("png", "pdf")) -> ClaimsResult:
@@ -585,8 +596,7 @@ def claims_report(db_url: str, *, out_dir: Path | str | None = None, scale: str 
                          designs=load_designs(runs_root, scale))
     parts = page.parts
     parts["evidence"] = [evidence(r) for r in parts.itertuples()]
-    parts["next"] = [f"cemctl launch {r.experiment} --scale {r.scale}" if r.verdict == "not run" and r.scale
-                     and not isinstance(getattr(r, "error", None), str) else "" for r in parts.itertuples()]
+    parts["next"] = [next_command(r) for r in parts.itertuples()]
     verdicts = claim_verdicts(parts)
     result = ClaimsResult(parts, verdicts, robustness=page.robustness, ladder=page.ladder)
     result.code_notes = code_notes(engine, runs, parts)
