@@ -276,7 +276,9 @@ def test_an_immutable_run_directory_fails_its_run_only(tmp_path, byte_cache):
     finally:
         subprocess.run(["chattr", "-i", str(victim)], capture_output=True)
     assert "Traceback" not in res.output
-    assert status_rows(tmp_path)[ids[1]]["state"] == "done"
+    rows = status_rows(tmp_path)
+    assert rows[ids[1]]["state"] == "done"  # the launch's claim of the victim failed too: it stopped every run
+    assert f"{ids[0][:8]}  failed" in res.output and "Operation not permitted" in res.output, res.output
 
 
 # ============================================================== 6. special files

@@ -347,13 +347,18 @@ def _claim(stack: contextlib.ExitStack, report: LaunchReport,
     """Claim every run the launch would start (`cem_core.runfiles.lock.claim_run`, held until `stack` closes): a
     run another command holds (a second launch of the same runs, a forget removing it) is skipped and says so; the
     claimed ones are selected again, since another launch may have queued or finished them since they were read."""
+    from cem_core.runfiles import RunFileError
     from cem_core.runfiles.lock import claim_run
 
     claimed = []
     for i, sel in enumerate(report.selections):
         if not sel.launches:
             continue
-        if stack.enter_context(claim_run(sel.run_dir)):
+        try:
+            held = stack.enter_context(claim_run(sel.run_dir))
+        except RunFileError:  # no lock file can be made in the folder (immutable, not ours): nobody else can claim
+            held = True       # it either; it is started and fails alone with the trainer's reason, the others run
+        if held:
             claimed.append(i)
         else:
             report.selections[i] = Selection(sel.run_id, sel.run_dir, SKIP, "another cemctl command (a launch of it, "
