@@ -10,7 +10,8 @@ converged, or whose lr profile should be extended before confirming;
 with `--power`, the seeds each undecided part needs for 80% power at its margin and
 adjusted level, over the 80% interval of its s.d. Writes claims.md (the statistical
 plan and every part), claims.csv, claims_robustness.csv, claims_summary.csv and
-claims.png/pdf into `--out` (default reports/claims). Library:
+claims.png/pdf into `--out DIR` when it is given (without it, claims only reads: `--no-sync` writes nothing at
+all). Library:
 `cemctl.services.claims.claims_report`; the statistics: `cemctl.report.claims`.
 """
 
@@ -130,7 +131,8 @@ class ClaimsView:
                 self.notes.append(f"  claim {r.claim}, {printable(r.part)} ({r.scale}): {need} seeds per arm for 80% "
                                   f"power at its margin and adjusted level{spread}")
         self.notes += [f"  note: {printable(n)}" for n in getattr(result, "code_notes", [])]
-        self.out = f"written to {result.out_dir}/claims.md (and claims.csv, claims.png)" if result.out_dir else ""
+        self.out = (f"written to {result.out_dir}/claims.md (and claims.csv, claims.png)" if result.out_dir else
+                    "the full report (the statistical plan, every column, the figures): --out reports/claims")
 
     TITLE = "the claims (verdicts adjusted over every part)"
     PARTS = "the parts (adjusted: after the step-down over every part)"
@@ -182,7 +184,9 @@ def register(app: typer.Typer) -> None:
     @app.command("claims")
     def claims(
         scale: Optional[str] = ScaleFilterOption,
-        out: str = typer.Option("reports/claims", "--out", "-o", help="Output folder (replaced only if an earlier `cemctl claims` wrote it)."),
+        out: Optional[str] = typer.Option(None, "--out", "-o", help="Also write the report (claims.md, the CSVs, "
+                                          "claims.png/pdf) into this folder, e.g. reports/claims (replaced only if an "
+                                          "earlier `cemctl claims` wrote it); without it nothing is written."),
         power: bool = typer.Option(False, "--power", help="Also the seeds each undecided part needs for 80% power at "
                                    "its margin and adjusted level (from the observed variance, with its "
                                    "uncertainty)."),
