@@ -1,5 +1,5 @@
 """The committed cpu-scale findings can be re-derived: importing docs/findings/cpu-archive.tar.gz (every cpu-scale
-run of the nine grids, with the until-decided designs and their looks) into an empty folder and running `cemctl
+run of the nine figure grids and the five confirmation grids, with the until-decided designs and their looks) into an empty folder and running `cemctl
 claims --scale cpu` gives docs/findings/claims/claims.csv exactly: the parts, their runs, effects, intervals,
 labels, verdicts after the step-down, the sequential looks and revisions, the declarations and convergence flags."""
 
@@ -34,6 +34,9 @@ def test_the_committed_archive_re_derives_the_parts_their_runs_and_effects(deriv
     assert [(r["claim"], r["part"]) for r in committed] == [(r["claim"], r["part"]) for r in now]
     for old, new in zip(committed, now):
         assert set(old["runs"].split(",")) == set(new["runs"].split(",")), old["part"]
+        if old["effect"] == "" or new["effect"] == "":  # a part not run (a registered design not trained yet)
+            assert old["effect"] == new["effect"] and old["verdict"] == new["verdict"] == "not run", old["part"]
+            continue
         assert math.isclose(float(old["effect"]), float(new["effect"]), rel_tol=1e-4, abs_tol=1e-5), old["part"]
 
 
