@@ -366,12 +366,14 @@ def test_write_pause() -> None:
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *, durable: bool = True,
-                 pause: bool = True, before_replace: Callable[[Path], None] | None = None) -> None:
+                 pause: bool = True, before_replace: Callable[[Path], None] | None = None,
+                 exclusive: bool = False) -> None:
     """Write `path` through `write(file)` so that readers see either the old or the new file, never half: a temp
     file beside it (`.<name>.<random>.tmp`) renamed over it. `durable`: fsync the file and its folder; `pause`:
     the crash tests' write window (`test_write_pause`); `before_replace(tmp)`: a last check of the finished temp
     file (it raises to keep the old file). The one atomic write of cemctl (run files, checkpoints, data caches,
-    the GP cache, bench tables, the code fingerprint cache, owned output files, manifests)."""
+    the GP cache, bench tables, the code fingerprint cache, owned output files, manifests). `exclusive`: never
+    replace a file that is there (FileExistsError; the finished file is linked into place, not renamed over)."""
     def fill(fd: int, tmp: Path) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -379,7 +381,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
             if durable:
                 os.fsync(f.fileno())
 
-    _replace_with_temp(Path(path), fill, durable=durable, pause=pause, before_replace=before_replace)
+    _replace_with_temp(Path(path), fill, durable=durable, pause=pause, before_replace=before_replace,
+                       exclusive=exclusive)
 
 
 def atomic_write_path(path: str | os.PathLike[str], write: Callable[[Path], None], *, durable: bool = True,
@@ -400,7 +403,7 @@ def atomic_write_path(path: str | os.PathLike[str], write: Callable[[Path], None
 
 
 def _replace_with_temp(path: Path, fill: Callable[[int, Path], None], *, durable: bool, pause: bool,
-                       before_replace: Callable[[Path], None] | None) -> None:
+                       before_replace: Callable[[Path], None] | None, exclusive: bool = False) -> None:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
@@ -410,7 +413,11 @@ def _replace_with_temp(path: Path, fill: Callable[[int, Path], None], *, durable
             before_replace(tmp)
         if pause:
             test_write_pause()
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)  # FileExistsError when the name is taken: nothing is replaced
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -421,12 +428,13 @@ def _replace_with_temp(path: Path, fill: Callable[[int, Path], None], *, durable
         fsync_dir(path.parent)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True, pause: bool = True) -> None:
-    """Write `data` to `path` so that readers see either the old or the new file, never half."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True, pause: bool = True,
+                       before_replace: Callable[[Path], None] | None = None, exclusive: bool = False) -> None:
+    """Write `data` to `path` so that readers see either the old or the new file, never half (`atomic_write`)."""
     def write(f: BinaryIO) -> None:
         f.write(data)
 
-    atomic_write(path, write, durable=durable, pause=pause)
+    atomic_write(path, write, durable=durable, pause=pause, before_replace=before_replace, exclusive=exclusive)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, durable: bool = True, indent: int = 2,
@@ -446,14 +454,18 @@ def finite_json(obj: Any) -> Any:
     return obj
 
 
-def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
-    """Append one line with a single write (O_APPEND), so concurrent writers never interleave."""
-    line = (json.dumps(finite_json(obj), allow_nan=False) + "\n").encode()
+def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any], *, sort_keys: bool = False,
+                 durable: bool = False) -> None:
+    """Append one line with a single write (O_APPEND), so concurrent writers never interleave; `durable`: fsync it
+    (a record that must survive a crash, e.g. a claim's registration)."""
+    line = (json.dumps(finite_json(obj), allow_nan=False, sort_keys=sort_keys) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise RunFileError(f"{path}: refused: not a regular file")
         os.write(fd, line)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

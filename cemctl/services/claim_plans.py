@@ -34,10 +34,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from cem_core.errors import CemError
-from cem_core.runfiles import atomic_write_bytes, atomic_write_json
+from cem_core.runfiles import append_jsonl, atomic_write_bytes, atomic_write_json
 
 FOLDER = ".claims"
 REGISTRY = "registry.jsonl"
@@ -166,10 +166,7 @@ def register_claims(engine: Any, experiment: str, runs_root: Path | str, *, scal
     }
     path = Path(runs_root) / FOLDER / REGISTRY
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:  # one write of one line: appends from two launches do not interleave
-        f.write(json.dumps(line, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_jsonl(path, line, sort_keys=True, durable=True)  # one write: appends from two launches never interleave
     return len(new)
 
 
@@ -423,35 +420,33 @@ def apply_claims_merge(runs_root: Path | str, merge: ClaimsMerge) -> None:
     folder = Path(runs_root) / FOLDER
     if merge.lines:
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / REGISTRY, "a") as f:
-            for line in sorted(merge.lines, key=lambda r: float(r["time"])):
-                f.write(json.dumps(line, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        for line in sorted(merge.lines, key=lambda r: float(r["time"])):
+            append_jsonl(folder / REGISTRY, line, sort_keys=True, durable=True)
     for name, data in merge.designs.items():
         target = folder / SEQUENTIAL / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{name}.import-{os.getpid()}"
-        atomic_write_bytes(tmp, data)
+        if name in merge.replaces:  # the later snapshot of the design checked here, unless it changed since
+            atomic_write_bytes(target, data, before_replace=_still(target, merge.replaces[name]))
+            continue
         try:
-            if name in merge.replaces:  # the later snapshot of the design checked here, unless it changed since
-                try:
-                    now = target.read_bytes()
-                except OSError:
-                    now = None
-                if now != merge.replaces[name]:
-                    raise CemError(f"{target}: written meanwhile by another command; the archive's later snapshot "
-                                   "of it was not placed (import again to compare)")
-                os.replace(tmp, target)
-                continue
-            os.link(tmp, target)
+            atomic_write_bytes(target, data, exclusive=True)
         except FileExistsError:
             if target.read_bytes() != data:
                 raise CemError(f"{target}: written meanwhile by another command; the archive's design was not "
                                "placed (import again to compare)") from None
-        finally:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
+
+
+def _still(target: Path, was: bytes) -> Callable[[Path], None]:
+    """A last check before the archive's later snapshot replaces `target`: it still holds what was checked."""
+    def check(_tmp: Path) -> None:
+        try:
+            now = target.read_bytes()
+        except OSError:
+            now = None
+        if now != was:
+            raise CemError(f"{target}: written meanwhile by another command; the archive's later snapshot of it was "
+                           "not placed (import again to compare)")
+    return check
 
 
 def _entry_key(line: Mapping[str, Any]) -> tuple[str, str, float]:
