@@ -292,9 +292,13 @@ def test_a_writer_is_never_blocked_and_a_half_written_run_never_shown(project, b
 
 
 def test_the_live_table_reads_runs_in_flight_from_their_folders(project, base):
-    """The database says planned; the run's folder says it is training (what a launch does before any sync)."""
+    """The database says planned; the run's folder says it is training (what a launch does before any sync). The
+    index's experiments table is live too (main: it stayed as first loaded): the page holds it as a fragment that asks
+    again every 15 s while nothing trains and every 3 s while something does, and shows the run training."""
     rid = project.runs[-1]
     run_dir = project.runs_root / rid
+    _, _, index = get(base, "/")
+    assert '<div id="overview" data-fragment="/experiments"><div class="overview" data-refresh-s="15.0">' in index
     now = time.time()
     try:
         write_json(run_dir / "heartbeat.json", {"time": now, "step": 4, "total_steps": 6, "tokens": 512, "pid": 1,
@@ -308,6 +312,10 @@ def test_the_live_table_reads_runs_in_flight_from_their_folders(project, base):
         row = re.search(rf'data-run="{rid}".*?</tr>', live, re.S).group(0)
         assert "st-running" in row and "67%" in row and "2.5000" in row, row
         assert 'data-refresh-s="3.0"' in live  # refreshed often while something trains
+        _, _, overview = get(base, "/experiments")
+        assert overview.lstrip().startswith('<div class="overview" data-refresh-s="3.0">'), overview[:200]
+        row = re.search(r'<a href="/experiments/demo">demo</a>.*?</tr>', overview, re.S).group(0)
+        assert "1 running" in row and "planned" not in row, row
         # The grid's ETA (nothing queued: the running run's own, 2 steps left at its pace, 256 s over 4 steps), written
         # as the command line writes a duration; a selection without the running run has none.
         summary = re.search(r'<p class="summary">.*?</p>', live, re.S).group(0)

@@ -114,6 +114,75 @@ def test_pages_load_without_console_errors_and_draw_their_charts(browser, projec
         p.close()
 
 
+def test_the_index_follows_a_run_that_starts_and_the_claims_evaluated(browser, project, base):
+    """The experiments page, never reloaded: a planned run's folder starts saying it trains and the table shows it
+    running; the claims column fills once the page's claims part evaluated them (main: the table stayed as loaded,
+    its claims column empty until a reload)."""
+    import json
+    import time
+
+    from tests.helpers import write_json
+
+    rid = project.runs[-1]
+    run_dir = project.runs_root / rid
+    p = Page(browser)
+    try:
+        page = p.open(base + "/")
+        row = page.locator("#experiments tbody tr", has_text="demo")
+
+        def cells() -> list[str]:
+            return [c.strip() for c in row.locator("td").all_inner_texts()]
+
+        assert "running" not in cells()[2], cells()
+        page.wait_for_selector("#claims-all table")
+        wait_for(lambda: cells()[4] == "1 holds", timeout_s=40, poll_s=0.5, what="the claims column to fill")
+        now = time.time()
+        write_json(run_dir / "heartbeat.json", {"time": now, "step": 4, "total_steps": 6, "tokens": 512, "pid": 1,
+                                                "host": "h", "attempt": 1})
+        (run_dir / "events.jsonl").write_text(json.dumps({"time": now, "state": "running", "reason": "attempt 1",
+                                                          "attempt": 1}) + "\n")
+        wait_for(lambda: "1 running" in cells()[2], timeout_s=40, poll_s=0.5, what="the index to show the run running")
+        assert page.url == base + "/"
+        assert p.problems == []
+    finally:
+        p.close()
+        for name in ("heartbeat.json", "events.jsonl"):
+            (run_dir / name).unlink(missing_ok=True)
+
+
+def test_a_series_drawn_over_another_leaves_it_visible_and_hovering_its_legend_brings_it_forward(browser, base):
+    """Two series with the same values (the metric chart's data replaced by the browser): the orange one, drawn last,
+    lets the blue one under it show (its pixels are a blend, not orange), and hovering the blue one's legend entry
+    fades the other so the blue one is seen alone (main: the lines were opaque and nothing brought one forward; one
+    series of four hid completely under another)."""
+    import json
+
+    chart = {"charts": [{"x": [1, 2, 3, 4, 5], "x_label": "step", "y_label": "loss", "series": [
+        {"label": "A", "color": "#2a6fdb", "dash": None, "y": [5, 4, 3, 2, 1]},
+        {"label": "B", "color": "#f28e2b", "dash": None, "y": [5, 4, 3, 2, 1]}]}]}
+    colours = """() => { const c = document.querySelector('#metric-chart .uplot canvas');
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let blue = 0, orange = 0, blend = 0;
+      for (let i = 0; i < d.length; i += 4) { const r = d[i], g = d[i + 1], b = d[i + 2];
+        if (b > r + 80 && b > 150) blue++; else if (r > b + 120 && r > 200) orange++;
+        else if (r > 150 && b > 60 && b < 140 && g > 110 && g < 170) blend++; }
+      return {blue, orange, blend}; }"""
+    p = Page(browser)
+    try:
+        p.page.route("**/metric.json*", lambda route: route.fulfill(status=200, content_type="application/json",
+                                                                     body=json.dumps(chart)))
+        page = p.open(base + "/experiments/demo")
+        page.wait_for_selector("#metric-chart .uplot canvas")
+        seen = page.evaluate(colours)
+        assert seen["blend"] > seen["orange"] and seen["blue"] == 0, seen
+        page.locator("#metric-chart .u-legend .u-series").nth(1).hover()  # A's entry (0 is the x value)
+        page.wait_for_timeout(300)
+        seen = page.evaluate(colours)
+        assert seen["blue"] > 1000 and seen["orange"] == 0 and seen["blend"] == 0, seen
+        assert [m for m in p.problems if "willReadFrequently" not in m] == []  # the test's own pixel reads warn
+    finally:
+        p.close()
+
+
 def test_a_runs_environment_and_system_charts_are_drawn(browser, project, base):
     from tests.serve_project import ENV_RUN
 

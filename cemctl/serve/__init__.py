@@ -43,6 +43,6 @@ def warm_up(app: Any) -> None:
     import cemctl.services.status  # noqa: F401
     from scipy import stats  # noqa: F401 - the t intervals
 
-    for name in ("index.html", "experiment.html", "live.html", "run.html", "compare.html", "parallel.html",
+    for name in ("index.html", "overview.html", "experiment.html", "live.html", "run.html", "compare.html", "parallel.html",
                  "claims.html", "arms.html", "claims_summary.html", "error.html"):
         app.env.get_template(name)

@@ -5,6 +5,7 @@
 
 Routes (GET and HEAD only; anything else is 405):
     /                                        experiments: counts by state, last activity, claims verdicts
+    /experiments                             the experiments table alone (fragment; the index refreshes it)
     /experiments/NAME                        live runs table, arms table, metric and curve charts, claims, report
     /experiments/NAME/live                   the live runs table (an HTML fragment the page refreshes)
     /experiments/NAME/claims                 the experiment's claim parts (fragment)
@@ -295,6 +296,8 @@ class Dashboard:
         if seg == ["claims"]:
             return self.all_claims(req)
         head, rest = seg[0], seg[1:]
+        if seg == ["experiments"]:
+            return self.index(req, "overview.html")
         if head == "experiments" and rest:
             name = name_of(rest[0])
             sub = rest[1:]
@@ -338,11 +341,13 @@ class Dashboard:
                 "now_text": time.strftime("%H:%M:%S"), "interval_svg": interval_svg, **ctx}
 
     # ------------------------------------------------------------------ pages
-    def index(self, req: Request) -> Response:
-        from cemctl.services.dashboard.tables import experiments_overview
+    def index(self, req: Request, template: str = "index.html") -> Response:
+        """The experiments page, or (`overview.html`, /experiments) its table alone, which the page asks for again."""
+        from cemctl.services.dashboard.tables import experiments_overview, refresh_s
 
         rows = experiments_overview(self.src)
-        return self.render("index.html", **self.base(req, title="Experiments", rows=rows, now=time.time()))
+        return self.render(template, **self.base(req, title="Experiments", rows=rows,
+                                                 refresh_s=refresh_s(s for r in rows for s in r.counts)))
 
     def all_claims(self, req: Request) -> Response:
         from cemctl.services.dashboard.tables import claim_verdicts, claims_by_experiment

@@ -187,11 +187,15 @@
         if (v !== null && isFinite(v) && (!c.log_y || v > 0)) { if (v < lo) lo = v; if (v > hi) hi = v; }
       }
     }
+    // Lines a little translucent where there are several, so one drawn over another leaves it showing; hovering a
+    // line or its legend entry fades the others (focus).
+    var several = c.series.filter(function (s) { return s.lines !== false; }).length > 1;
     c.series.forEach(function (s) {
       var i = data.length;
       data.push(s.y);
       track(s.y);
-      var opts = {label: s.label, stroke: s.color, width: 1.6, spanGaps: true, points: {show: false}};
+      var opts = {label: s.label, stroke: several ? alpha(s.color, 0.75) : s.color, width: 1.6, spanGaps: true,
+                  points: {show: false}};
       if (s.dash) opts.dash = s.dash;
       if (s.lines === false) opts.paths = function () { return null; };
       if (s.whiskers) {
@@ -288,7 +292,8 @@
       axes: [xAxis, yAxis],
       series: series,
       bands: bands,
-      cursor: {points: {size: 7}},
+      cursor: {points: {size: 7}, focus: {prox: 16}},
+      focus: {alpha: 0.15},
       legend: {live: true},
       hooks: {draw: [function (u) {  // whiskers (mean ± 1 s.d.) and markers: hollow for a single seed
         if (!marks.length) return;
@@ -297,6 +302,7 @@
         ctx.beginPath(); ctx.rect(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height); ctx.clip();
         marks.forEach(function (m) {
           if (!u.series[m.i].show) return;
+          ctx.globalAlpha = u.series[m.i].alpha === undefined ? 1 : u.series[m.i].alpha;  // faded with its line
           var s = m.s, ys = u.data[m.i];
           for (var k = 0; k < u.data[0].length; k++) {
             if (ys[k] === null || ys[k] === undefined || u.data[0][k] === null) continue;

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from cem_core.errors import CemError, ConfigError
 
@@ -29,6 +29,11 @@ RUN_COLUMNS = ("state", "progress", "train_loss", "val_loss", "test_loss", "toke
 LIVE_REFRESH_S = 3.0  # the live table's refresh while runs are queued or running
 IDLE_REFRESH_S = 15.0  # ... and while nothing is in flight (a launch may start)
 IN_FLIGHT = ("queued", "running")
+
+
+def refresh_s(states: Iterable[str]) -> float:
+    """How often a live part of a page asks again: often while one of these runs is queued or running."""
+    return LIVE_REFRESH_S if any(s in IN_FLIGHT for s in states) else IDLE_REFRESH_S
 ARM_METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse", "train_loss", "wall_time_s",
                "avg_tokens_per_s")
 LOG_LINES = 200
@@ -306,9 +311,7 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
              "cells": [names_of.get(r.get("arm") or "", r.get("arm_label") or "") if n == ARM_COLUMN
                        else cell(n, r.get(n)) for n in names]} for r in shown]
     counts = _ordered_counts(Counter(r["state"] for r in chosen))
-    in_flight = any(r["state"] in IN_FLIGHT for r in chosen)
-    return Table(columns, rows, len(runs), len(chosen), counts, grid_eta_s(chosen),
-                 LIVE_REFRESH_S if in_flight else IDLE_REFRESH_S, sel.sort, note)
+    return Table(columns, rows, len(runs), len(chosen), counts, grid_eta_s(chosen), refresh_s(counts), sel.sort, note)
 
 
 # ----------------------------------------------------------------------------------------------- arms table
@@ -340,8 +343,7 @@ def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: 
     recs, live = live_experiment(src, name, sel.scale, now)
     meta = recs.experiments.get(name)
     chosen = select(live, sel)
-    in_flight = any(r["state"] in IN_FLIGHT for r in chosen)
-    refresh = LIVE_REFRESH_S if in_flight else IDLE_REFRESH_S
+    refresh = refresh_s(r["state"] for r in chosen)
     if not chosen:
         return ArmsTable(metric, [], [], arm_sort, refresh_s=refresh)
     table = arms_table_of(frame_of(chosen), metric=metric)
