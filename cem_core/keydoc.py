@@ -2,7 +2,7 @@
 (`cemctl keys`, the field catalogue of `cemctl.records`, error suggestions).
 
     key_docs()               -> [KeyDoc(key="model.attn_steps", kind="int", default=1, allowed="1..64", ...), ...]
-    key_doc("model.attn_precond_rank").readers -> ("attention=cem",)
+    documented_keys()        -> ["model.attention", ...]: the keys that have an entry here
 
 Types and defaults come from the config dataclasses, allowed names from the registries
 (`cem_core.variants`; a plugin's names too once it is loaded), the variants that read a
@@ -159,13 +159,6 @@ def key_docs() -> list[KeyDoc]:
 def _sizes() -> str:
     """The size presets (`cem_core.sizes.SIZES`), as a wrong value's error lists them."""
     return ", ".join(SIZES)
-
-
-def key_doc(key: str) -> KeyDoc:
-    for d in key_docs():
-        if d.key == key:
-            return d
-    raise KeyError(key)
 
 
 def documented_keys() -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cem_core.errors import ConfigError
-from cemctl.executors import executor_names, get_executor
+from cemctl.executors import EXECUTORS, get_executor
 from cemctl.executors.local import LocalOptions, make_slots
 from cemctl.executors.local.pinning import SlotPool, assign, cpu_slots, gpu_slots, parse_gpus
 
@@ -73,7 +73,7 @@ def test_make_slots_uses_given_gpus_or_cpu_workers():
 
 
 def test_registry_rejects_unknown_names_and_lists_known():
-    assert set(executor_names()) == {"local", "slurm"}
+    assert set(EXECUTORS.names()) == {"local", "slurm"}
     assert get_executor("local").name == "local"
     with pytest.raises(ConfigError) as e:
         get_executor("kubernetes")

@@ -65,9 +65,6 @@ def test_counts_come_from_the_spec_and_match_the_built_module(scalar):
 def test_report_labels_and_plan_read_the_spec(scalar, tmp_path):
     from cemctl.grid.expand import load_grid
     from cemctl.records.labels import single_name
-    from cemctl.report.style import precond_label
-
-    assert precond_label("scalar") == "scalar"
     row = {"model.attention": "cem", "model.mlp": "llama", "model.attn_steps": 2, "model.attn_precond": "scalar",
            "model.kq_diagonal": "shared"}
     assert "scalar" in single_name(row)  # the one labelling path shows the plugin's value by its spec's label

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -23,31 +23,6 @@ FORMAT_VERSION = 1
 
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size < 65536 else np.dtype(np.uint32)
-
-
-class SplitWriter:
-    """Appends tokenized documents (+ end-of-document) to a split's .bin file."""
-
-    def __init__(self, path: Path, dtype: np.dtype, eod_id: int) -> None:
-        self.path = path
-        self.dtype = np.dtype(dtype).newbyteorder("<")
-        self.eod = np.array([eod_id], dtype=self.dtype)
-        self.f: BinaryIO = open(path, "wb")
-        self.tokens = 0
-        self.documents = 0
-
-    def add(self, ids: np.ndarray) -> None:
-        arr = np.asarray(ids)
-        if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(self.dtype).max):
-            raise ValueError(f"token id out of range for {self.dtype}")
-        self.f.write(arr.astype(self.dtype, copy=False).tobytes())
-        self.f.write(self.eod.tobytes())
-        self.tokens += int(arr.size) + 1
-        self.documents += 1
-
-    def close(self) -> None:
-        self.f.flush()
-        self.f.close()
 
 
 class PackedData:

@@ -141,11 +141,6 @@ def listing(folder: str | os.PathLike[str], *, skip: tuple[str, ...] = ()) -> li
     return sorted(out)
 
 
-def safe_rel(rel: Any) -> bool:
-    """A relative POSIX path that stays inside its folder (no '', '.', '..', absolute, backslash or NUL)."""
-    return _safe_rel(rel)
-
-
 def _safe_rel(rel: Any) -> bool:
     if not isinstance(rel, str) or not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel:
         return False

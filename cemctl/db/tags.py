@@ -1,7 +1,6 @@
 """Tags and notes in the results database (`cemctl tag`, `cemctl note`, `cemctl sync`, `status --columns tag.x`).
 
     store_tags(engine, run_id, record, file_mtime)     # after writing the run's tags.json
-    tags_of(engine, run_ids) -> {run_id: TagsRecord}
 
 The run directory's tags.json is the ground truth (`cem_core.runfiles.tags`); the
 `run_tags` table mirrors it so status, export and the API read tags with the runs.
@@ -13,13 +12,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Iterable
 
-from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from cem_core.runfiles.tags import TagsRecord
-from cemctl.db.engine import read_session, retry_locked, write_session
+from cemctl.db.engine import retry_locked, write_session
 from cemctl.db.models import RunTags
 
 
@@ -37,13 +34,3 @@ def store_tags(engine: Engine, run_id: str, record: TagsRecord, file_mtime: floa
 
     retry_locked(write)
 
-
-def tags_of(engine: Engine, run_ids: Iterable[str]) -> dict[str, TagsRecord]:
-    ids = list(run_ids)
-    out: dict[str, TagsRecord] = {}
-    with read_session(engine) as s:
-        for i in range(0, len(ids), 500):
-            q = select(RunTags.run_id, RunTags.tags_json, RunTags.notes_json).where(RunTags.run_id.in_(ids[i:i + 500]))
-            for rid, tags, notes in s.execute(q):
-                out[rid] = TagsRecord.from_dict({"tags": json.loads(tags or "{}"), "notes": json.loads(notes or "[]")})
-    return out

@@ -28,10 +28,6 @@ EXECUTORS.register_lazy("slurm", "cemctl.executors.slurm:SlurmExecutor",
                         "job arrays on a SLURM cluster through submitit (returns at once)")
 
 
-def executor_names() -> tuple[str, ...]:
-    return EXECUTORS.names()
-
-
 def get_executor(name: str) -> "type[Executor]":
     """The executor class registered under `name`."""
     return EXECUTORS.get(name)

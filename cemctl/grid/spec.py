@@ -372,10 +372,3 @@ def grid_plugins(value: Any, path: str, key: str, source: str) -> tuple[str, ...
         where = key if e.key in ("plugins", key) else e.key
         raise ConfigError(where, e.message, value=e.value, allowed=e.allowed, source=source) from None
 
-
-def claims_from_text(text: str, path: str = "") -> list[Any]:
-    """The [[claim]] tables of a recorded grid's text ([] when it has none or cannot be read now)."""
-    try:
-        return parse_claims(tomllib.loads(text or "").get("claim"), path)
-    except (tomllib.TOMLDecodeError, ConfigError):
-        return []

@@ -357,28 +357,6 @@ class SeqEstimate:
         return math.nan
 
 
-def holm_adjust(p: Any) -> np.ndarray:
-    """Holm's adjusted p-values along the last axis (vectorised; NaN counts as 1)."""
-    p = np.where(np.isfinite(p), np.asarray(p, dtype=float), 1.0)
-    m = p.shape[-1]
-    order = np.argsort(p, axis=-1, kind="stable")
-    ranked = np.take_along_axis(p, order, axis=-1) * (m - np.arange(m))
-    ranked = np.minimum(np.maximum.accumulate(ranked, axis=-1), 1.0)
-    out = np.empty_like(p)
-    np.put_along_axis(out, order, ranked, axis=-1)
-    return out
-
-
-def holm_levels_array(p: Any, alpha: float) -> np.ndarray:
-    """alpha / (m - rank) along the last axis."""
-    p = np.where(np.isfinite(p), np.asarray(p, dtype=float), 1.0)
-    m = p.shape[-1]
-    order = np.argsort(p, axis=-1, kind="stable")
-    levels = np.empty_like(p)
-    np.put_along_axis(levels, order, np.broadcast_to(alpha / (m - np.arange(m)), p.shape), axis=-1)
-    return levels
-
-
 # ---------------------------------------------------------------------------------------------- the loop's decision
 
 

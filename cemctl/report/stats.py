@@ -237,16 +237,6 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
-def holm_levels(pvalues: Sequence[float], alpha: float = 0.05) -> list[float]:
-    """The alpha at which Holm tests each part: alpha / (k - rank) by the part's rank (NaN: not in the family)."""
-    idx = [i for i, p in enumerate(pvalues) if math.isfinite(p)]
-    k = len(idx)
-    out = [math.nan] * len(pvalues)
-    for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
-        out[i] = alpha / (k - rank)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- power
 
 def _power_t(expect: str, margin: float, se: float, df: float, alpha: float) -> float:

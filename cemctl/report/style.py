@@ -114,13 +114,6 @@ def role(row: Mapping[str, Any]) -> str:
             ("baseline", "reuse"): "mlp_reuse"}.get((attn, mlp), "other")
 
 
-def precond_label(kind: Any) -> str:
-    """The preconditioner's label from its spec ("diag+low-rank"; a plugin's own label)."""
-    from cem_core.variants import PRECONDITIONERS
-
-    return _label(PRECONDITIONERS, kind)
-
-
 def _label(registry: Any, name: Any) -> str:
     try:
         return registry.spec(str(name)).label

@@ -249,22 +249,6 @@ def code_notes(engine: Any, runs: "pd.DataFrame", parts: "pd.DataFrame") -> list
     return notes
 
 
-def _seeds(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return str(int(v))
-
-
-def _power_cell(r: Any) -> str:
-    """'25 (14-100)': seeds per arm for 80% power at the part's adjusted level, over the 80% interval of its s.d."""
-    need = getattr(r, "seeds_for_80pct_power", None)
-    lo, hi = _seeds(getattr(r, "seeds_low", None)), _seeds(getattr(r, "seeds_high", None))
-    main = _seeds(need)
-    if not main:
-        return ""
-    return main + (f" ({lo or '?'}-{hi or '> 1000'})" if lo or hi else "")
-
-
 def evidence(row: Any) -> str:
     """confirmatory / exploratory (why), the one mark the page, the terminal and the dashboard show per part."""
     declared = str(getattr(row, "declared", "") or "")

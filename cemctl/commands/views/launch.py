@@ -284,10 +284,6 @@ class LiveLaunchView(_Base):
             self._live.__exit__(*exc)
             self._live = None
 
-    def print_line(self, text: str) -> None:
-        """A line above the live table (data preparation, selections)."""
-        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
-
     def _print_changes(self, statuses: Sequence[Any]) -> None:
         from rich.text import Text
 
