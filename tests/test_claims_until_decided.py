@@ -246,6 +246,21 @@ def test_the_rounds_decision_is_a_pure_function(parts, kw, stop, arms):
         assert decision.seeds == 5
 
 
+def test_the_next_rounds_cost_is_its_arms_own_run_time():
+    """A round is priced by the run-hours of the arms that get seeds (their own finished runs), an arm with none at
+    the mean of every run (main: every arm at the mean of every finished run of the scale, stage 1's loaded profiles
+    included: fig2b-confirm's 14 runs priced at 1.15 run-hours where its arms' runs took about 0.03 h each)."""
+    parts = [{"key": "a", "decided": False, "arms": ["x", "y"]}]
+    args = dict(arm_seeds={"x": 3, "y": 3}, max_seeds=16, round_seeds=2, spent_hours=0.5, budget_hours=0.8,
+                hours_per_run=0.1)
+    assert next_round(parts, **args).stop == "budget"  # 4 runs at 0.1: 0.4 more
+    fast = next_round(parts, **args, arm_hours={"x": 0.03, "y": 0.03})  # 4 runs at 0.03: 0.12 more
+    assert fast.stop == "" and fast.arms == ["x", "y"]
+    mixed = next_round(parts, **args, arm_hours={"x": 0.03})  # y has no run yet: 2 x 0.03 + 2 x 0.1 = 0.26
+    assert mixed.stop == ""
+    assert next_round(parts, **{**args, "budget_hours": 0.75}, arm_hours={"x": 0.03}).stop == "budget"
+
+
 def test_until_decided_refuses_what_cannot_wait(tmp_path):
     from cemctl.services.launch.launcher import LaunchRequest
     from cemctl.services.launch.until_decided import until_decided

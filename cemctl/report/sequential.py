@@ -386,12 +386,14 @@ class RoundDecision:
 
 def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, int], max_seeds: int,
                round_seeds: int, spent_hours: float, budget_hours: float | None,
-               hours_per_run: float, runs_per_seed: Mapping[str, int] | None = None) -> RoundDecision:
+               hours_per_run: float, runs_per_seed: Mapping[str, int] | None = None,
+               arm_hours: Mapping[str, float] | None = None) -> RoundDecision:
     """The until-decided loop's decision after a look. `parts`: the family's parts of this experiment, each
     {"key": str, "decided": bool, "arms": [arm keys], "blocked": why more seeds cannot decide it ('' if they
     can)}; `arm_seeds`: seeds each arm has finished; a round brings every arm of an undecided part that more
     seeds can decide to min(the most seeds among them + round_seeds, max_seeds); `runs_per_seed`: runs an arm
-    trains per seed (its profile's learning rates; default 1). A part that cannot be decided by more seeds gets
+    trains per seed (its profile's learning rates; default 1); `arm_hours`: an arm's mean run-hours from its own
+    finished runs, `hours_per_run` for an arm with none (the next round's cost is theirs, not every run's). A part that cannot be decided by more seeds gets
     none, and every decision says so: the loop stops for it when it is the last undecided ("cannot be decided by
     more seeds"), never as if it were decided. Pure: no runs, no files."""
     open_ = [p for p in parts if not p.get("decided")]
@@ -415,8 +417,9 @@ def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, in
         return RoundDecision("seed cap", target, names, [],
                              f"{len(names)} part{'s' if len(names) != 1 else ''} undecided at the cap of "
                              f"{max_seeds} seeds per arm{note}")
-    new_runs = sum(k * (runs_per_seed or {}).get(a, 1) for a, k in need.items())
-    cost = new_runs * hours_per_run
+    per_arm = {a: k * (runs_per_seed or {}).get(a, 1) for a, k in need.items()}
+    new_runs = sum(per_arm.values())
+    cost = sum(n * (arm_hours or {}).get(a, hours_per_run) for a, n in per_arm.items())
     if budget_hours is not None and spent_hours + cost > budget_hours:
         return RoundDecision("budget", target, names, [],
                              f"the next round ({new_runs} runs, about {cost:.2f} run-hours) would pass the budget "

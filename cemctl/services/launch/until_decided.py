@@ -250,17 +250,21 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
         rows = {f"{r.claim}. {r.part}": r for r in mine.itertuples()}
         decided = {k: r.label_holm not in ("inconclusive", "not run") for k, r in rows.items()}
         seeds: dict[str, int] = {}
+        arm_walls: dict[str, list[float]] = {}  # an arm's runs' wall times, stage 1's included: what its next run costs
         for row in runs.to_dict("records") if not runs.empty else []:
             cfg = _config(row)
+            key = _arm_key({k: v for k, v in cfg.items() if k != "train.seed"})
+            if str(row["run_id"]) in walls:
+                arm_walls.setdefault(key, []).append(walls[str(row["run_id"])])
             if int(cfg.get("train.seed") or 0) in stage1:
                 continue  # a stage-1 run at a confirmed rate is not one of the confirmation's seeds
-            key = _arm_key({k: v for k, v in cfg.items() if k != "train.seed"})
             seeds[key] = seeds.get(key, 0) + 1
         hours_per_run = (sum(walls.values()) / len(walls) / 3600) if walls else 0.0
         labels = _labels(runs)
         decision = next_round([{"key": k, "decided": decided.get(k, False), "arms": v} for k, v in part_arms.items()],
                               arm_seeds=seeds, max_seeds=max_seeds, round_seeds=round_seeds, spent_hours=spent,
-                              budget_hours=budget_hours, hours_per_run=hours_per_run)
+                              budget_hours=budget_hours, hours_per_run=hours_per_run,
+                              arm_hours={a: sum(w) / len(w) / 3600 for a, w in arm_walls.items()})
         report.seeds = {labels.get(a, a): seeds.get(a, 0) for a in sorted({a for v in part_arms.values() for a in v})}
         if decision.stop:
             report.stop, report.message = decision.stop, decision.message
