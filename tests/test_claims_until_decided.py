@@ -261,6 +261,25 @@ def test_the_next_rounds_cost_is_its_arms_own_run_time():
     assert next_round(parts, **{**args, "budget_hours": 0.75}, arm_hours={"x": 0.03}).stop == "budget"
 
 
+def test_a_round_stopped_midway_is_completed_not_overtaken():
+    """Regression: a round to 5 seeds stopped after one arm's fourth seed finished: the next session planned every
+    arm to 6 (the most seeds among them + 2), 11 runs where the recorded round needed 7. It completes the round."""
+    from cemctl.services.launch.until_decided import _unfinished_round
+
+    parts = [{"key": "a", "decided": False, "arms": ["w", "x", "y", "z"]}]
+    args = dict(arm_seeds={"w": 4, "x": 3, "y": 3, "z": 3}, max_seeds=9, round_seeds=2, spent_hours=0.0,
+                budget_hours=None, hours_per_run=0.1)
+    assert next_round(parts, **args).seeds == 6  # nothing recorded as unfinished: the usual step
+    resumed = next_round(parts, **args, unfinished_round=5)
+    assert resumed.seeds == 5 and resumed.message.startswith("7 runs")
+    done = next_round(parts, **{**args, "arm_seeds": {"w": 5, "x": 5, "y": 5, "z": 5}}, unfinished_round=5)
+    assert done.seeds == 7  # every arm reached it: the next round as usual
+    record = {"rounds": [{"round": 0, "seeds": None, "runs": ["a", "b"]}, {"round": 1, "seeds": 5, "runs": ["c", "d"]}]}
+    assert _unfinished_round(record, {"a", "b", "c"}) == 5
+    assert _unfinished_round(record, {"a", "b", "c", "d"}) is None
+    assert _unfinished_round({"rounds": [record["rounds"][0]]}, set()) is None
+
+
 def test_until_decided_refuses_what_cannot_wait(tmp_path):
     from cemctl.services.launch.launcher import LaunchRequest
     from cemctl.services.launch.until_decided import until_decided

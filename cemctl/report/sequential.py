@@ -387,13 +387,15 @@ class RoundDecision:
 def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, int], max_seeds: int,
                round_seeds: int, spent_hours: float, budget_hours: float | None,
                hours_per_run: float, runs_per_seed: Mapping[str, int] | None = None,
-               arm_hours: Mapping[str, float] | None = None) -> RoundDecision:
+               arm_hours: Mapping[str, float] | None = None, unfinished_round: int | None = None) -> RoundDecision:
     """The until-decided loop's decision after a look. `parts`: the family's parts of this experiment, each
     {"key": str, "decided": bool, "arms": [arm keys], "blocked": why more seeds cannot decide it ('' if they
     can)}; `arm_seeds`: seeds each arm has finished; a round brings every arm of an undecided part that more
     seeds can decide to min(the most seeds among them + round_seeds, max_seeds); `runs_per_seed`: runs an arm
     trains per seed (its profile's learning rates; default 1); `arm_hours`: an arm's mean run-hours from its own
-    finished runs, `hours_per_run` for an arm with none (the next round's cost is theirs, not every run's). A part that cannot be decided by more seeds gets
+    finished runs, `hours_per_run` for an arm with none (the next round's cost is theirs, not every run's);
+    `unfinished_round`: the seeds per arm of a recorded round whose runs did not all finish (a session that ended
+    mid-round): the next round completes it, never goes past it because one arm got ahead. A part that cannot be decided by more seeds gets
     none, and every decision says so: the loop stops for it when it is the last undecided ("cannot be decided by
     more seeds"), never as if it were decided. Pure: no runs, no files."""
     open_ = [p for p in parts if not p.get("decided")]
@@ -411,6 +413,8 @@ def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, in
     arms = sorted({a for p in undecided for a in p["arms"]})
     have = max((arm_seeds.get(a, 0) for a in arms), default=0)
     target = min(have + round_seeds, max_seeds)
+    if unfinished_round and any(arm_seeds.get(a, 0) < unfinished_round for a in arms):
+        target = min(unfinished_round, max_seeds)
     need = {a: max(0, target - arm_seeds.get(a, 0)) for a in arms}
     need = {a: k for a, k in need.items() if k > 0}
     if not need:

@@ -264,7 +264,8 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
         decision = next_round([{"key": k, "decided": decided.get(k, False), "arms": v} for k, v in part_arms.items()],
                               arm_seeds=seeds, max_seeds=max_seeds, round_seeds=round_seeds, spent_hours=spent,
                               budget_hours=budget_hours, hours_per_run=hours_per_run,
-                              arm_hours={a: sum(w) / len(w) / 3600 for a, w in arm_walls.items()})
+                              arm_hours={a: sum(w) / len(w) / 3600 for a, w in arm_walls.items()},
+                              unfinished_round=_unfinished_round(record, set(ids)))
         report.seeds = {labels.get(a, a): seeds.get(a, 0) for a in sorted({a for v in part_arms.values() for a in v})}
         if decision.stop:
             report.stop, report.message = decision.stop, decision.message
@@ -346,6 +347,15 @@ def _note_round(record: dict[str, Any], number: int, seeds: int | None, runs: li
     entry = {"session": session, "round": number, "seeds": seeds, "runs": sorted(runs), "time": time.time()}
     record["rounds"].append(entry)
     return entry
+
+
+def _unfinished_round(record: dict[str, Any], finished: set[str]) -> int | None:
+    """The seeds per arm of the last recorded round if some of its runs have not finished (the session ended, or
+    the loop was stopped, mid-round), else None."""
+    rounds = [e for e in record.get("rounds", []) if e.get("seeds")]
+    if rounds and not set(rounds[-1]["runs"]) <= finished:
+        return int(rounds[-1]["seeds"])
+    return None
 
 
 def _walls(runs: Any) -> dict[str, float]:
