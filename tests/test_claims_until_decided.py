@@ -278,6 +278,9 @@ def test_a_round_stopped_midway_is_completed_not_overtaken():
     assert _unfinished_round(record, {"a", "b", "c"}) == 5
     assert _unfinished_round(record, {"a", "b", "c", "d"}) is None
     assert _unfinished_round({"rounds": [record["rounds"][0]]}, set()) is None
+    # a run of the round that failed or was cancelled ends its wait: the loop moves on (no retry it never asked for)
+    assert _unfinished_round(record, {"a", "b", "c"}, {"d": "failed"}.get) is None
+    assert _unfinished_round(record, {"a", "b", "c"}, {"d": "stale"}.get) == 5
 
 
 def test_until_decided_refuses_what_cannot_wait(tmp_path):

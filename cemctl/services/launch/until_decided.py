@@ -142,7 +142,7 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
     decided, the seed cap or the budget is reached (see the module docstring). `max_seeds`: the cap (default 16;
     a confirmation grid's is its registered seed count, and a design started with a cap keeps it)."""
     from cemctl.db.engine import open_db
-    from cemctl.db.runs import get_experiment, resolve_runs_root
+    from cemctl.db.runs import get_experiment, get_run, resolve_runs_root
     from cemctl.report.claims import evaluate_page
     from cemctl.report.sequential import SPENDING, next_round
     from cemctl.services.claim_plans import finished_runs, load_designs, read_design, write_design
@@ -265,7 +265,8 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
                               arm_seeds=seeds, max_seeds=max_seeds, round_seeds=round_seeds, spent_hours=spent,
                               budget_hours=budget_hours, hours_per_run=hours_per_run,
                               arm_hours={a: sum(w) / len(w) / 3600 for a, w in arm_walls.items()},
-                              unfinished_round=_unfinished_round(record, set(ids)))
+                              unfinished_round=_unfinished_round(record, set(ids), lambda rid: getattr(
+                                  get_run(engine, rid), "state", None)))
         report.seeds = {labels.get(a, a): seeds.get(a, 0) for a in sorted({a for v in part_arms.values() for a in v})}
         if decision.stop:
             report.stop, report.message = decision.stop, decision.message
@@ -349,12 +350,21 @@ def _note_round(record: dict[str, Any], number: int, seeds: int | None, runs: li
     return entry
 
 
-def _unfinished_round(record: dict[str, Any], finished: set[str]) -> int | None:
-    """The seeds per arm of the last recorded round if some of its runs have not finished (the session ended, or
-    the loop was stopped, mid-round), else None."""
+def _unfinished_round(record: dict[str, Any], finished: set[str],
+                      state_of: Callable[[str], str | None] = lambda _rid: None) -> int | None:
+    """The seeds per arm of the last recorded round if one of its runs has neither finished nor ended for good (the
+    session ended, or the loop was stopped, mid-round: planned, queued, running, stale), else None. A run that
+    failed or was cancelled (`RunState.terminal`) settles its place: the loop moves on, as it would had it
+    finished."""
+    from cem_core.runfiles import RunState
+
     rounds = [e for e in record.get("rounds", []) if e.get("seeds")]
-    if rounds and not set(rounds[-1]["runs"]) <= finished:
-        return int(rounds[-1]["seeds"])
+    if not rounds:
+        return None
+    for rid in set(rounds[-1]["runs"]) - finished:
+        state = state_of(rid)
+        if state not in {s.value for s in RunState} or not RunState(state).terminal:
+            return int(rounds[-1]["seeds"])
     return None
 
 
