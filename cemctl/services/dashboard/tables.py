@@ -29,14 +29,14 @@ RUN_COLUMNS = ("state", "progress", "train_loss", "val_loss", "test_loss", "toke
 LIVE_REFRESH_S = 3.0  # the live table's refresh while runs are queued or running
 IDLE_REFRESH_S = 15.0  # ... and while nothing is in flight (a launch may start)
 IN_FLIGHT = ("queued", "running")
+ARM_METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse", "train_loss", "wall_time_s",
+               "avg_tokens_per_s")
+LOG_LINES = 200
 
 
 def refresh_s(states: Iterable[str]) -> float:
     """How often a live part of a page asks again: often while one of these runs is queued or running."""
     return LIVE_REFRESH_S if any(s in IN_FLIGHT for s in states) else IDLE_REFRESH_S
-ARM_METRICS = ("test_loss", "test_ppl", "val_loss", "val_ppl", "test_rmse", "train_loss", "wall_time_s",
-               "avg_tokens_per_s")
-LOG_LINES = 200
 
 
 class NotFound(CemError):
