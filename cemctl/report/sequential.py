@@ -395,8 +395,8 @@ def next_round(parts: Sequence[Mapping[str, Any]], *, arm_seeds: Mapping[str, in
     trains per seed (its profile's learning rates; default 1); `arm_hours`: an arm's mean run-hours from its own
     finished runs, `hours_per_run` for an arm with none (the next round's cost is theirs, not every run's);
     `unfinished_round`: the seeds per arm of a recorded round whose runs did not all finish (a session that ended
-    mid-round): the next round completes it, never goes past it because one arm got ahead. A part that cannot be decided by more seeds gets
-    none, and every decision says so: the loop stops for it when it is the last undecided ("cannot be decided by
+    mid-round): the next round completes it, never goes past it because one arm got ahead. A part that cannot be
+    decided by more seeds gets none, and every decision says so: the loop stops for it when it is the last undecided ("cannot be decided by
     more seeds"), never as if it were decided. Pure: no runs, no files."""
     open_ = [p for p in parts if not p.get("decided")]
     blocked = [p for p in open_ if p.get("blocked")]
