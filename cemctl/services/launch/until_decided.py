@@ -142,7 +142,8 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
     decided, the seed cap or the budget is reached (see the module docstring). `max_seeds`: the cap (default 16;
     a confirmation grid's is its registered seed count, and a design started with a cap keeps it)."""
     from cemctl.db.engine import open_db
-    from cemctl.db.runs import get_experiment, get_run, resolve_runs_root
+    from cemctl.db.runs import get_experiment, resolve_runs_root
+    from cemctl.records import load_records
     from cemctl.report.claims import evaluate_page
     from cemctl.report.sequential import SPENDING, next_round
     from cemctl.services.claim_plans import finished_runs, load_designs, read_design, write_design
@@ -265,8 +266,8 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
                               arm_seeds=seeds, max_seeds=max_seeds, round_seeds=round_seeds, spent_hours=spent,
                               budget_hours=budget_hours, hours_per_run=hours_per_run,
                               arm_hours={a: sum(w) / len(w) / 3600 for a, w in arm_walls.items()},
-                              unfinished_round=_unfinished_round(record, set(ids), lambda rid: getattr(
-                                  get_run(engine, rid), "state", None)))
+                              unfinished_round=_unfinished_round(record, set(ids), lambda rid: next(
+                                  (r.state for r in load_records(engine, run_ids=[rid], arms=False)), None)))
         report.seeds = {labels.get(a, a): seeds.get(a, 0) for a in sorted({a for v in part_arms.values() for a in v})}
         if decision.stop:
             report.stop, report.message = decision.stop, decision.message
