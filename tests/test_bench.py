@@ -191,3 +191,23 @@ def test_kernel_table_counts_a_gpu_kernel_once_not_its_cpu_side_record_too():
                                               "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"]
     assert sum(r["ms per step"] for r in rows if r["kernel"].startswith("all ")) == 4.0
     assert [r["share"] for r in kernels] == ["75.0%", "25.0%"]
+
+
+def test_the_gpu_step_targets_are_issue_50s_on_fabricated_times():
+    """T=1 passes at 1.04x Llama's step and fails at 1.06x; full CEM T=2 is judged by its FLOP rate against
+    Llama's (>= 95 %), from the FLOP counts of the two models, not by a fixed step ratio."""
+    from bench.gpu import FULL_CEM, _targets
+    from bench.models import model_config
+    from cem_core.counts import train_flops_per_token
+
+    llama, t1, full = ("134M Llama, ours", "-", True), ("134M CEM attention T=1 (shared diag)", "flex", True), \
+        ("134M full CEM T=2", "flex", True)
+    flop_ratio = (train_flops_per_token(model_config("134M", **FULL_CEM, vocab_size=32000))
+                  / train_flops_per_token(model_config("134M", vocab_size=32000)))
+    assert 1.6 < flop_ratio < 2.0  # full CEM T=2 does more work a token than Llama (1.82x at 134M)
+    for t1_ratio, rate, ok in ((1.04, 0.96, True), (1.06, 0.94, False)):
+        times = {llama: 0.0373, t1: 0.0373 * t1_ratio, full: 0.0373 * flop_ratio / rate}
+        got = {t.name: t for t in _targets(times, peak=793e12, size="134M")}
+        assert got["CEM attention T=1 step vs Llama"].met is ok
+        assert got["full CEM T=2 FLOP rate vs Llama's"].met is ok
+        assert got["full CEM T=2 FLOP rate vs Llama's"].value.startswith(f"{100 * rate:.0f}%")

@@ -13,6 +13,10 @@
 # attention:S (the CEM attention sublayer, FlexAttention vs SDPA), memory:S[:SIZES] (largest micro-batch per
 # size), compile:S:VARIANTS (bench/gpu_session/compile_diag.py per variant, in parallel, each with a cold cache).
 # Parts joined by '+' run at the same time (compiling beside each other: their timings are not the GPU's alone).
+# flexwarm:S[:SHAPES] (compiles bench/gpu_session/flexopts.py's candidates, one process each, numbers discarded),
+# flexopts:S[:SHAPES] (FlexAttention's kernel options timed with the GPU tests' error gate, then whole 134M steps
+# with the winner), concurrency:S[:JOBS] (concurrency.py: 1, 2, 4, 8 runs at once on GPU 0, each launch time-boxed
+# to S seconds).
 # Everything written lands in $OUT/session.tar.gz at the end (the device tool returns at most 8 files).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
@@ -24,6 +28,7 @@ fi
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   python3 -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, torch.cuda.get_device_name(0))'
 } 2>&1 | tee "$OUT/env.txt"
+mapfile -t FLEXOPTS_CANDIDATES < <(python3 -c 'from bench.gpu_session.flexopts import CANDIDATES; print("\n".join(CANDIDATES))' 2>/dev/null)
 bench_part() {  # section, extra args, seconds
   timeout "$3" python3 -m bench --only "$1" $2 --out "$OUT/bench" > "$OUT/bench_$1.log" 2>&1
   echo "== bench $1: exit $? =="; grep -E "^\[(gpu|gpu_attention|gpu_memory)\]" "$OUT/bench_$1.log" | cut -c1-300
@@ -58,6 +63,17 @@ one_part() {
     compile)
       for v in ${b//,/ }; do TORCH_LOGS=recompiles,graph_breaks timeout "$a" python3 bench/gpu_session/compile_diag.py "$v" > "$OUT/compile_$v.log" 2>&1 & done
       wait; grep -h '^\[compile\]' "$OUT"/compile_*.log | cut -c1-700 ;;
+    flexwarm)  # each flexopts.py candidate compiled in a process of its own (numbers discarded): fills inductor's
+      # cache for a later flexopts part, so it can run beside the tests
+      timeout "$a" bash -c 'for c in "${@:2}"; do python3 bench/gpu_session/flexopts.py --warm --shapes "$1" --candidates "$c" > "/tmp/fo-warm-${c//[^A-Za-z0-9]/_}.log" 2>&1 & done; wait' \
+        _ "${b:-shared,per_head,none}" "${FLEXOPTS_CANDIDATES[@]}"
+      echo "== flexwarm: exit $? ==" ;;
+    flexopts)  # FlexAttention's kernel options timed and gated (flexopts.py), then whole 134M steps (--step)
+      timeout "$a" python3 bench/gpu_session/flexopts.py --shapes "${b:-shared,per_head,none}" --step --out "$OUT" > "$OUT/flexopts.log" 2>&1
+      echo "== flexopts: exit $? =="; grep -E '^\[flexopts' "$OUT/flexopts.log" | cut -c1-400 ;;
+    concurrency)  # N runs at once on GPU 0 (concurrency.py), each launch time-boxed to S seconds
+      python3 bench/gpu_session/concurrency.py --jobs "${b:-1,2,4,8}" --budget-s "$a" --out "$OUT" > "$OUT/concurrency.log" 2>&1
+      echo "== concurrency: exit $? =="; grep -E '^\[concurrency\]|^\||^Most' "$OUT/concurrency.log" | cut -c1-300 ;;
     *) echo "unknown part $what" ;;
   esac
 }
