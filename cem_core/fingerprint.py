@@ -47,11 +47,25 @@ MODEL_CODE: tuple[str, ...] = (
 
 
 # A fingerprint recorded by code that computes what a later code computes, shown by retraining archived runs with
-# the later code (evidence: docs/code-equivalence.md): while this installation's fingerprint is the value, a run
-# recorded with the key is current. An entry is added only with its evidence, never to relabel runs silently.
+# the later code (evidence: docs/code-equivalence.md): a run recorded with the key is current while this
+# installation's fingerprint is the value, or what the value leads to in turn (`equivalent`). An entry is added
+# only with its evidence, never to relabel runs silently.
 EQUIVALENT: dict[str, str] = {
     "6529dbaa6e58": "0664f622f66e",  # train/loop.py's bookkeeping moved to train/attempt.py and train/preempt.py
+    "0664f622f66e": "bd240f845b5b",  # data/packing.py's SplitWriter, which nothing called, deleted
 }
+
+
+def equivalent(recorded: str, current: str) -> bool:
+    """Code that recorded `recorded` computes what code with fingerprint `current` computes: the same fingerprint,
+    or a chain of `EQUIVALENT` entries from one to the other."""
+    seen = {recorded}
+    while recorded != current and recorded in EQUIVALENT:
+        recorded = EQUIVALENT[recorded]
+        if recorded in seen:
+            return False
+        seen.add(recorded)
+    return recorded == current
 
 
 def normalized(source: str) -> str:

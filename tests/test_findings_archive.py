@@ -6,7 +6,9 @@ labels, verdicts after the step-down, the sequential looks and revisions, the de
 from __future__ import annotations
 
 import csv
+import json
 import math
+import tarfile
 
 import pytest
 
@@ -45,3 +47,27 @@ def test_the_committed_archive_re_derives_the_parts_their_runs_and_effects(deriv
 def test_the_committed_archive_re_derives_the_committed_claims(derived) -> None:
     committed, now = derived
     assert committed == [{k: r.get(k) for k in committed[0]} for r in now]
+
+
+@pytest.mark.skipif(not ARCHIVE.exists(), reason="no committed findings archive")
+def test_the_runs_behind_the_committed_confirmatory_verdicts_are_current_under_this_code() -> None:
+    """Every run a stage-2 (confirmatory) part of the committed claims uses was trained by this code, or by code
+    shown to compute the same (`cem_core.fingerprint.EQUIVALENT`, evidence in docs/code-equivalence.md). A change
+    to the model code that is not recorded there makes the published verdicts rest on outdated runs: this fails,
+    and the way out is evidence of equivalence or retraining and regenerating docs/findings. It failed after
+    368f611, which deleted an unused class from data/packing.py and so outdated all 402 finished archived runs."""
+    from cem_core.fingerprint import code_fingerprint, equivalent
+
+    with open(CLAIMS) as f:
+        used = {rid for row in csv.DictReader(f) if row["stage"] == "stage 2" for rid in row["runs"].split(",") if rid}
+    trained_by = {}
+    with tarfile.open(ARCHIVE) as tf:
+        for member in tf:
+            parts = member.name.split("/")
+            if parts[-1] == "result.json" and len(parts) >= 2 and parts[-2] in used:
+                trained_by[parts[-2]] = json.load(tf.extractfile(member))["code_fingerprint"]  # type: ignore[arg-type]
+    assert len(used) > 50 and set(trained_by) == used  # every such run is in the archive, with its result
+    current = code_fingerprint()
+    stale = {code for code in trained_by.values() if not equivalent(code, current)}
+    assert not stale, (f"the committed confirmatory runs were trained by {sorted(stale)}, not current under this "
+                       f"code ({current}): record the equivalence with its evidence or retrain")

@@ -86,6 +86,19 @@ def test_code_shown_to_compute_the_same_is_current_and_nothing_else(project, mon
     assert list(judge([(ids[1], changed, config)])) == [ids[1]]
 
 
+@pytest.mark.parametrize(("entries", "recorded", "current", "same"), [
+    ({}, "aaa", "aaa", True),
+    ({}, "aaa", "bbb", False),
+    ({"aaa": "bbb"}, "aaa", "bbb", True),
+    ({"aaa": "bbb", "bbb": "ccc"}, "aaa", "ccc", True),  # two recorded changes, each with its evidence
+    ({"aaa": "bbb", "bbb": "ccc"}, "bbb", "aaa", False),  # not backwards
+    ({"aaa": "bbb", "bbb": "aaa"}, "aaa", "ccc", False),  # a cycle ends
+])
+def test_equivalence_follows_recorded_changes_one_after_another(entries, recorded, current, same, monkeypatch):
+    monkeypatch.setattr(fp, "EQUIVALENT", entries)
+    assert fp.equivalent(recorded, current) is same
+
+
 def test_the_report_counts_and_marks_them(project):
     where, ids = project
     out = where / "rep"

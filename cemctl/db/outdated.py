@@ -81,12 +81,12 @@ def judge(recorded: Iterable[tuple[str, Any, Callable[[], Any]]]) -> dict[str, O
     A plugin's source counts only for the runs whose config uses one of its registered names (`used_plugins`). A
     run trained before that rule recorded the fingerprint with every plugin its grid loads: it is current when
     that one matches too (it cannot tell which part changed when neither does, so it is outdated then)."""
-    from cem_core.fingerprint import EQUIVALENT
+    from cem_core.fingerprint import equivalent
 
     base = current_code()
     out: dict[str, Outdated] = {}
     for rid, code, config in recorded:
-        if not isinstance(code, str) or not code or code == base or EQUIVALENT.get(code) == base:
+        if not isinstance(code, str) or not code or equivalent(code, base):
             continue  # this code, or code shown to compute the same (`cem_core.fingerprint.EQUIVALENT`)
         current = _current_for(config, rid)
         if current is not None and code not in current:
