@@ -56,6 +56,16 @@ EQUIVALENT: dict[str, str] = {
 }
 
 
+def canonical(code: str) -> str:
+    """The last fingerprint `code` leads to through `EQUIVALENT`: runs whose fingerprints have one canonical
+    fingerprint were trained by code that computes the same."""
+    seen = {code}
+    while code in EQUIVALENT and EQUIVALENT[code] not in seen:
+        code = EQUIVALENT[code]
+        seen.add(code)
+    return code
+
+
 def equivalent(recorded: str, current: str) -> bool:
     """Code that recorded `recorded` computes what code with fingerprint `current` computes: the same fingerprint,
     or a chain of `EQUIVALENT` entries from one to the other."""

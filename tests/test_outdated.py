@@ -142,3 +142,19 @@ def test_rerun_outdated_trains_it_again_and_keeps_the_old_files(tmp_path, monkey
     assert status_rows(tmp_path)[ids[0]]["outdated"] is False
     res = cli(tmp_path, "launch", "one", "--workers", "1", "--rerun-outdated", subprocess=True)
     assert "launched 0 of 1" in res.stdout  # nothing outdated any more
+
+
+def test_a_part_whose_runs_were_trained_by_code_shown_to_compute_the_same_is_not_called_mixed(monkeypatch):
+    """The claims page's note 'its runs were trained by N versions of the model code' counts versions up to
+    `EQUIVALENT`: runs of 0664f622f66e and of bd240f845b5b (one unused class apart) are one version."""
+    import pandas as pd
+
+    from cemctl.services.claims import code_notes
+
+    monkeypatch.setattr(fp, "EQUIVALENT", {"aaaaaaaaaaaa": "bbbbbbbbbbbb"})
+    runs = pd.DataFrame({"run_id": ["r1", "r2", "r3"], "outdated": [False, False, False],
+                         "code_fingerprint": ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"]})
+    parts = pd.DataFrame({"claim": ["1", "2"], "part": ["same code", "other code"], "scale": ["cpu", "cpu"],
+                          "runs": ["r1,r2", "r2,r3"]})
+    notes = code_notes(None, runs, parts)
+    assert len(notes) == 1 and notes[0].startswith("2. other code (cpu): its runs were trained by 2 versions")

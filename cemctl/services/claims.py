@@ -226,6 +226,7 @@ def code_summary(runs: "pd.DataFrame") -> str:
 def code_notes(engine: Any, runs: "pd.DataFrame", parts: "pd.DataFrame") -> list[str]:
     """Lines about the code behind the numbers: runs trained by older model code, and parts whose runs were
     trained by different code (a difference between them may be the code's, not the claim's)."""
+    from cem_core.fingerprint import canonical
     from cemctl.db.outdated import outdated_note, outdated_runs
 
     notes: list[str] = []
@@ -241,9 +242,9 @@ def code_notes(engine: Any, runs: "pd.DataFrame", parts: "pd.DataFrame") -> list
     if "code_fingerprint" in runs.columns:
         code = dict(zip(runs["run_id"], runs["code_fingerprint"]))
         for r in parts.itertuples():
-            fps = {code.get(rid) for rid in str(getattr(r, "runs", "") or "").split(",") if rid}
-            fps = {fp for fp in fps if isinstance(fp, str) and fp}
-            if len(fps) > 1:
+            found = (code.get(rid) for rid in str(getattr(r, "runs", "") or "").split(",") if rid)
+            fps = {fp for fp in found if isinstance(fp, str) and fp}
+            if len({canonical(fp) for fp in fps}) > 1:  # code shown to compute the same is one version
                 notes.append(f"{r.claim}. {r.part} ({r.scale}): its runs were trained by {len(fps)} versions of the "
                              f"model code ({', '.join(sorted(fps))}); a difference may be the code's")  # type: ignore[arg-type]
     return notes
