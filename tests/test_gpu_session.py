@@ -136,3 +136,48 @@ def test_a_launch_that_did_not_finish_every_run_gives_no_throughput(tmp_path):
     row = concurrency.measure(runs, 2, launch_s=90.0)
     assert row["done"] == 1 and row["tokens/s, launch"] is None and row["tokens/s, steady"] is None
     assert "| 2 | 1/2 | 90.0 | - | - |" in concurrency.table([row])
+
+
+def test_whole_steps_are_timed_with_the_defaults_and_with_a_winner_that_sets_options():
+    def row(name, ms, passes=True):  # noqa: ANN001, ANN202
+        return {"shape": "shared", "candidate": name, "options": flexopts.CANDIDATES[name], "ms": ms, "passes": passes}
+
+    tuned = {"rows": [row("default", 5.0), row("max-autotune", 3.0), row("bwd 64/128 w8 s2", 4.0),
+                      row("tma", 2.0, passes=False)]}
+    assert flexopts.step_settings(tuned) == [("default", {}),
+                                             ("bwd 64/128 w8 s2", flexopts.CANDIDATES["bwd 64/128 w8 s2"])]
+    # the defaults won (max-autotune is a compile mode, not kernel options): one pass, not the same twice
+    assert flexopts.step_settings({"rows": [row("default", 5.0), row("max-autotune", 3.0)]}) == [("default", {})]
+
+
+def test_a_candidate_whose_package_is_missing_is_not_compiled(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert flexopts.needs_package(flexopts.CANDIDATES["flash backend"]) == "flash_attn.cute"
+    assert flexopts.needs_package(flexopts.CANDIDATES["tma"]) == ""
+
+
+def test_a_stopped_launch_leaves_no_process_that_names_its_folder(tmp_path):
+    """Trainers run in sessions of their own, so stopping the launch's group is not enough: every process
+    whose command line names the launch's folder is stopped (a real process here)."""
+    import subprocess
+    import sys
+
+    marker = str(tmp_path / "runs") + "/"
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+                              "time.sleep(60)", marker], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"  # ignoring SIGTERM from here
+        assert concurrency.processes_naming(marker) == [child.pid]
+        concurrency.stop([child.pid], grace_s=1)  # it ignores SIGTERM: SIGKILL after the grace
+        assert child.wait(timeout=10) == -9
+        assert concurrency.processes_naming(marker) == []
+    finally:
+        child.kill()
+
+
+def test_a_launch_that_failed_before_planning_is_a_row_not_a_crash(tmp_path):
+    row = concurrency.measure(tmp_path / "no runs folder", 4, launch_s=3.0)
+    assert row["done"] == 0 and row["tokens/s, launch"] is None

@@ -1,10 +1,13 @@
 """Many small runs on one GPU: throughput of 1, 2, 4, 8 concurrent 20M runs (issue 50, item 3).
 
-    python bench/gpu_session/concurrency.py --jobs 1,2,4,8 --out DIR [--steps 100] [--budget-s 90]
+    python bench/gpu_session/concurrency.py --jobs 1,2,4,8 --out DIR [--steps 100] [--budget-s 90] [--warm-steps 10]
 
-For each N, a project folder of its own gets concurrency.toml (beside this file) with seeds 0..N-1, and
-`cemctl launch --gpus 0 --jobs-per-gpu N` trains them at once on GPU 0 (every process reads one inductor cache,
-$TORCHINDUCTOR_CACHE_DIR, so the first N compiles for the others). One `[concurrency]` line an N:
+First a warm-up launch (one run of --warm-steps steps, not in the table) prepares the corpus cache and fills one
+inductor cache ($TORCHINDUCTOR_CACHE_DIR), so that no N pays what the others reuse. Then for each N, a project
+folder of its own gets concurrency.toml (beside this file) with seeds 0..N-1, and `cemctl launch --gpus 0
+--jobs-per-gpu N` trains them at once on GPU 0. A launch past --budget-s is stopped with every trainer it started
+(they run in sessions of their own), so the next N starts on an idle GPU. One `[concurrency]` line an N, and
+concurrency.json / concurrency.md rewritten after each:
 - launch s: the launch's wall time (start-up, compiling, training and the final evaluation): what a grid costs;
 - tokens/s, launch: every run's training tokens over that wall time;
 - tokens/s, steady: the sum over runs of each run's median logged tokens/s over the second half of its steps
@@ -53,7 +56,9 @@ def steady_tokens_per_s(run_dir: Path) -> float | None:
 def measure(runs_dir: Path, n: int, launch_s: float) -> dict[str, Any]:
     """One table row from the run folders a launch of `n` concurrent runs left, and its wall time."""
     tokens, steady, done = 0, [], 0
-    for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    folders = sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if runs_dir.is_dir() else []  # a launch that failed before planning left none
+    for run_dir in folders:
         result = read_folder(run_dir).result.result
         if result is not None and result.state == "done":
             done += 1
@@ -84,20 +89,51 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _launch(cmd: list[str], log_path: Path, env: dict[str, str], budget_s: float) -> int:
-    """Run `cmd` (its output to `log_path`) in a process group of its own; past `budget_s` the whole group (the
-    launch and its trainers) is stopped and 124 returned, so the next N starts on an idle GPU."""
+def processes_naming(text: str) -> list[int]:
+    """Pids of this machine's processes (not this one) whose command line contains `text` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop(pids: list[int], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL for those still alive after `grace_s`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()  # a zombie has stopped
+    except OSError:
+        return False
+
+
+def _launch(cmd: list[str], log_path: Path, env: dict[str, str], budget_s: float, work: Path) -> int:
+    """Run `cmd` (its output to `log_path`); past `budget_s` the launch and every process whose command line names
+    `work` (its trainers run in sessions of their own, and stop only after a step) are stopped, and 124 returned."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             return proc.wait(timeout=budget_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop([proc.pid, *processes_naming(str(work) + os.sep)], grace_s=45)
+            proc.wait()
             return 124
 
 
@@ -106,25 +142,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", default="1,2,4,8")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--budget-s", type=int, default=90, help="time box of one launch")
+    p.add_argument("--warm-steps", type=int, default=10, help="steps of the warm-up launch (0: none)")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR",
                                                                    str(Path(tempfile.gettempdir()) / "inductor-shared"))}
-    rows = []
-    for n in [int(x) for x in a.jobs.split(",")]:
-        work = Path(tempfile.mkdtemp(prefix=f"concurrency{n}-"))  # a folder of its own: nothing there before
+    rows: list[dict[str, Any]] = []
+    plan = [("warm-up", 1, a.warm_steps)] if a.warm_steps else []
+    for label, n, steps in plan + [(str(n), n, a.steps) for n in (int(x) for x in a.jobs.split(","))]:
+        work = Path(tempfile.mkdtemp(prefix=f"concurrency{label}-"))  # a folder of its own: nothing there before
         grid = work / "concurrency.toml"
-        grid.write_text(grid_text(n, a.steps))
+        grid.write_text(grid_text(n, steps))
         t0 = time.perf_counter()
         rc = _launch([sys.executable, "-m", "cemctl.cli", "launch", str(grid), "--gpus", "0", "--jobs-per-gpu",
                       str(n), "--db", str(work / "results.db"), "--runs-dir", str(work / "runs")],
-                     a.out / f"launch{n}.log", env, a.budget_s)
+                     a.out / f"launch-{label}.log", env, a.budget_s, work)
         row = {**measure(work / "runs", n, time.perf_counter() - t0), "exit": rc}
+        print(f"[concurrency] {label}: {json.dumps(row)}", flush=True)
+        if label == "warm-up":
+            continue
         rows.append(row)
-        print(f"[concurrency] {json.dumps(row)}", flush=True)
-    (a.out / "concurrency.json").write_text(json.dumps(rows, indent=1))
-    (a.out / "concurrency.md").write_text(table(rows) + "\n")
+        (a.out / "concurrency.json").write_text(json.dumps(rows, indent=1))
+        (a.out / "concurrency.md").write_text(table(rows) + "\n")
     print(table(rows), flush=True)
     return 0
 

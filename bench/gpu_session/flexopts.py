@@ -1,6 +1,7 @@
 """FlexAttention's kernel options for the CEM attention calls at 134M, measured with the error gate (issue 50, item 1).
 
-    python bench/gpu_session/flexopts.py [--shapes shared,per_head,none] [--candidates NAME,...] [--warm] [--step]
+    python bench/gpu_session/flexopts.py [--shapes shared] [--candidates NAME,...] [--warm] --out DIR
+    python bench/gpu_session/flexopts.py --steps-from DIR/flexopts.json --out DIR
 
 For each call shape of a 134M CEM attention sublayer (batch 8 x 2048, 12 heads of 64, bf16, ALiBi and the learned
 self bias; `SHAPES`) and each candidate of `CANDIDATES`, one `[flexopts]` line: forward + backward ms of the
@@ -8,12 +9,13 @@ attention call alone, and the gate of the GPU tests (tests/gpu/test_gpu.py), on 
 gradient in float32 within 2 % of the dense float32 reference, and in bf16 no further from that reference than
 2x the SDPA path in bf16 + 0.005 (`passes`). A faster candidate that fails the gate is not faster. A time box
 keeps the lines printed; flexopts.json (under --out) gets every measurement and each shape's fastest passing
-candidate.
+candidate; the file is rewritten after every row, so a time box loses at most the row it cut.
 
 --warm: compile each candidate for every call the timed run makes, and exit (run.sh starts one process a candidate, so the timed run reads
-inductor's cache; numbers discarded). --step: whole 134M training steps (bench/gpu.py's rows, compiled) of Llama,
-CEM attention T=1 and full CEM T=2, with Triton's defaults and with the shared shape's fastest passing candidate:
-the issue's two step targets, on one card, in one process.
+inductor's cache; numbers discarded). --steps-from FILE: whole 134M training steps (bench/gpu.py's rows, compiled)
+of Llama, CEM attention T=1 and full CEM T=2 with Triton's defaults, and the CEM rows again with the shared shape's
+fastest passing candidate of FILE (if it sets options): the issue's two step targets, on one card, in one process
+(steps.json under --out).
 
 The options reach the model's own FlexAttention call (`cem_core.model.flex`) through `kernel_options` below,
 which wraps the function the model calls; the model code is not changed (its code fingerprint, which says
@@ -55,13 +57,27 @@ CANDIDATES: dict[str, dict[str, Any]] = {
                          "bwd_num_warps": 8, "bwd_num_stages": 2},
     "bwd 32/64 w4 s3": {"bwd_BLOCK_M1": 32, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 32,
                         "bwd_num_warps": 4, "bwd_num_stages": 3},
-    "tma": {"USE_TMA": True},
-    "prescale": {"PRESCALE_QK": True},
-    "flash backend": {"BACKEND": "FLASH"},  # CuTe; raises where the image lacks the package
+    "tma": {"USE_TMA": True},  # inductor turns it off where the tensors do not allow it: then the defaults' time
+    # Not PRESCALE_QK: with it the score modification sees base-2 scores, so ALiBi, the self bias and the score
+    # matrix would enter scaled by log2(e): another function (torch's Triton template), which the gate rejects.
+    "flash backend": {"BACKEND": "FLASH"},  # CuTe: only where flash_attn.cute imports (`needs_package`)
     "small blocks s1": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "bwd_BLOCK_M1": 16,
                         "bwd_BLOCK_N1": 32, "bwd_BLOCK_M2": 32, "bwd_BLOCK_N2": 16},  # per_head's 832-wide q/k
 }
 F32_TOLERANCE = 2e-2  # relative, float32 against float32 (tests/gpu/test_gpu.py)
+
+
+def needs_package(candidate: dict[str, Any]) -> str:
+    """The package a candidate needs that this Python lacks ("" when none): such a candidate is not compiled."""
+    import importlib.util
+
+    if candidate.get("BACKEND") == "FLASH":
+        try:
+            found = importlib.util.find_spec("flash_attn.cute") is not None
+        except ImportError:  # no flash_attn at all
+            found = False
+        return "" if found else "flash_attn.cute"
+    return ""
 
 
 def passes(e_f32: float | None, e_bf16: float, e_sdpa_bf16: float) -> bool:
@@ -93,7 +109,8 @@ def split(candidate: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
 
 
 def inputs(shape: str, batch: int, device: str, seed: int = 0, length: int = L) -> dict[str, torch.Tensor]:
-    """q, k [B, K, L, Dq], v [B, K, L, Dh], the self bias [K], and the score matrix [B, L, L] if the shape reads one."""
+    """q, k [B, K, L, Dq], v [B, K, L, Dh], the self bias and ALiBi slopes [K], and the score matrix [B, L, L] if
+    the shape reads one. Every tensor but the slopes requires grad."""
     width, reads_matrix = SHAPES[shape]
     g = torch.Generator(device=device).manual_seed(seed)
 
@@ -101,7 +118,8 @@ def inputs(shape: str, batch: int, device: str, seed: int = 0, length: int = L) 
         return (scale * torch.randn(*size, generator=g, device=device)).requires_grad_()
 
     x = {"q": randn(batch, HEADS, length, width), "k": randn(batch, HEADS, length, width),
-         "v": randn(batch, HEADS, length, HEAD_DIM), "delta": randn(HEADS, scale=0.5)}
+         "v": randn(batch, HEADS, length, HEAD_DIM), "delta": randn(HEADS, scale=0.5),
+         "slopes": alibi_slopes(HEADS).to(device)}  # constants, on the device once (not copied at every call)
     if reads_matrix:
         x["extra"] = randn(batch, length, length, scale=0.5)
     return x
@@ -109,8 +127,7 @@ def inputs(shape: str, batch: int, device: str, seed: int = 0, length: int = L) 
 
 def reference(x: dict[str, torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     """The SDPA path: a dense bias (ALiBi + self bias + the score matrix, causal) on the math kernel."""
-    slopes = alibi_slopes(HEADS).to(x["q"].device)
-    bias = alibi_bias(slopes, x["delta"], torch.zeros_like(x["delta"]), x["q"].shape[2])[None]  # [1, K, L, L]
+    bias = alibi_bias(x["slopes"], x["delta"], torch.zeros_like(x["delta"]), x["q"].shape[2])[None]  # [1, K, L, L]
     if "extra" in x:
         bias = bias + x["extra"][:, None]  # [B, K, L, L]
     q, k, v = (x[n].to(dtype) for n in "qkv")
@@ -123,11 +140,10 @@ def flex_call(x: dict[str, torch.Tensor], dtype: torch.dtype, options: dict[str,
     """The model's FlexAttention call (`cem_flex_attention`) on the same inputs."""
     from cem_core.model.flex import cem_flex_attention
 
-    slopes = alibi_slopes(HEADS).to(x["q"].device)
     extra = x["extra"].to(dtype) if "extra" in x else None
     with kernel_options(options):
         return cem_flex_attention(x["q"].to(dtype), x["k"].to(dtype), x["v"].to(dtype), scale=1 / math.sqrt(HEAD_DIM),
-                                  slopes=slopes, delta=x["delta"], extra=extra, compiled=compiled)
+                                  slopes=x["slopes"], delta=x["delta"], extra=extra, compiled=compiled)
 
 
 @contextmanager
@@ -183,7 +199,8 @@ def gate(shape: str, options: dict[str, Any], device: str) -> dict[str, Any]:
 def time_call(shape: str, options: dict[str, Any], device: str, calls: int = 10) -> float:
     """ms per forward + backward of the attention call at batch `B_TIME` in bf16, after 3 warm-up calls."""
     x = inputs(shape, B_TIME, device)
-    x16 = {n: t.detach().to(torch.bfloat16 if n != "delta" else t.dtype).requires_grad_() for n, t in x.items()}
+    x16 = {n: t.detach().to(torch.bfloat16).requires_grad_() if n in ("q", "k", "v", "extra") else t
+           for n, t in x.items()}  # the self bias stays float32 (its gradient is computed in float32)
     grad = torch.randn(x["v"].shape, device=device, dtype=torch.bfloat16)
 
     def call() -> None:
@@ -210,8 +227,10 @@ def _flex_attention() -> Any:
     return flex_attention
 
 
-def sweep(shapes: list[str], names: list[str], device: str, warm: bool) -> list[dict[str, Any]]:
-    rows = []
+def sweep(shapes: list[str], names: list[str], device: str, warm: bool,
+          out: Path | None = None) -> list[dict[str, Any]]:
+    """One row a (shape, candidate); with `out`, flexopts.json is rewritten after every row (`write`)."""
+    rows: list[dict[str, Any]] = []
     for shape in shapes:
         for name in names:
             options, mode = split(CANDIDATES[name])
@@ -220,6 +239,8 @@ def sweep(shapes: list[str], names: list[str], device: str, warm: bool) -> list[
             try:
                 if unknown_options(options):
                     raise ValueError(f"options unknown to torch {torch.__version__}: {unknown_options(options)}")
+                if needs_package(CANDIDATES[name]):
+                    raise ModuleNotFoundError(f"not compiled: needs {needs_package(CANDIDATES[name])}")
                 _fresh_compile(mode)
                 if warm:  # every call shape and dtype the timed run compiles: the timing's and the gate's
                     time_call(shape, options, device, calls=1)
@@ -232,45 +253,67 @@ def sweep(shapes: list[str], names: list[str], device: str, warm: bool) -> list[
             row["seconds"] = round(time.perf_counter() - t0, 1)
             rows.append(row)
             print(f"[flexopts] {json.dumps(row)}", flush=True)
+            if out is not None:
+                write(out / "flexopts.json", rows, shapes)
             gc.collect()
             torch.cuda.empty_cache()
     return rows
 
 
-def steps(best: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Whole training steps at 134M (bench/gpu.py's rows 2, 4, 8) with Triton's defaults and with `best` (a row
-    of kernel options: a compile mode is the whole model's, not FlexAttention's, so it is not carried over)."""
+def write(path: Path, rows: list[dict[str, Any]], shapes: list[str]) -> None:
+    """flexopts.json: the device, every row so far, each shape's fastest passing candidate."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                                "torch": torch.__version__, "rows": rows,
+                                "best": {s: fastest_passing(rows, s) for s in shapes}}, indent=1))
+
+
+def step_settings(sweep_file: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, kernel options) to time whole steps with: Triton's defaults, then the shared shape's fastest
+    passing candidate that sets kernel options (a compile mode is the whole model's, not FlexAttention's), if it
+    sets any (the defaults again would only repeat the first pass)."""
+    rows = [r for r in sweep_file.get("rows", []) if "mode" not in r.get("options", {})]
+    best = fastest_passing(rows, "shared")
+    settings: list[tuple[str, dict[str, Any]]] = [("default", {})]
+    if best and split(best["options"])[0]:
+        settings.append((best["candidate"], split(best["options"])[0]))
+    return settings
+
+
+def steps(settings: list[tuple[str, dict[str, Any]]], out: Path) -> list[dict[str, Any]]:
+    """Whole training steps at 134M (bench/gpu.py's rows 2, 4, 8: Llama, CEM attention T=1, full CEM T=2) for each
+    setting; Llama only once (it makes no FlexAttention call). steps.json is rewritten after every row."""
     from bench.gpu import CONTEXT, GPU_BATCH_SEQS, GPU_ROWS, _kernel, _time_step
     from bench.models import model_config
     from cem_core.counts import train_flops_per_token
 
     rows: list[dict[str, Any]] = []
-    settings: list[tuple[str, dict[str, Any], str | None]] = [("default", {}, None)] + ([(best["candidate"], *split(best["options"]))] if best else [])
-    for label, options, mode in settings:
-        for number in (2, 4, 8):
+    for label, options in settings:
+        for number in (2, 4, 8) if label == "default" else (4, 8):
             name, impl, overrides, compile_, kernel = GPU_ROWS[number - 1]
-            if number == 2 and label != "default":
-                continue  # Llama has no FlexAttention call: once is enough
             m = model_config("134M", **overrides, context_len=CONTEXT, vocab_size=32000)
-            _fresh_compile(mode)
+            _fresh_compile(None)
             try:
                 with _kernel(kernel), kernel_options(options):
                     t, peak_gib, _ = _time_step(impl, m, GPU_BATCH_SEQS, compile_, 20)
-                row = {"row": number, "model": name, "options": label, "ms": 1e3 * t, "peak GiB": peak_gib,
-                       "TFLOP/s": train_flops_per_token(m) * GPU_BATCH_SEQS * CONTEXT / t / 1e12}
+                row: dict[str, Any] = {"row": number, "model": name, "options": label, "ms": 1e3 * t,
+                                       "peak GiB": peak_gib,
+                                       "TFLOP/s": train_flops_per_token(m) * GPU_BATCH_SEQS * CONTEXT / t / 1e12}
             except Exception as e:  # noqa: BLE001
                 row = {"row": number, "model": name, "options": label, "failed": f"{type(e).__name__}: {e}"[:300]}
             rows.append(row)
             print(f"[flexopts-step] {json.dumps(row)}", flush=True)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "steps.json").write_text(json.dumps(rows, indent=1))
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", default="shared,per_head,none")
+    p.add_argument("--shapes", default="shared")
     p.add_argument("--candidates", default=",".join(CANDIDATES))
     p.add_argument("--warm", action="store_true")
-    p.add_argument("--step", action="store_true")
+    p.add_argument("--steps-from", type=Path, help="a flexopts.json: time whole steps with its winner")
     p.add_argument("--out", type=Path, default=Path("/tmp/flexopts"))
     a = p.parse_args(argv)
     shapes, names = a.shapes.split(","), a.candidates.split(",")
@@ -282,17 +325,13 @@ def main(argv: list[str] | None = None) -> int:
         print("flexopts: no CUDA device here (FlexAttention's backward runs only on a GPU)", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # the gate's float32 is float32 (PyTorch's default)
-    rows = sweep(shapes, names, "cuda", a.warm)
-    if a.warm:
+    if a.steps_from:
+        steps(step_settings(json.loads(a.steps_from.read_text())), a.out)
         return 0
-    best = {s: fastest_passing(rows, s) for s in shapes}
-    for s, r in best.items():
+    rows = sweep(shapes, names, "cuda", a.warm, out=None if a.warm else a.out)
+    for s in shapes:
+        r = fastest_passing(rows, s)
         print(f"[flexopts-best] {s}: " + (f"{r['candidate']} {r['ms']:.2f} ms" if r else "none passed"), flush=True)
-    options_only = [r for r in rows if "mode" not in r["options"]]
-    step_rows = steps(fastest_passing(options_only, "shared")) if a.step else []
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "flexopts.json").write_text(json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                                                     "rows": rows, "best": best, "steps": step_rows}, indent=1))
     return 0
 
 

@@ -14,9 +14,9 @@
 # size), compile:S:VARIANTS (bench/gpu_session/compile_diag.py per variant, in parallel, each with a cold cache).
 # Parts joined by '+' run at the same time (compiling beside each other: their timings are not the GPU's alone).
 # flexwarm:S[:SHAPES] (compiles bench/gpu_session/flexopts.py's candidates, one process each, numbers discarded),
-# flexopts:S[:SHAPES] (FlexAttention's kernel options timed with the GPU tests' error gate, then whole 134M steps
-# with the winner), concurrency:S[:JOBS] (concurrency.py: 1, 2, 4, 8 runs at once on GPU 0, each launch time-boxed
-# to S seconds).
+# flexopts:S[:SHAPES] (FlexAttention's kernel options timed with the GPU tests' error gate; SHAPES default shared),
+# flexstep:S (whole 134M steps with the defaults and with flexopts' winner), concurrency:S[:JOBS] (concurrency.py:
+# a warm-up launch, then 1, 2, 4, 8 runs at once on GPU 0, each launch time-boxed to S seconds).
 # Everything written lands in $OUT/session.tar.gz at the end (the device tool returns at most 8 files).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
@@ -63,16 +63,21 @@ one_part() {
     compile)
       for v in ${b//,/ }; do TORCH_LOGS=recompiles,graph_breaks timeout "$a" python3 bench/gpu_session/compile_diag.py "$v" > "$OUT/compile_$v.log" 2>&1 & done
       wait; grep -h '^\[compile\]' "$OUT"/compile_*.log | cut -c1-700 ;;
-    flexwarm)  # each flexopts.py candidate compiled in a process of its own (numbers discarded): fills inductor's
-      # cache for a later flexopts part, so it can run beside the tests
-      timeout "$a" bash -c 'for c in "${@:2}"; do python3 bench/gpu_session/flexopts.py --warm --shapes "$1" --candidates "$c" > "/tmp/fo-warm-${c//[^A-Za-z0-9]/_}.log" 2>&1 & done; wait' \
-        _ "${b:-shared,per_head,none}" "${FLEXOPTS_CANDIDATES[@]}"
-      echo "== flexwarm: exit $? ==" ;;
-    flexopts)  # FlexAttention's kernel options timed and gated (flexopts.py), then whole 134M steps (--step)
-      timeout "$a" python3 bench/gpu_session/flexopts.py --shapes "${b:-shared,per_head,none}" --step --out "$OUT" > "$OUT/flexopts.log" 2>&1
+    flexwarm)  # flexopts.py's candidates compiled one process each (numbers discarded) so that a later flexopts part
+      # reads inductor's cache and can run after the tests; max-autotune is left out (it would tune beside the others)
+      mkdir -p "$OUT/warm"
+      TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$a" bash -c 'for c in "${@:3}"; do [ "$c" = max-autotune ] && continue; python3 bench/gpu_session/flexopts.py --warm --shapes "$1" --candidates "$c" > "$2/warm/${c//[^A-Za-z0-9]/_}.log" 2>&1 & done; wait' \
+        _ "${b:-shared}" "$OUT" "${FLEXOPTS_CANDIDATES[@]}"
+      echo "== flexwarm: exit $? =="; grep -h '"failed"' "$OUT"/warm/*.log | cut -c1-300 ;;
+    flexopts)  # FlexAttention's kernel options timed and gated (flexopts.py); $OUT/flexopts.json after every row
+      timeout "$a" python3 bench/gpu_session/flexopts.py --shapes "${b:-shared}" --out "$OUT" > "$OUT/flexopts.log" 2>&1
       echo "== flexopts: exit $? =="; grep -E '^\[flexopts' "$OUT/flexopts.log" | cut -c1-400 ;;
+    flexstep)  # whole 134M steps with the defaults and with flexopts.json's winner; $OUT/steps.json after every row
+      timeout "$a" python3 bench/gpu_session/flexopts.py --steps-from "$OUT/flexopts.json" --out "$OUT" > "$OUT/flexstep.log" 2>&1
+      echo "== flexstep: exit $? =="; grep -E '^\[flexopts-step' "$OUT/flexstep.log" | cut -c1-400 ;;
     concurrency)  # N runs at once on GPU 0 (concurrency.py), each launch time-boxed to S seconds
-      python3 bench/gpu_session/concurrency.py --jobs "${b:-1,2,4,8}" --budget-s "$a" --out "$OUT" > "$OUT/concurrency.log" 2>&1
+      jobs=${b:-1,2,4,8}; n=$(( $(tr -cd , <<< "$jobs" | wc -c) + 2 ))  # the Ns and the warm-up, each with its stop
+      timeout $(( n * (a + 60) )) python3 bench/gpu_session/concurrency.py --jobs "$jobs" --budget-s "$a" --out "$OUT" > "$OUT/concurrency.log" 2>&1
       echo "== concurrency: exit $? =="; grep -E '^\[concurrency\]|^\||^Most' "$OUT/concurrency.log" | cut -c1-300 ;;
     *) echo "unknown part $what" ;;
   esac
