@@ -56,26 +56,24 @@ EQUIVALENT: dict[str, str] = {
 }
 
 
+def _chain(code: str) -> list[str]:
+    """`code`, then the fingerprints it leads to through `EQUIVALENT`, each once (a cycle ends)."""
+    chain = [code]
+    while chain[-1] in EQUIVALENT and EQUIVALENT[chain[-1]] not in chain:
+        chain.append(EQUIVALENT[chain[-1]])
+    return chain
+
+
 def canonical(code: str) -> str:
     """The last fingerprint `code` leads to through `EQUIVALENT`: runs whose fingerprints have one canonical
     fingerprint were trained by code that computes the same."""
-    seen = {code}
-    while code in EQUIVALENT and EQUIVALENT[code] not in seen:
-        code = EQUIVALENT[code]
-        seen.add(code)
-    return code
+    return _chain(code)[-1]
 
 
 def equivalent(recorded: str, current: str) -> bool:
     """Code that recorded `recorded` computes what code with fingerprint `current` computes: the same fingerprint,
     or a chain of `EQUIVALENT` entries from one to the other."""
-    seen = {recorded}
-    while recorded != current and recorded in EQUIVALENT:
-        recorded = EQUIVALENT[recorded]
-        if recorded in seen:
-            return False
-        seen.add(recorded)
-    return recorded == current
+    return current in _chain(recorded)
 
 
 def normalized(source: str) -> str:

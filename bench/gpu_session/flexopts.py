@@ -214,17 +214,13 @@ def time_call(shape: str, options: dict[str, Any], device: str, calls: int = 10)
 
 def _fresh_compile(mode: str | None) -> None:
     """A new compiled FlexAttention for the next candidate (dynamo's recompile limit would otherwise fall back)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     from cem_core.model import flex
 
     torch._dynamo.reset()
     flex._disabled.clear()
-    flex._compiled = torch.compile(_flex_attention(), dynamic=False, mode=mode) if mode else None
-
-
-def _flex_attention() -> Any:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return flex_attention
+    flex._compiled = torch.compile(flex_attention, dynamic=False, mode=mode) if mode else None
 
 
 def sweep(shapes: list[str], names: list[str], device: str, warm: bool,

@@ -143,7 +143,6 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
     a confirmation grid's is its registered seed count, and a design started with a cap keeps it)."""
     from cemctl.db.engine import open_db
     from cemctl.db.runs import get_experiment, resolve_runs_root
-    from cemctl.records import load_records
     from cemctl.report.claims import evaluate_page
     from cemctl.report.sequential import SPENDING, next_round
     from cemctl.services.claim_plans import finished_runs, load_designs, read_design, write_design
@@ -266,8 +265,7 @@ def _until_decided(req: LaunchRequest, url: str, runs_root: Path | str, *, max_s
                               arm_seeds=seeds, max_seeds=max_seeds, round_seeds=round_seeds, spent_hours=spent,
                               budget_hours=budget_hours, hours_per_run=hours_per_run,
                               arm_hours={a: sum(w) / len(w) / 3600 for a, w in arm_walls.items()},
-                              unfinished_round=_unfinished_round(record, set(ids), lambda rid: next(
-                                  (r.state for r in load_records(engine, run_ids=[rid], arms=False)), None)))
+                              unfinished_round=_unfinished_round(record, set(ids), _states(engine, record, ids)))
         report.seeds = {labels.get(a, a): seeds.get(a, 0) for a in sorted({a for v in part_arms.values() for a in v})}
         if decision.stop:
             report.stop, report.message = decision.stop, decision.message
@@ -359,14 +357,29 @@ def _unfinished_round(record: dict[str, Any], finished: set[str],
     finished."""
     from cem_core.runfiles import RunState
 
-    rounds = [e for e in record.get("rounds", []) if e.get("seeds")]
-    if not rounds:
+    last = _last_round(record)
+    if last is None:
         return None
-    for rid in set(rounds[-1]["runs"]) - finished:
+    for rid in set(last["runs"]) - finished:
         state = state_of(rid)
         if state not in {s.value for s in RunState} or not RunState(state).terminal:
-            return int(rounds[-1]["seeds"])
+            return int(last["seeds"])
     return None
+
+
+def _last_round(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The last recorded round that brought seeds (round 0 records the launch's own runs, without)."""
+    return next((e for e in reversed(record.get("rounds", [])) if e.get("seeds")), None)
+
+
+def _states(engine: Any, record: dict[str, Any], finished: list[str]) -> Callable[[str], str | None]:
+    """The run states of the last round's runs that have not finished, read in one query (`state_of` above)."""
+    from cemctl.records import load_records
+
+    last = _last_round(record)
+    pending = sorted(set(last["runs"]) - set(finished)) if last else []
+    states = {r.run_id: r.state for r in load_records(engine, run_ids=pending, arms=False)} if pending else {}
+    return states.get
 
 
 def _walls(runs: Any) -> dict[str, float]:
