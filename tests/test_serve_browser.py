@@ -5,6 +5,7 @@ a run advance while a real `cemctl launch` trains."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
 import re
 import shutil
@@ -307,9 +308,9 @@ def _status_runs(where, *common) -> list[dict]:
 def test_the_page_follows_a_real_launch_to_the_values_status_shows(browser, tmp_path):
     """A real `cemctl launch` of a tiny CPU grid (two seeds, one at a time, slowed per step) while the page is open,
     never reloaded: the live table shows a run advance; the curves are drawn while it trains (read from its folder);
-    once the first seed is done the arms table says 1/2 with that seed's test loss, and at the end 2/2 with the mean
-    `cemctl status` gives, and the metric chart's legend the two seeds (main: only the runs table was live; the
-    arms table said 0/1 beside a finished run)."""
+    at every moment the arms table counts the seeds the runs table shows done (with one, its test loss), and at the
+    end 2/2 with the mean `cemctl status` gives, and the metric chart's legend the two seeds (main: only the runs
+    table was live; the arms table said 0/1 beside a finished run)."""
     import statistics
 
     grid = tmp_path / "live.toml"
@@ -354,19 +355,41 @@ def test_the_page_follows_a_real_launch_to_the_values_status_shows(browser, tmp_
                 row = page.locator("#arms tbody tr").first
                 return row.locator("td").nth(i).inner_text().strip() if row.count() else ""
 
-            def states() -> list[str]:
-                return [r.locator(".state").inner_text() for r in page.locator("#runs tbody tr").all()]
+            def shown() -> tuple[dict[str, str], str, str]:
+                """One moment of the page, read in one go: {run: its state} in the runs table, and the arms table's
+                seeds and mean cells."""
+                runs, seeds, mean = page.evaluate("""() => {
+                    const cells = (document.querySelector('#arms tbody tr') || {cells: []}).cells;
+                    const text = (i) => cells[i] ? cells[i].textContent.trim() : '';
+                    return [Array.from(document.querySelectorAll('#runs tbody tr'),
+                                       r => [r.dataset.run, r.querySelector('.state').textContent.trim()]),
+                            text(2), text(3)];
+                }""")
+                return dict(runs), seeds, mean
 
-            wait_for(lambda: "done" in states(), timeout_s=240, poll_s=0.5, what="the first seed to be shown done")
-            if "running" in states():  # the second seed trains: the arms table has the first's result already
-                wait_for(lambda: arms_cell(2) == "1/2", timeout_s=30, poll_s=0.5, what="the arms table to say 1/2")
-                first = [r for r in _status_runs(tmp_path, *common) if r["state"] == "done"]
-                if len(first) == 1:
-                    assert arms_cell(3) == f"{first[0]['test_loss']:.4f}"
-            wait_for(lambda: states() == ["done", "done"], timeout_s=240, poll_s=0.5, what="both runs done")
+            one_done: list[tuple[str, str]] = []  # (the run shown done, the arms' mean) while the other trains
+
+            def agreeing(until: Callable[[list[str]], bool]) -> bool:
+                """At every moment the runs table and the arms table beside it agree: the seeds the arms table counts
+                are the runs the runs table shows done (main: each part on its own timer and its own read of the
+                folders; the arms said 2/2 beside a run shown running)."""
+                runs, seeds, mean = shown()
+                states = list(runs.values())
+                if seeds:
+                    assert seeds == f"{states.count('done')}/2", (runs, seeds)
+                if sorted(states) == ["done", "running"]:
+                    one_done.append((next(r for r, st in runs.items() if st == "done"), mean))
+                return until(states)
+
+            wait_for(lambda: agreeing(lambda st: "done" in st), timeout_s=240, poll_s=0.5,
+                     what="the first seed to be shown done")
+            wait_for(lambda: agreeing(lambda st: st == ["done", "done"]), timeout_s=240, poll_s=0.5,
+                     what="both runs done")
+            losses_of = {r["run_id"]: r["test_loss"] for r in _status_runs(tmp_path, *common)}
+            for rid, mean in one_done:  # with one seed done, the arms' mean is that seed's test loss, as status says
+                assert mean == f"{losses_of[rid]:.4f}", (rid, mean, losses_of)
             assert page.url.endswith("/experiments/live")  # no reload: every part refreshed itself
-            losses = [r["test_loss"] for r in _status_runs(tmp_path, *common)]
-            mean = f"{statistics.mean(losses):.4f}"
+            mean = f"{statistics.mean(losses_of.values()):.4f}"
             wait_for(lambda: arms_cell(2) == "2/2" and arms_cell(3) == mean, timeout_s=30, poll_s=0.5,
                      what=f"the arms table to say 2/2 and {mean}, as status does")
             wait_for(lambda: "n=2" in page.locator("#metric-chart .u-legend").inner_text(), timeout_s=60, poll_s=0.5,

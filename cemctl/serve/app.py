@@ -89,6 +89,7 @@ REASONS = {400: "Bad request", 404: "Not found", 405: "Method not allowed", 414:
 class Request:
     path: str
     params: dict[str, list[str]]
+    moment: str = ""  # the page's clock tick that asked (X-Cemctl-Moment): its parts show one read of the folders
 
     def one(self, name: str, default: str = "") -> str:
         values = self.params.get(name) or []
@@ -231,8 +232,9 @@ class Dashboard:
     def json(self, obj: Any, status: int = 200) -> Response:
         return Response(status, json_text(obj).encode(), "application/json; charset=utf-8")
 
-    def handle(self, method: str, target: str, host: str | None = None) -> Response:
-        """The response to one request (never raises; HEAD gets GET's headers without a body)."""
+    def handle(self, method: str, target: str, host: str | None = None, moment: str | None = None) -> Response:
+        """The response to one request (never raises; HEAD gets GET's headers without a body); `moment`: the
+        X-Cemctl-Moment header of a page's refresh (`Request.moment`)."""
         wants_json = False
         try:
             if method not in ("GET", "HEAD"):
@@ -242,6 +244,7 @@ class Dashboard:
                 raise HttpError(421, f"host {host[:80]!r} is not this server's (it listens on the loopback "
                                      "interface only; use http://127.0.0.1:PORT/)")
             req = parse_request(target)
+            req.moment = (moment or "")[:64]
             wants_json = req.path.endswith(".json")
             resp = self.route(req)
         except HttpError as e:
@@ -400,7 +403,7 @@ class Dashboard:
     def live(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.tables import runs_table
 
-        table = runs_table(self.src, name, self.selection(req))
+        table = runs_table(self.src, name, self.selection(req), moment=req.moment)
         return self.render("live.html", **self.base(req, name=name, table=table,
                                                     base_path=f"/experiments/{quote(name, safe='')}"))
 
@@ -414,8 +417,8 @@ class Dashboard:
         if metric not in opts["metrics"]:
             raise HttpError(400, f"metric: {metric!r} is not one of {', '.join(opts['metrics'])}")
         asort = req.one("asort").strip()
-        compute = lambda: T.arms_table(self.src, name, sel, metric, asort)  # noqa: E731 - as the folders show them
-        arms = compute() if self.in_flight(name, sel) else self.memo(("arms", name, sel, metric, asort), compute)
+        compute = lambda: T.arms_table(self.src, name, sel, metric, asort, moment=req.moment)  # noqa: E731
+        arms = compute() if self.in_flight(name, sel, req.moment) else self.memo(("arms", name, sel, metric, asort), compute)
         return self.render("arms.html", **self.base(req, name=name, arms=arms, metric=metric,
                                                     base_path=f"/experiments/{quote(name, safe='')}"))
 
@@ -450,12 +453,12 @@ class Dashboard:
         return self.json(self.live_memo(("curves", name, sel, sorted(args.items())), name, sel,
                                         lambda: experiment_curves(self.src, name, sel, **args)))
 
-    def in_flight(self, name: str, sel: Any) -> bool:
+    def in_flight(self, name: str, sel: Any, moment: str = "") -> bool:
         """Whether a run of the experiment is queued or running as its folder shows it now (or the database does)."""
         from cemctl.records.live import LIVE_STATES
         from cemctl.services.dashboard.tables import IN_FLIGHT, live_experiment
 
-        recs, live = live_experiment(self.src, name, sel.scale)
+        recs, live = live_experiment(self.src, name, sel.scale, moment=moment)
         return any(r["state"] in IN_FLIGHT for r in live) or any(a["state"] != b["state"] for a, b in
                                                                  zip(recs.records, live) if a["state"] in LIVE_STATES)
 

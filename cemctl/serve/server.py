@@ -39,7 +39,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         app = self.server.app  # type: ignore[attr-defined]
-        resp = app.handle(self.command, self.path, self.headers.get("Host"))
+        resp = app.handle(self.command, self.path, self.headers.get("Host"), self.headers.get("X-Cemctl-Moment"))
         self.send_response(resp.status)
         for k, v in resp.all_headers().items():
             self.send_header(k, v)

@@ -68,39 +68,76 @@
     }
   }
 
-  // ------------------------------------------------------------------ fragments (live table, claims)
-  function loadFragment(el) {
-    var url = el.getAttribute("data-fragment");
-    var timer = null;
-    function schedule() {
-      var inner = el.querySelector("[data-refresh-s]");
-      var s = inner ? parseFloat(inner.getAttribute("data-refresh-s")) : 0;
-      if (s > 0) timer = setTimeout(refresh, s * 1000);
+  // ------------------------------------------------------------------ fragments (live table, arms, claims)
+  // The parts of a page that refresh themselves run on one clock: a part asks again after its own data-refresh-s,
+  // parts due within a second of each other are asked for at one moment (X-Cemctl-Moment: the server reads the run
+  // folders once for them) and parts of one period are swapped in at once, so the runs table and the arms table
+  // never show two different moments of one launch.
+  var parts = [], clock = null, begun = Date.now(), page = Math.random().toString(36).slice(2);
+
+  function period(p) {
+    var inner = p.el.querySelector("[data-refresh-s]");
+    var s = inner ? parseFloat(inner.getAttribute("data-refresh-s")) : 0;
+    return s > 0 ? s * 1000 : 0;
+  }
+
+  function fetchPart(p, at) {
+    p.busy = true;
+    return fetch(p.url, {headers: {"Accept": "text/html", "X-Cemctl-Moment": page + ":" + at},
+                         cache: "no-store"}).then(function (r) {
+      return r.text().then(function (t) { return {ok: r.ok, status: r.status, text: t}; });
+    }).catch(function () { return {ok: false, status: 0, text: ""}; });
+  }
+
+  function swap(p, res, at) {
+    p.busy = false;
+    if (!res.ok) {
+      var msg = p.el.querySelector(".fragment-error") || p.el.appendChild(textEl("p", "fragment-error error", ""));
+      msg.textContent = "could not refresh (" + (res.status ? "HTTP " + res.status : "no answer") + "); retrying";
+      p.next = at + 10000;
+      return;
     }
-    function refresh() {
-      if (document.hidden) { timer = setTimeout(refresh, 2000); return; }
-      fetch(url, {headers: {"Accept": "text/html"}, cache: "no-store"}).then(function (r) {
-        return r.text().then(function (t) { return {ok: r.ok, status: r.status, text: t}; });
-      }).then(function (res) {
-        if (!res.ok) {
-          var msg = el.querySelector(".fragment-error") || el.appendChild(textEl("p", "fragment-error error", ""));
-          msg.textContent = "could not refresh (HTTP " + res.status + "); retrying";
-          timer = setTimeout(refresh, 10000);
-          return;
-        }
-        var picked = {};
-        var boxes = el.querySelectorAll("input[type=checkbox]:checked");
-        for (var i = 0; i < boxes.length; i++) picked[boxes[i].value] = true;
-        el.innerHTML = res.text; // HTML rendered and escaped by the server's templates
-        boxes = el.querySelectorAll("input[type=checkbox]");
-        for (var j = 0; j < boxes.length; j++) if (picked[boxes[j].value]) boxes[j].checked = true;
-        el.setAttribute("data-loaded", "1");
+    var picked = {};
+    var boxes = p.el.querySelectorAll("input[type=checkbox]:checked");
+    for (var i = 0; i < boxes.length; i++) picked[boxes[i].value] = true;
+    p.el.innerHTML = res.text; // HTML rendered and escaped by the server's templates
+    boxes = p.el.querySelectorAll("input[type=checkbox]");
+    for (var j = 0; j < boxes.length; j++) if (picked[boxes[j].value]) boxes[j].checked = true;
+    p.el.setAttribute("data-loaded", "1");
+    p.next = period(p) ? at + period(p) : Infinity;
+  }
+
+  function plan() {
+    if (clock) clearTimeout(clock);
+    var next = Infinity;
+    parts.forEach(function (p) { if (!p.busy) next = Math.min(next, p.next); });
+    clock = isFinite(next) ? setTimeout(tick, Math.max(0, next - Date.now())) : null;
+  }
+
+  function tick() {
+    clock = null;
+    if (document.hidden) { clock = setTimeout(tick, 2000); return; }
+    var at = Date.now(), groups = {};
+    parts.forEach(function (p) {
+      if (!p.busy && p.next <= at + 1000) (groups[period(p)] = groups[period(p)] || []).push(p);
+    });
+    Object.keys(groups).forEach(function (k) {
+      var group = groups[k];
+      Promise.all(group.map(function (p) { return fetchPart(p, at); })).then(function (results) {
+        results.forEach(function (res, i) { swap(group[i], res, at); });
         updateCompareButtons();
-        schedule();
-      }).catch(function () { timer = setTimeout(refresh, 10000); });
-    }
-    if (el.querySelector("[data-refresh-s]")) schedule(); else refresh();
-    return function () { if (timer) clearTimeout(timer); };
+        plan();
+      });
+    });
+    plan();
+  }
+
+  function loadFragments(els) {
+    for (var i = 0; i < els.length; i++) parts.push({el: els[i], url: els[i].getAttribute("data-fragment"), busy: false});
+    parts.forEach(function (p) {  // at one moment, each shown as it comes (the live table again, with the others)
+      fetchPart(p, begun).then(function (res) { swap(p, res, begun); updateCompareButtons(); plan(); });
+    });
+    plan();
   }
 
   // ------------------------------------------------------------------ charts (uPlot)
@@ -568,8 +605,8 @@
   function start() {
     var log = document.getElementById("log");
     if (log) log.scrollTop = log.scrollHeight;  // a log opens at its end: the lines written last
-    var i, els = document.querySelectorAll("[data-fragment]");
-    for (i = 0; i < els.length; i++) loadFragment(els[i]);
+    var i, els;
+    loadFragments(document.querySelectorAll("[data-fragment]"));
     els = document.querySelectorAll("[data-chart]");
     for (i = 0; i < els.length; i++) loadChart(els[i]);
     els = document.querySelectorAll("[data-parallel]");

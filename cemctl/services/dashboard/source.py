@@ -67,6 +67,7 @@ class Source:
     _cache: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _file_id: tuple[int, int] | None = None  # SQLite: (device, inode) of the file the engine's connections read
+    _moments: dict[str, tuple[threading.Lock, list[Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._file_id = self._identity()
@@ -129,6 +130,22 @@ class Source:
         with self._lock:
             hit = self._cache.get(key)
         return hit[1] if hit is not None and hit[0] == token else None
+
+    def at_moment(self, moment: str, key: str, compute: Callable[[], T]) -> T:
+        """`compute()` once for every request that names one moment (a page's clock tick: the parts it asks for at
+        once), so that those parts show one read of the run folders; without a moment, computed anew."""
+        if not moment:
+            return compute()
+        with self._lock:
+            slot = self._moments.get(f"{moment}\0{key}")
+            if slot is None:
+                if len(self._moments) > 64:
+                    self._moments.clear()
+                slot = self._moments[f"{moment}\0{key}"] = (threading.Lock(), [])
+        with slot[0]:  # the parts' requests arrive together: the first computes, the others wait for its answer
+            if not slot[1]:
+                slot[1].append(compute())
+            return slot[1][0]
 
     def cached(self, key: str, compute: Callable[[], T]) -> T:
         """`compute()` once per database state (`token`); concurrent requests may compute it twice (harmless)."""

@@ -134,12 +134,16 @@ def live_copy(src: "Source", records: Sequence["RunRecord"], now: float | None =
     return out
 
 
-def live_experiment(src: "Source", name: str, scale: str | None = None, now: float | None = None
+def live_experiment(src: "Source", name: str, scale: str | None = None, now: float | None = None, moment: str = ""
                     ) -> "tuple[RunRecords, list[RunRecord]]":
     """The experiment's records (as the database has them) and their copies brought up to the run folders: what
-    every table and chart of its page shows, so that they agree with each other and with `cemctl status`."""
-    recs = experiment_records(src, name, scale)
-    return recs, live_copy(src, recs.records, now)
+    every table and chart of its page shows, so that they agree with each other and with `cemctl status`; one read
+    for the parts a page asks for at one `moment` (`Source.at_moment`)."""
+    def read() -> "tuple[RunRecords, list[RunRecord]]":
+        recs = experiment_records(src, name, scale)
+        return recs, live_copy(src, recs.records, now)
+
+    return src.at_moment(moment, f"live:{name}:{scale}", read)
 
 
 def frame_of(records: Sequence["RunRecord"]) -> "Any":
@@ -270,7 +274,7 @@ class Table:
 ARM_COLUMN = "arm"  # the runs table's arm: its name (`arm_names`), sorted by its label
 
 
-def runs_table(src: "Source", name: str, sel: Selection, now: float | None = None) -> Table:
+def runs_table(src: "Source", name: str, sel: Selection, now: float | None = None, moment: str = "") -> Table:
     """The live status table of an experiment: its runs meeting `sel.where`, as their folders show them now,
     sorted by `sel.sort` (grid order by default), at most `sel.limit` rows (runs in flight first). Each run is named
     by its arm's name (the fewest keys that tell the arms apart, its whole configuration in the cell's tooltip) and
@@ -278,7 +282,7 @@ def runs_table(src: "Source", name: str, sel: Selection, now: float | None = Non
     from cemctl.records.progress import grid_eta_s
     from cemctl.services.status import sort_by
 
-    _, runs = live_experiment(src, name, sel.scale, now)
+    _, runs = live_experiment(src, name, sel.scale, now, moment)
     chosen = select(runs, sel)
     order = sel.order()
     if order:
@@ -328,7 +332,7 @@ class ArmsTable:
 
 
 def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: str = "",
-               now: float | None = None) -> ArmsTable:
+               now: float | None = None, moment: str = "") -> ArmsTable:
     """One row per arm of the runs meeting `sel.where`, as their folders show them now (the seeds done are those
     `cemctl status` counts): the arm's name (`arm_names`; its whole configuration in the tooltip), then the numbers:
     seeds done / planned, the metric's mean, s.d. and 95% interval over the finished seeds (`cemctl.report.arms`),
@@ -340,7 +344,7 @@ def arms_table(src: "Source", name: str, sel: Selection, metric: str, arm_sort: 
     from cemctl.report.generic import arm_sort_key
     from cemctl.services.results import arms_table_of
 
-    recs, live = live_experiment(src, name, sel.scale, now)
+    recs, live = live_experiment(src, name, sel.scale, now, moment)
     meta = recs.experiments.get(name)
     chosen = select(live, sel)
     refresh = refresh_s(r["state"] for r in chosen)
