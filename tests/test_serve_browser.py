@@ -355,28 +355,30 @@ def test_the_page_follows_a_real_launch_to_the_values_status_shows(browser, tmp_
                 row = page.locator("#arms tbody tr").first
                 return row.locator("td").nth(i).inner_text().strip() if row.count() else ""
 
-            def shown() -> tuple[dict[str, str], str, str]:
-                """One moment of the page, read in one go: {run: its state} in the runs table, and the arms table's
-                seeds and mean cells."""
-                runs, seeds, mean = page.evaluate("""() => {
+            def shown() -> tuple[dict[str, str], str, str, list[str]]:
+                """One moment of the page, read in one go: {run: its state} in the runs table, the arms table's
+                seeds and mean cells, and the seeds (n=) the metric chart's legend counts."""
+                runs, seeds, mean, legend = page.evaluate("""() => {
                     const cells = (document.querySelector('#arms tbody tr') || {cells: []}).cells;
                     const text = (i) => cells[i] ? cells[i].textContent.trim() : '';
+                    const legend = document.querySelector('#metric-chart .u-legend');
                     return [Array.from(document.querySelectorAll('#runs tbody tr'),
                                        r => [r.dataset.run, r.querySelector('.state').textContent.trim()]),
-                            text(2), text(3)];
+                            text(2), text(3), legend ? legend.textContent.match(/n=\\d+/g) || [] : []];
                 }""")
-                return dict(runs), seeds, mean
+                return dict(runs), seeds, mean, legend
 
             one_done: list[tuple[str, str]] = []  # (the run shown done, the arms' mean) while the other trains
 
             def agreeing(until: Callable[[list[str]], bool]) -> bool:
-                """At every moment the runs table and the arms table beside it agree: the seeds the arms table counts
-                are the runs the runs table shows done (main: each part on its own timer and its own read of the
-                folders; the arms said 2/2 beside a run shown running)."""
-                runs, seeds, mean = shown()
+                """At every moment the runs table, the arms table and the metric chart agree: the seeds the arms table
+                and the chart's legend count are the runs the runs table shows done (main: each part on its own timer
+                and its own read of the folders; the arms said 2/2 beside a run shown running)."""
+                runs, seeds, mean, legend = shown()
                 states = list(runs.values())
                 if seeds:
                     assert seeds == f"{states.count('done')}/2", (runs, seeds)
+                assert set(legend) <= {f"n={states.count('done')}"}, (runs, legend)  # the chart: the same seeds
                 if sorted(states) == ["done", "running"]:
                     one_done.append((next(r for r, st in runs.items() if st == "done"), mean))
                 return until(states)

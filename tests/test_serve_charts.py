@@ -205,9 +205,9 @@ def test_a_run_finished_in_its_folder_counts_in_the_arms_and_the_chart_as_status
 
 
 def test_the_parts_a_page_asks_for_at_one_moment_show_one_read_of_the_folders(tmp_path):
-    """The page's clock asks for its runs table and its arms table at one moment (X-Cemctl-Moment); a run that ends
-    in its folder between the two requests is shown by neither or by both (main read the folders once per request,
-    and each part on its own timer: the arms table said 2/2 while the runs table beside it said running)."""
+    """The page's clock asks for its runs table, its arms table and its metric chart at one moment (X-Cemctl-Moment);
+    a run that ends in its folder between their requests is shown by none or by all (main read the folders once per
+    request, and each part on its own timer: the arms table said 2/2 while the runs table beside it said running)."""
     _, ids = plan_ids(tmp_path, tiny_grid("live", seeds="[0, 1]"), "live")
     finish_run(tmp_path / "runs" / ids[0], test_loss=1.25)
     assert cli(tmp_path, "sync").returncode == 0
@@ -216,13 +216,17 @@ def test_the_parts_a_page_asks_for_at_one_moment_show_one_read_of_the_folders(tm
     def states(page: str) -> list[str]:
         return re.findall(r'<tr class="st-row-(\w+)"', page)
 
+    def seeds(moment: str) -> list[int]:
+        resp = app.handle("GET", "/experiments/live/metric.json", moment=moment)
+        return json.loads(resp.body)["charts"][0]["series"][0]["n"]
+
     live = app.handle("GET", "/experiments/live/live", moment="p:1").body.decode()
-    finish_run(tmp_path / "runs" / ids[1], test_loss=1.75)  # ends between the two requests of one moment
+    finish_run(tmp_path / "runs" / ids[1], test_loss=1.75)  # ends between the requests of one moment
     arms = app.handle("GET", "/experiments/live/arms", moment="p:1").body.decode()
-    assert states(live).count("done") == 1 and ">1/2<" in arms  # one read: the moment before it ended
+    assert states(live).count("done") == 1 and ">1/2<" in arms and seeds("p:1") == [1]  # the moment before it ended
     live = app.handle("GET", "/experiments/live/live", moment="p:2").body.decode()
     arms = app.handle("GET", "/experiments/live/arms", moment="p:2").body.decode()
-    assert states(live) == ["done", "done"] and ">2/2<" in arms  # the next moment: both show it ended
+    assert states(live) == ["done", "done"] and ">2/2<" in arms and seeds("p:2") == [2]  # the next: all show it
     assert ">2/2<" in app.handle("GET", "/experiments/live/arms").body.decode()  # no moment: read now
 
 

@@ -439,8 +439,8 @@ class Dashboard:
         args: dict[str, Any] = dict(metric=req.one("metric") or None, x=req.one("x") or None,
                     hue=[h for v in req.many("hue") for h in v.split(",")], panel=req.one("panel") or None,
                     log_x=req.maybe("logx"), log_y=req.flag("logy"), rates=req.one("rates") or None)
-        return self.json(self.live_memo(("metric", name, sel, sorted(args.items())), name, sel,
-                                        lambda: metric_chart(self.src, name, sel, **args)))
+        return self.json(self.live_memo(("metric", name, sel, sorted(args.items())), name, sel, req.moment,
+                                        lambda: metric_chart(self.src, name, sel, moment=req.moment, **args)))
 
     def curves_json(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import experiment_curves
@@ -450,8 +450,8 @@ class Dashboard:
                     chart_x=req.one("x") or None, hue=[h for v in req.many("hue") for h in v.split(",")],
                     panel=req.one("panel") or None, rates=req.one("rates") or None, log_x=req.flag("clogx"),
                     log_y=req.flag("clogy"), smooth=req.one("smooth") or None)
-        return self.json(self.live_memo(("curves", name, sel, sorted(args.items())), name, sel,
-                                        lambda: experiment_curves(self.src, name, sel, **args)))
+        return self.json(self.live_memo(("curves", name, sel, sorted(args.items())), name, sel, req.moment,
+                                        lambda: experiment_curves(self.src, name, sel, moment=req.moment, **args)))
 
     def in_flight(self, name: str, sel: Any, moment: str = "") -> bool:
         """Whether a run of the experiment is queued or running as its folder shows it now (or the database does)."""
@@ -462,12 +462,15 @@ class Dashboard:
         return any(r["state"] in IN_FLIGHT for r in live) or any(a["state"] != b["state"] for a, b in
                                                                  zip(recs.records, live) if a["state"] in LIVE_STATES)
 
-    def live_memo(self, key: tuple, name: str, sel: Any, compute: Callable[[], Any]) -> Any:
+    def live_memo(self, key: tuple, name: str, sel: Any, moment: str, compute: Callable[[], Any]) -> Any:
         """`memo` for what runs in flight change: computed anew while some run of the experiment is queued or
-        running, or has ended in its folder before the database learnt it, else once per state of the database."""
-        if self.in_flight(name, sel):
-            return {**compute(), "updated": time.strftime("%H:%M:%S"), "live": True}
-        return {**self.memo(key, compute), "updated": time.strftime("%H:%M:%S"), "live": False}
+        running, or has ended in its folder before the database learnt it, else once per state of the database;
+        with the period the page asks again after (the live tables' periods)."""
+        from cemctl.services.dashboard.tables import IDLE_REFRESH_S, LIVE_REFRESH_S
+
+        live = self.in_flight(name, sel, moment)
+        return {**(compute() if live else self.memo(key, compute)), "updated": time.strftime("%H:%M:%S"),
+                "live": live, "refresh_s": LIVE_REFRESH_S if live else IDLE_REFRESH_S}
 
     def parallel(self, req: Request, name: str) -> Response:
         from cemctl.services.dashboard.charts import chart_options

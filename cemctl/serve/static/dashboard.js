@@ -1,6 +1,6 @@
-/* cemctl serve: the dashboard's script. Loads fragments (the live runs table, the claims) and chart data from
-   the same server, draws charts with the vendored uPlot and parallel coordinates on a canvas. Every text it
-   shows is set as text (textContent, canvas), never as HTML; fragments are HTML the server escaped. */
+/* cemctl serve: the dashboard's script. Loads fragments (the live runs table, the arms, the claims) and chart data
+   from the same server on one clock, draws charts with the vendored uPlot and parallel coordinates on a canvas.
+   Every text it shows is set as text (textContent, canvas), never as HTML; fragments are HTML the server escaped. */
 (function () {
   "use strict";
 
@@ -68,43 +68,26 @@
     }
   }
 
-  // ------------------------------------------------------------------ fragments (live table, arms, claims)
-  // The parts of a page that refresh themselves run on one clock: a part asks again after its own data-refresh-s,
-  // parts due within a second of each other are asked for at one moment (X-Cemctl-Moment: the server reads the run
-  // folders once for them) and parts of one period are swapped in at once, so the runs table and the arms table
-  // never show two different moments of one launch.
-  var parts = [], clock = null, begun = Date.now(), page = Math.random().toString(36).slice(2);
-
-  function period(p) {
-    var inner = p.el.querySelector("[data-refresh-s]");
-    var s = inner ? parseFloat(inner.getAttribute("data-refresh-s")) : 0;
-    return s > 0 ? s * 1000 : 0;
-  }
+  // ------------------------------------------------------------------ the page's clock (tables, claims, charts)
+  // The parts of a page that refresh themselves (fragments of HTML, charts) run on one clock: a part asks again after
+  // the period its last answer gave (the server's data-refresh-s or refresh_s), parts due within a second of each
+  // other are asked for at one moment (X-Cemctl-Moment: the server reads the run folders once for them) and parts
+  // of one period are shown at once, so the runs table, the arms table and the metric chart never show two
+  // different moments of one launch.
+  var parts = [], clock = null, page = Math.random().toString(36).slice(2);
 
   function fetchPart(p, at) {
     p.busy = true;
-    return fetch(p.url, {headers: {"Accept": "text/html", "X-Cemctl-Moment": page + ":" + at},
+    return fetch(p.url, {headers: {"Accept": p.accept, "X-Cemctl-Moment": page + ":" + at},
                          cache: "no-store"}).then(function (r) {
       return r.text().then(function (t) { return {ok: r.ok, status: r.status, text: t}; });
     }).catch(function () { return {ok: false, status: 0, text: ""}; });
   }
 
-  function swap(p, res, at) {
+  function show(p, res, at) {  // p.apply shows the answer and gives the period to ask again after (ms; 0: never)
     p.busy = false;
-    if (!res.ok) {
-      var msg = p.el.querySelector(".fragment-error") || p.el.appendChild(textEl("p", "fragment-error error", ""));
-      msg.textContent = "could not refresh (" + (res.status ? "HTTP " + res.status : "no answer") + "); retrying";
-      p.next = at + 10000;
-      return;
-    }
-    var picked = {};
-    var boxes = p.el.querySelectorAll("input[type=checkbox]:checked");
-    for (var i = 0; i < boxes.length; i++) picked[boxes[i].value] = true;
-    p.el.innerHTML = res.text; // HTML rendered and escaped by the server's templates
-    boxes = p.el.querySelectorAll("input[type=checkbox]");
-    for (var j = 0; j < boxes.length; j++) if (picked[boxes[j].value]) boxes[j].checked = true;
-    p.el.setAttribute("data-loaded", "1");
-    p.next = period(p) ? at + period(p) : Infinity;
+    p.period = p.apply(res);
+    p.next = p.period ? at + p.period : Infinity;
   }
 
   function plan() {
@@ -119,12 +102,12 @@
     if (document.hidden) { clock = setTimeout(tick, 2000); return; }
     var at = Date.now(), groups = {};
     parts.forEach(function (p) {
-      if (!p.busy && p.next <= at + 1000) (groups[period(p)] = groups[period(p)] || []).push(p);
+      if (!p.busy && p.next <= at + 1000) (groups[p.period] = groups[p.period] || []).push(p);
     });
     Object.keys(groups).forEach(function (k) {
       var group = groups[k];
       Promise.all(group.map(function (p) { return fetchPart(p, at); })).then(function (results) {
-        results.forEach(function (res, i) { swap(group[i], res, at); });
+        results.forEach(function (res, i) { show(group[i], res, at); });
         updateCompareButtons();
         plan();
       });
@@ -132,12 +115,31 @@
     plan();
   }
 
-  function loadFragments(els) {
-    for (var i = 0; i < els.length; i++) parts.push({el: els[i], url: els[i].getAttribute("data-fragment"), busy: false});
-    parts.forEach(function (p) {  // at one moment, each shown as it comes (the live table again, with the others)
-      fetchPart(p, begun).then(function (res) { swap(p, res, begun); updateCompareButtons(); plan(); });
+  function startClock() {  // every part at one moment, each shown as it comes (the live table again, with the others)
+    var at = Date.now();
+    parts.forEach(function (p) {
+      fetchPart(p, at).then(function (res) { show(p, res, at); updateCompareButtons(); plan(); });
     });
-    plan();
+  }
+
+  function fragmentPart(el) {
+    return {el: el, url: el.getAttribute("data-fragment"), accept: "text/html", apply: function (res) {
+      if (!res.ok) {
+        var msg = el.querySelector(".fragment-error") || el.appendChild(textEl("p", "fragment-error error", ""));
+        msg.textContent = "could not refresh (" + (res.status ? "HTTP " + res.status : "no answer") + "); retrying";
+        return 10000;
+      }
+      var picked = {};
+      var boxes = el.querySelectorAll("input[type=checkbox]:checked");
+      for (var i = 0; i < boxes.length; i++) picked[boxes[i].value] = true;
+      el.innerHTML = res.text; // HTML rendered and escaped by the server's templates
+      boxes = el.querySelectorAll("input[type=checkbox]");
+      for (var j = 0; j < boxes.length; j++) if (picked[boxes[j].value]) boxes[j].checked = true;
+      el.setAttribute("data-loaded", "1");
+      var inner = el.querySelector("[data-refresh-s]");
+      var s = inner ? parseFloat(inner.getAttribute("data-refresh-s")) : 0;
+      return s > 0 ? s * 1000 : 0;
+    }};
   }
 
   // ------------------------------------------------------------------ charts (uPlot)
@@ -375,45 +377,37 @@
     charts.push({u: u, box: box});
   }
 
-  function loadChart(el) {
-    var url = el.getAttribute("data-chart");
-    var last = null, timer = null, first = true;
-    if (first) { el.textContent = ""; el.appendChild(textEl("p", "chart-note", "loading…")); }
-    function load() {
-      if (document.hidden) { timer = setTimeout(load, 3000); return; }
-      fetch(url, {headers: {"Accept": "application/json"}, cache: "no-store"}).then(function (r) {
-        return r.text().then(function (t) { return {ok: r.ok, t: t}; });
-      }).then(function (res) {
-        var j = {};
-        try { j = JSON.parse(res.t); } catch (e) { j = {error: "could not read the chart's data"}; }
-        var live = !!j.live, updated = j.updated;
-        delete j.updated;
-        var same = JSON.stringify(j) === last;
-        last = JSON.stringify(j);
-        if (!same || first) {
-          charts = charts.filter(function (ch) { if (el.contains(ch.box)) { ch.u.destroy(); return false; } return true; });
-          el.textContent = "";
-          if (!res.ok || j.error) el.appendChild(textEl("p", "chart-error", j.error || "could not load the chart"));
-          else if (!j.charts || !j.charts.length || !j.charts.some(function (c) { return c.series.length; })) {
-            el.appendChild(textEl("p", "chart-note", j.note || "nothing to draw yet"));
-          } else {
-            j.charts.forEach(function (c) { if (c.series.length) drawChart(el, c); });
-            if (j.note) el.appendChild(textEl("p", "chart-note", j.note));
-          }
-          el.appendChild(textEl("p", "chart-note updated", ""));
-        }
-        var stamp = el.querySelector(".updated");
-        if (stamp && updated) stamp.textContent = "updated " + updated + (live ? " (redrawn while runs train)" : "");
-        first = false;
-        el.setAttribute("data-loaded", "1");
-        timer = setTimeout(load, live ? 5000 : 30000);
-      }).catch(function (e) {
+  function chartPart(el) {
+    var last = null, first = true;
+    el.textContent = "";
+    el.appendChild(textEl("p", "chart-note", "loading…"));
+    return {el: el, url: el.getAttribute("data-chart"), accept: "application/json", apply: function (res) {
+      var j = {};
+      try { j = JSON.parse(res.text); } catch (e) {
+        j = {error: res.status ? "could not read the chart's data" : "could not load the chart (no answer)"};
+      }
+      var live = !!j.live, updated = j.updated;
+      delete j.updated;
+      var same = JSON.stringify(j) === last;
+      last = JSON.stringify(j);
+      if (!same || first) {
+        charts = charts.filter(function (ch) { if (el.contains(ch.box)) { ch.u.destroy(); return false; } return true; });
         el.textContent = "";
-        el.appendChild(textEl("p", "chart-error", "could not load the chart: " + e));
-        timer = setTimeout(load, 15000);
-      });
-    }
-    load();
+        if (!res.ok || j.error) el.appendChild(textEl("p", "chart-error", j.error || "could not load the chart"));
+        else if (!j.charts || !j.charts.length || !j.charts.some(function (c) { return c.series.length; })) {
+          el.appendChild(textEl("p", "chart-note", j.note || "nothing to draw yet"));
+        } else {
+          j.charts.forEach(function (c) { if (c.series.length) drawChart(el, c); });
+          if (j.note) el.appendChild(textEl("p", "chart-note", j.note));
+        }
+        el.appendChild(textEl("p", "chart-note updated", ""));
+      }
+      var stamp = el.querySelector(".updated");
+      if (stamp && updated) stamp.textContent = "updated " + updated + (live ? " (redrawn while runs train)" : "");
+      first = false;
+      el.setAttribute("data-loaded", "1");
+      return (!res.ok || j.error ? 15 : j.refresh_s || 30) * 1000;  // a run's or a comparison's: every 30 s
+    }};
   }
 
   var resizeTimer = null;
@@ -605,10 +599,11 @@
   function start() {
     var log = document.getElementById("log");
     if (log) log.scrollTop = log.scrollHeight;  // a log opens at its end: the lines written last
-    var i, els;
-    loadFragments(document.querySelectorAll("[data-fragment]"));
+    var i, els = document.querySelectorAll("[data-fragment]");
+    for (i = 0; i < els.length; i++) parts.push(fragmentPart(els[i]));
     els = document.querySelectorAll("[data-chart]");
-    for (i = 0; i < els.length; i++) loadChart(els[i]);
+    for (i = 0; i < els.length; i++) parts.push(chartPart(els[i]));
+    startClock();
     els = document.querySelectorAll("[data-parallel]");
     for (i = 0; i < els.length; i++) loadParallel(els[i]);
     updateCompareButtons();

@@ -127,8 +127,10 @@ def _info(name: str, meta: Any) -> Any:
 
 
 def chart_view(src: "Source", name: str, sel: "Selection", *, metric: str | None = None, x: str | None = None,
-               hue: Sequence[str] = (), panel: str | None = None, rates: str | None = None) -> ChartView:
-    """The runs and looks of an experiment's charts, as its report draws them unless the URL chooses otherwise."""
+               hue: Sequence[str] = (), panel: str | None = None, rates: str | None = None,
+               moment: str = "") -> ChartView:
+    """The runs and looks of an experiment's charts, as its report draws them unless the URL chooses otherwise
+    (the run folders as read at the page's `moment`: `tables.live_experiment`)."""
     from collections import Counter
 
     from cemctl.records.fields import resolve
@@ -139,7 +141,7 @@ def chart_view(src: "Source", name: str, sel: "Selection", *, metric: str | None
     from cemctl.report.lr_choice import rate_choice
     from cemctl.services.dashboard.tables import experiment_axes, frame_of, live_experiment, metric_choices, select
 
-    recs, live = live_experiment(src, name, sel.scale)
+    recs, live = live_experiment(src, name, sel.scale, moment=moment)
     meta = recs.experiments.get(name)
     info = _info(name, meta)
     opts = info.options
@@ -224,7 +226,7 @@ def chart_options(src: "Source", name: str, sel: "Selection") -> dict[str, Any]:
 
 def metric_chart(src: "Source", name: str, sel: "Selection", *, metric: str | None = None, x: str | None = None,
                  hue: Sequence[str] = (), panel: str | None = None, log_x: bool | None = None,
-                 log_y: bool = False, rates: str | None = None) -> dict[str, Any]:
+                 log_y: bool = False, rates: str | None = None, moment: str = "") -> dict[str, Any]:
     """The metric against x as the report's metric figure draws it (`cemctl.report.generic.metric_points`): the mean
     over an arm's finished seeds with whiskers of +-1 s.d. (hollow for a single seed), a colour per hue series, a
     line style (a marker on a categorical x) for what else varies, the series at one x dodged apart; one chart per
@@ -234,7 +236,7 @@ def metric_chart(src: "Source", name: str, sel: "Selection", *, metric: str | No
     from cemctl.report.style import SPREAD_SHORT
     from cemctl.services.dashboard.tables import header
 
-    view = chart_view(src, name, sel, metric=metric, x=x, hue=hue, panel=panel, rates=rates)
+    view = chart_view(src, name, sel, metric=metric, x=x, hue=hue, panel=panel, rates=rates, moment=moment)
     out: dict[str, Any] = {"metric": view.metric, "x": view.x, "hue": view.hue, "panel": view.panel, "keys": view.keys,
            "metrics": view.metrics, "charts": [], "default": view.default, "chosen_rates": view.chosen_rates}
     if not view.done or view.palette is None:
@@ -488,13 +490,13 @@ def curve_groups(src: "Source", groups: Sequence[tuple[str, Any, str | None, Seq
 def experiment_curves(src: "Source", name: str, sel: "Selection", *, metric: str = "train_loss", x: str = "tokens",
                       chart_x: str | None = None, hue: Sequence[str] = (), panel: str | None = None,
                       rates: str | None = None, log_x: bool = False, log_y: bool = False,
-                      smooth: str | None = None) -> dict[str, Any]:
+                      smooth: str | None = None, moment: str = "") -> dict[str, Any]:
     """The training curves of the arms the metric chart shows, as the report's curves draw them
     (`cemctl.report.generic.curve_looks`: the arm's hue colour, a line style for what else tells one colour's arms
     apart, one colour per arm when the hue does not vary), each arm at its chosen rate in the report's view."""
     from cemctl.report.generic import curve_looks
 
-    view = chart_view(src, name, sel, x=chart_x, hue=hue, panel=panel, rates=rates)
+    view = chart_view(src, name, sel, x=chart_x, hue=hue, panel=panel, rates=rates, moment=moment)
     smooth_fraction(smooth)  # a bad value is a 400 before any work
     if view.palette is None or view.shown.empty:
         return {"charts": [], "metric": metric, "x": x, "note": no_result_note(view.states, metric),
