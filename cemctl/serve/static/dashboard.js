@@ -135,7 +135,6 @@
       el.innerHTML = res.text; // HTML rendered and escaped by the server's templates
       boxes = el.querySelectorAll("input[type=checkbox]");
       for (var j = 0; j < boxes.length; j++) if (picked[boxes[j].value]) boxes[j].checked = true;
-      el.setAttribute("data-loaded", "1");
       var inner = el.querySelector("[data-refresh-s]");
       var s = inner ? parseFloat(inner.getAttribute("data-refresh-s")) : 0;
       return s > 0 ? s * 1000 : 0;
@@ -405,7 +404,6 @@
       var stamp = el.querySelector(".updated");
       if (stamp && updated) stamp.textContent = "updated " + updated + (live ? " (redrawn while runs train)" : "");
       first = false;
-      el.setAttribute("data-loaded", "1");
       return (!res.ok || j.error ? 15 : j.refresh_s || 30) * 1000;  // a run's or a comparison's: every 30 s
     }};
   }
