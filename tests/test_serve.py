@@ -36,6 +36,13 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _text(markup: str) -> str:
+    """The text a reader sees: tags dropped, entities read."""
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
 def _no_raw_markup(text: str) -> None:
     """Nothing a run, a grid, a note or a log holds appears as markup: only the dashboard's own script tags."""
     assert "window.__pwned" not in re.sub(r"&lt;script&gt;window.__pwned=1&lt;/script&gt;|onerror=&#34;window.__pwned=2&#34;"
@@ -320,6 +327,7 @@ def test_the_live_table_reads_runs_in_flight_from_their_folders(project, base):
         # as the command line writes a duration; a selection without the running run has none.
         summary = re.search(r'<p class="summary">.*?</p>', live, re.S).group(0)
         assert re.search(r'<span class="eta"[^>]*>grid ETA 2m08s</span>', summary), summary
+        assert re.search(r"grid ETA 2m08s\s+·\s+updated \d", _text(summary)), summary  # main: "2m08supdated 05:34"
         _, _, done_only = get(base, "/experiments/demo/live?where=state%3Ddone")
         assert "grid ETA" not in done_only
         # as `cemctl status`: a column no matching run has a value in is left out (tokens/s now and ETA once
