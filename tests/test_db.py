@@ -245,3 +245,31 @@ def test_the_run_record_joins_configs_axes_and_results(tmp_path, engine, runs_ro
     assert list(curves["step"]) == [1, 5] and list(curves["val_loss"]) == [3.9, 3.5]
     with pytest.raises(Exception, match="unknown experiment 'nope'.*known: g"):
         load_records(engine, "nope")
+
+
+def test_checking_the_file_keeps_the_locks_this_process_holds_on_it(tmp_path):
+    """Telling what the file is (`check_sqlite_file`, the fast reader) never drops the locks this process's open
+    connections hold on it. main read its first bytes with open() and close(); POSIX drops every lock a process
+    holds on a file when any of its descriptors closes, and a `cemctl status` run beside a launch then rewrote the
+    WAL under the launch's connection: the launch ended in 'database disk image is malformed' (3 of 3 tries)."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from cemctl.db.engine import check_sqlite_file
+    from cemctl.db.read import _fast_sqlite
+
+    path = tmp_path / "results.db"
+    con = sqlite3.connect(path, isolation_level=None)  # a rollback journal: a reader's SHARED lock keeps writers out
+    con.execute("CREATE TABLE runs (id TEXT)")
+    con.execute("BEGIN")
+    con.execute("SELECT * FROM runs").fetchall()  # a read transaction: this process holds a SHARED lock
+    check_sqlite_file(path)
+    assert _fast_sqlite(f"sqlite:///{path}") is None  # not this schema: the slow way
+    other = subprocess.run([sys.executable, "-c", "import sqlite3, sys\n"
+                            "c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+                            "try:\n    c.execute('BEGIN EXCLUSIVE'); print('got the lock')\n"
+                            "except sqlite3.OperationalError as e:\n    print(e)", str(path)],
+                           capture_output=True, text=True, timeout=60)
+    con.execute("COMMIT")
+    assert other.stdout.strip() == "database is locked", other.stdout + other.stderr

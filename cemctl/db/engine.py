@@ -132,16 +132,15 @@ def _readonly_mode(path: Path, full: bool | None = None) -> str:
 
 
 def check_sqlite_file(path: Path) -> None:
-    """Refuse, without changing a byte, a file that is not SQLite or is another application's database."""
+    """Refuse, without changing a byte, a file that is not SQLite or is another application's database. Read
+    through SQLite only, never open()/close() of the file: closing any descriptor of it drops every POSIX lock this
+    process holds on it, its open connections' included, and another process then rewrites the WAL under them
+    ("database disk image is malformed")."""
     try:
         if not path.is_file() or path.stat().st_size == 0:
             return  # a new database
-        with open(path, "rb") as f:
-            header = f.read(16)
     except OSError as e:
         raise DatabaseError(f"--db: cannot read {str(path)!r}: {e.strerror or e}") from None
-    if header != b"SQLite format 3\x00":
-        raise DatabaseError(f"--db: {str(path)!r} is not a SQLite database (file is not a database)")
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode={_readonly_mode(path)}", uri=True)
         try:
@@ -149,6 +148,8 @@ def check_sqlite_file(path: Path) -> None:
         finally:
             con.close()
     except sqlite3.Error as e:
+        if "file is not a database" in str(e):
+            raise DatabaseError(f"--db: {str(path)!r} is not a SQLite database (file is not a database)") from None
         raise DatabaseError(f"--db: cannot open {str(path)!r}: {' '.join(str(e).split())}") from None
     if tables and "runs" not in tables and "schema_version" not in tables:
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")

@@ -276,14 +276,14 @@ def _fast_sqlite(url: str) -> SqliteReader | None:
     if path is None or not path.is_file() or os.path.islink(path) or not os.access(path.parent, os.W_OK) \
             or disk_full(path):
         return None  # a read-only folder or a full disk needs `immutable` and a note (cemctl.db.engine): the slow way
-    try:
-        with open(path, "rb") as f:
-            if f.read(16) != b"SQLite format 3\x00":
-                return None
+    try:  # through SQLite only (no open() of the file: its close drops this process's locks, `check_sqlite_file`)
         reader = SqliteReader(path, url)
-        version = reader.rows("SELECT MAX(version) FROM schema_version")
     except (OSError, sqlite3.Error, Exception):  # noqa: BLE001 - anything odd: the slow way names it
         return None
+    try:
+        version = reader.rows("SELECT MAX(version) FROM schema_version")
+    except (OSError, sqlite3.Error, Exception):  # noqa: BLE001 - not SQLite, not this schema: the slow way says so
+        version = []
     if not version or version[0][0] != SCHEMA_VERSION:
         reader.con.close()
         return None
